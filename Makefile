@@ -1,0 +1,35 @@
+# regmem: `make test` and `make demo` create .venv on first use and install everything the project needs.
+PYTHON ?= python3
+VENV ?= .venv
+# Pinned first: with no torch present, the bare range in pyproject.toml would pull a multi-GB CUDA build.
+TORCH ?= torch==2.13.0
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install test lint demo bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: install
+	$(VENV)/bin/ruff check src tests
+
+test: lint
+	$(VENV)/bin/pytest -q -n 2
+
+demo: install
+	$(VENV)/bin/regmem showcase
+
+bench: install
+	$(VENV)/bin/regmem bench ops
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,43 @@
+"""Machinery shared by every op: validation, chunking, varlen packing, dtype policy, dispatch, decay sums."""
+
+from regmem.ops.common.chunking import merge_chunks, pad_time, split_chunks
+from regmem.ops.common.decay import segsum, suffix_exclusive
+from regmem.ops.common.frame import compute_dtype, dispatch, map_state, run_core
+from regmem.ops.common.validate import (
+    MODES,
+    check_chunk_size,
+    check_cu_seqlens,
+    check_log_gate,
+    check_mode,
+    check_qkv,
+    check_same_device,
+    check_scale,
+    check_shape,
+    check_state,
+    check_tensor,
+)
+from regmem.ops.common.varlen import Packing
+
+__all__ = [
+    "MODES",
+    "Packing",
+    "check_chunk_size",
+    "check_cu_seqlens",
+    "check_log_gate",
+    "check_mode",
+    "check_qkv",
+    "check_same_device",
+    "check_scale",
+    "check_shape",
+    "check_state",
+    "check_tensor",
+    "compute_dtype",
+    "dispatch",
+    "map_state",
+    "merge_chunks",
+    "pad_time",
+    "run_core",
+    "segsum",
+    "split_chunks",
+    "suffix_exclusive",
+]

@@ -1,0 +1,106 @@
+"""Input validation shared by every op: fail fast with a ValueError that names the argument, its shape and
+what was expected (DESIGN.md, "The op contract")."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+MODES = ("reference", "recurrent", "chunk")
+
+
+def _shape(x: torch.Tensor) -> str:
+    return str(list(x.shape))
+
+
+def check_tensor(name: str, x, ndim: int, doc: str) -> None:
+    """`x` must be a floating-point tensor of rank `ndim`; `doc` is the documented shape, e.g. "[B, T, H, K]"."""
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of shape {doc}, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor of shape {doc}, got dtype {x.dtype}")
+    if x.ndim != ndim:
+        raise ValueError(f"{name} must have shape {doc} (rank {ndim}), got shape {_shape(x)}")
+
+
+def check_shape(name: str, x: torch.Tensor, expected: Sequence[int], doc: str) -> None:
+    if tuple(x.shape) != tuple(expected):
+        raise ValueError(f"{name} must have shape {doc} = {list(expected)}, got shape {_shape(x)}")
+
+
+def check_qkv(q, k, v) -> tuple[int, int, int, int, int]:
+    """Checks q, k: [B, T, H, K] and v: [B, T, H, V] on one device; returns (B, T, H, K, V)."""
+    check_tensor("q", q, 4, "[B, T, H, K]")
+    check_tensor("k", k, 4, "[B, T, H, K]")
+    check_tensor("v", v, 4, "[B, T, H, V]")
+    B, T, H, K = q.shape
+    check_shape("k", k, (B, T, H, K), "[B, T, H, K]")
+    if tuple(v.shape[:3]) != (B, T, H):
+        raise ValueError(f"v must have shape [B, T, H, V] with B, T, H = {[B, T, H]} (from q), got {_shape(v)}")
+    for name, x in (("k", k), ("v", v)):
+        if x.dtype != q.dtype:
+            raise ValueError(f"{name} must have the dtype of q ({q.dtype}), got {x.dtype}")
+    check_same_device(q=q, k=k, v=v)
+    return B, T, H, K, v.shape[-1]
+
+
+def check_same_device(**tensors: torch.Tensor | None) -> None:
+    named = [(n, t) for n, t in tensors.items() if t is not None]
+    first_name, first = named[0]
+    for name, t in named[1:]:
+        if t.device != first.device:
+            raise ValueError(f"{name} is on {t.device} but {first_name} is on {first.device}; all inputs must share a device")
+
+
+def check_log_gate(name: str, g, B: int, T: int, H: int, K: int, kinds: Sequence[str]) -> str:
+    """A log-space gate is scalar [B, T, H] or diagonal [B, T, H, K]; returns "scalar" or "diagonal".
+
+    Gates are log retention (decay) factors, so every entry must be <= 0 (retention <= 1)."""
+    docs = {"scalar": "[B, T, H]", "diagonal": "[B, T, H, K]"}
+    shapes = {"scalar": (B, T, H), "diagonal": (B, T, H, K)}
+    allowed = " or ".join(f"{docs[k]} = {list(shapes[k])}" for k in kinds)
+    if not isinstance(g, torch.Tensor) or not g.is_floating_point():
+        got = f"dtype {g.dtype}" if isinstance(g, torch.Tensor) else type(g).__name__
+        raise ValueError(f"{name} must be a floating-point tensor of shape {allowed}, got {got}")
+    kind = next((k for k in kinds if tuple(g.shape) == shapes[k]), None)
+    if kind is None:
+        raise ValueError(f"{name} must have shape {allowed}, got shape {_shape(g)}")
+    with torch.no_grad():
+        if g.numel() and bool((g > 0).any()):
+            raise ValueError(f"{name} is a log retention factor and must be <= 0 everywhere, got max {g.max().item():.3g}")
+    return kind
+
+
+def check_state(name: str, state, expected: Sequence[int], doc: str) -> None:
+    check_tensor(name, state, len(expected), doc)
+    check_shape(name, state, expected, doc)
+
+
+def check_cu_seqlens(cu_seqlens, B: int, T: int) -> int:
+    """cu_seqlens: [N + 1] integer offsets into a packed batch (B = 1), from 0 to T; returns N."""
+    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.is_floating_point() or cu_seqlens.ndim != 1:
+        raise ValueError("cu_seqlens must be a 1-D integer tensor of shape [N + 1]")
+    if B != 1:
+        raise ValueError(f"cu_seqlens packs sequences into one row: q must have B = 1, got B = {B}")
+    offsets = cu_seqlens.tolist()
+    if len(offsets) < 2 or offsets[0] != 0 or offsets[-1] != T:
+        raise ValueError(f"cu_seqlens must start at 0 and end at T = {T}, got {offsets}")
+    if any(b < a for a, b in zip(offsets, offsets[1:], strict=False)):
+        raise ValueError(f"cu_seqlens must be non-decreasing, got {offsets}")
+    return len(offsets) - 1
+
+
+def check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+
+
+def check_chunk_size(chunk_size) -> None:
+    if not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
+        raise ValueError(f"chunk_size must be a positive power of two, got {chunk_size!r}")
+
+
+def check_scale(scale) -> None:
+    if scale is not None and not isinstance(scale, int | float):
+        raise ValueError(f"scale must be a float or None, got {type(scale).__name__}")

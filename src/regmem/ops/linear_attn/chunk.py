@@ -1,0 +1,111 @@
+"""Chunk-parallel form of (gated) linear attention: matmuls within chunks, the state carried across chunks.
+
+Implements eq. (4)/(16) of *Test-time regression* (Wang, Shi, Fox; arXiv:2501.12352) by the chunkwise
+decomposition of GLA (Yang et al. 2024, arXiv:2312.06635, Sec. 3) and SSD (Dao & Gu 2024, arXiv:2405.21060).
+For chunk n with state S_n entering it, and t, s positions inside the chunk:
+    o_t = sum_{s<=t} (q_t ⊙ L_ts)^T k_s v_s + (q_t ⊙ e^{b_t})^T S_n                  (intra + inter)
+    S_{n+1} = e^{b_C} ⊙ S_n + sum_s (k_s ⊙ e^{b_C - b_s}) v_s^T                    (state pass)
+where b_t = sum_{j<=t} g_j is the log-decay from the chunk start. No exponent is ever positive: every decay is
+a direct sum of the gates it spans (ops/common/decay.py), so g = -20 per step and g = 0 are both exact.
+With a diagonal gate, decays inside a chunk are per key channel; pairs of tokens in different sub-chunks of
+16 go through the sub-chunk boundary between them (GLA's secondary chunking), pairs inside one sub-chunk use
+the explicit [c, c, K] decay tensor.
+
+Legend: B batch, T time, H heads, K key (feature) dim, V value dim, N chunks, C chunk size,
+I sub-chunks per chunk, c sub-chunk size.
+"""
+
+from __future__ import annotations
+
+import torch
+from einops import rearrange
+
+from regmem.ops.common import merge_chunks, segsum, split_chunks, suffix_exclusive
+
+SUB_CHUNK = 16  # secondary chunk for diagonal gates: bounds the explicit [c, c, K] decay tensor
+
+
+def gla_chunk_core(q, k, v, g, *, initial_state, chunk_size):
+    """q, k: [B, T, H, K] (q already scaled); v: [B, T, H, V]; g: None, [B, T, H] or [B, T, H, K];
+    initial_state: [B, H, K, V] or None. Returns o: [B, T, H, V] and S_T: [B, H, K, V]."""
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    # Step 0: pad T to N * C with neutral tokens (q = k = v = 0, g = 0) and split into chunks.
+    q, k, v = (split_chunks(x, chunk_size) for x in (q, k, v))  # [B, H, N, C, K|V]
+    S0 = initial_state if initial_state is not None else q.new_zeros(B, H, K, V)
+    if g is None:
+        o, S = _ungated(q, k, v, S0)
+        return merge_chunks(o, T), S
+    g = split_chunks(g, chunk_size)  # [B, H, N, C] or [B, H, N, C, K]
+    g_channels = g.unsqueeze(-1) if g.ndim == 4 else g  # [B, H, N, C, K|1]
+
+    # Step 1: log-decays inside each chunk, each a direct sum of the gates it spans.
+    b_in = g_channels.cumsum(dim=3)  # [B, H, N, C, K|1], from the chunk start to t (inclusive)
+    b_out = suffix_exclusive(g_channels, dim=3)  # [B, H, N, C, K|1], from s to the chunk end
+    b_total = g_channels.sum(dim=3)  # [B, H, N, K|1], across the whole chunk
+
+    # Step 2: intra-chunk scores A_ts = sum_k q_tk k_sk L_tsk (s <= t), then their outputs.
+    A = _intra_scalar(q, k, g) if g.ndim == 4 else _intra_diagonal(q, k, g)  # [B, H, N, C, C]
+    o = A @ v  # [B, H, N, C, V]
+
+    # Step 3: what each chunk adds to the state, decayed to the chunk end.
+    U = torch.einsum("bhnck,bhncv->bhnkv", k * torch.exp(b_out), v)  # [B, H, N, K, V]
+
+    # Step 4: inter-chunk pass, one step per chunk: S_{n+1} = e^{b_total} ⊙ S_n + U_n.
+    decay = torch.exp(b_total).unsqueeze(-1)  # [B, H, N, K|1, 1]
+    entering = []
+    S = S0
+    for n in range(U.shape[2]):
+        entering.append(S)
+        S = decay[:, :, n] * S + U[:, :, n]
+    S_in = torch.stack(entering, dim=2)  # [B, H, N, K, V], state entering each chunk
+
+    # Step 5: outputs from the state entering the chunk.
+    o = o + torch.einsum("bhnck,bhnkv->bhncv", q * torch.exp(b_in), S_in)
+    return merge_chunks(o, T), S
+
+
+def _ungated(q, k, v, S0):
+    """Linear attention (gamma = 1): causal scores in-chunk, states by a prefix sum over chunks."""
+    C = q.shape[3]
+    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
+    A = (q @ k.transpose(-1, -2)).masked_fill(~causal, 0.0)  # [B, H, N, C, C]
+    U = k.transpose(-1, -2) @ v  # [B, H, N, K, V]
+    S_after = S0.unsqueeze(2) + U.cumsum(dim=2)  # [B, H, N, K, V], state after each chunk
+    S_in = torch.cat([S0.unsqueeze(2), S_after[:, :, :-1]], dim=2)  # [B, H, N, K, V], state entering each chunk
+    o = A @ v + q @ S_in  # [B, H, N, C, V]
+    return o, S_after[:, :, -1]
+
+
+def _intra_scalar(q, k, g):
+    """Scalar gate g: [B, H, N, C]: A_ts = q_t.k_s exp(sum_{s<j<=t} g_j)."""
+    L = torch.exp(segsum(g))  # [B, H, N, C, C], zero above the diagonal
+    return (q @ k.transpose(-1, -2)) * L
+
+
+def _intra_diagonal(q, k, g):
+    """Diagonal gate g: [B, H, N, C, K]: A_ts = sum_k q_tk k_sk exp(sum_{s<j<=t} g_jk), via sub-chunks."""
+    C = q.shape[3]
+    c = min(SUB_CHUNK, C)
+    qs, ks, gs = (rearrange(x, "b h n (i c) k -> b h n i c k", c=c) for x in (q, k, g))  # [B, H, N, I, c, K]
+    I = qs.shape[3]
+
+    # Pairs inside one sub-chunk: the explicit per-channel decay tensor.
+    log_L = segsum(rearrange(gs, "b h n i c k -> b h n i k c"))  # [B, H, N, I, K, c(t), c(s)]
+    L = rearrange(torch.exp(log_L), "b h n i k t s -> b h n i t s k")  # [B, H, N, I, c, c, K]
+    A_diag = (qs.unsqueeze(-2) * ks.unsqueeze(-3) * L).sum(-1)  # [B, H, N, I, c, c]
+
+    # Pairs in sub-chunks j < i: decay t <- start of i, start of i <- end of j, end of j <- s.
+    q_in = qs * torch.exp(gs.cumsum(dim=4))  # [B, H, N, I, c, K]
+    k_out = ks * torch.exp(suffix_exclusive(gs, dim=4))  # [B, H, N, I, c, K]
+    log_through = segsum(rearrange(gs.sum(dim=4), "b h n i k -> b h n k i"))  # [B, H, N, K, I, I]
+    # sum_{m=j+1}^{i-1} of sub-chunk totals = log_through[i - 1, j]; row i = 0 has no earlier sub-chunk
+    no_earlier = torch.full_like(log_through[..., :1, :], float("-inf"))  # [B, H, N, K, 1, I]
+    log_between = torch.cat([no_earlier, log_through[..., :-1, :]], dim=-2)  # [B, H, N, K, I, I]
+    between = torch.exp(log_between)  # [B, H, N, K, I(i), I(j)], zero for j >= i
+    q_ij = torch.einsum("bhnitk,bhnkij->bhnijtk", q_in, between)  # [B, H, N, I, I, c, K]
+    A_off = torch.einsum("bhnijtk,bhnjsk->bhnitjs", q_ij, k_out)  # [B, H, N, I, c, I, c]
+
+    eye = torch.eye(I, dtype=A_diag.dtype, device=q.device)
+    A = A_off + torch.einsum("bhnits,ij->bhnitjs", A_diag, eye)  # [B, H, N, I, c, I, c]
+    return rearrange(A, "b h n i t j s -> b h n (i t) (j s)")  # [B, H, N, C, C]

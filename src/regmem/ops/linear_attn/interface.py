@@ -1,0 +1,98 @@
+"""What every form of the linear-attention family shares: validation, feature maps, the Katharopoulos
+normaliser, and the hand-off to the common frame. A form is only its core (reference.py, recurrent.py, chunk.py).
+
+State layout (DESIGN.md): S: [N, H, F, V] with o_t = S_t^T q_t, the transpose of the paper's M. With
+`normalize=True` the state is `NormalizedState(S, z)` with z: [N, H, F] = sum_s phi(k_s), the denominator's memory.
+N = B, or the number of sequences with `cu_seqlens`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from regmem.ops.common import (
+    check_cu_seqlens,
+    check_log_gate,
+    check_qkv,
+    check_same_device,
+    check_scale,
+    check_state,
+    compute_dtype,
+    run_core,
+)
+from regmem.ops.feature_maps import Identity, resolve_feature_map
+
+
+class NormalizedState(NamedTuple):
+    """State of normalised linear attention: S: [N, H, F, V] numerator memory, z: [N, H, F] key sum."""
+
+    S: torch.Tensor
+    z: torch.Tensor
+
+
+def _num_states(q, cu_seqlens) -> int:
+    B, T = q.shape[:2]
+    return check_cu_seqlens(cu_seqlens, B, T) if cu_seqlens is not None else B
+
+
+def run_linear_attn(
+    core, q, k, v, *, feature_map, normalize, scale, initial_state, output_final_state, cu_seqlens, **options
+):
+    """o_t = scale * phi(q_t)^T S_t, S_t = S_{t-1} + phi(k_t) v_t^T; with normalize, o_t is divided by
+    phi(q_t)^T z_t, z_t = z_{t-1} + phi(k_t) (Katharopoulos et al. 2020, eq. 6), and `scale` cancels."""
+    B, T, H, K, V = check_qkv(q, k, v)
+    check_scale(scale)
+    N = _num_states(q, cu_seqlens)
+    phi = resolve_feature_map(feature_map, K)
+    if normalize and isinstance(phi, Identity):
+        raise ValueError("normalize=True divides by phi(q)^T sum phi(k), which needs a non-negative feature_map")
+    dtype = compute_dtype(q)
+    fq = phi(q.to(dtype)) * (K**-0.5 if scale is None else scale)  # [B, T, H, F]
+    fk = phi(k.to(dtype))  # [B, T, H, F]
+    if fq.shape[:3] != (B, T, H) or fk.shape != fq.shape:
+        raise ValueError(f"feature_map must map [B, T, H, K] to [B, T, H, F], got {list(fk.shape)}")
+    F = fq.shape[-1]
+    v = v.to(dtype)
+    if not normalize:
+        if initial_state is not None:
+            check_state("initial_state", initial_state, (N, H, F, V), "[N, H, F, V]")
+            check_same_device(q=q, initial_state=initial_state)
+        return run_core(
+            core, {"q": fq, "k": fk, "v": v, "g": None}, initial_state,
+            output_final_state=output_final_state, cu_seqlens=cu_seqlens, out_dtype=q.dtype, **options,
+        )
+    # Normaliser as one more value column: v' = [v, 1] gives [numerator, denominator] in one pass.
+    v = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)  # [B, T, H, V + 1]
+    if initial_state is not None:
+        if not isinstance(initial_state, NormalizedState):
+            raise ValueError("initial_state must be a NormalizedState(S, z) when normalize=True")
+        check_state("initial_state.S", initial_state.S, (N, H, F, V), "[N, H, F, V]")
+        check_state("initial_state.z", initial_state.z, (N, H, F), "[N, H, F]")
+        check_same_device(q=q, S=initial_state.S, z=initial_state.z)
+        initial_state = torch.cat([initial_state.S, initial_state.z.unsqueeze(-1)], dim=-1)  # [N, H, F, V + 1]
+    o, S = run_core(
+        core, {"q": fq, "k": fk, "v": v, "g": None}, initial_state,
+        output_final_state=output_final_state, cu_seqlens=cu_seqlens, out_dtype=dtype, **options,
+    )
+    o = (o[..., :V] / o[..., V:]).to(q.dtype)  # [B, T, H, V]
+    return o, (NormalizedState(S[..., :V], S[..., V]) if S is not None else None)
+
+
+def run_gated_linear_attn(core, q, k, v, g, *, scale, initial_state, output_final_state, cu_seqlens, **options):
+    """o_t = scale * q_t^T S_t, S_t = exp(g_t) ⊙ S_{t-1} + k_t v_t^T with g scalar [B, T, H] or diagonal
+    [B, T, H, K] log retention (<= 0)."""
+    B, T, H, K, V = check_qkv(q, k, v)
+    check_log_gate("g", g, B, T, H, K, ("scalar", "diagonal"))
+    check_same_device(q=q, g=g)
+    check_scale(scale)
+    N = _num_states(q, cu_seqlens)
+    if initial_state is not None:
+        check_state("initial_state", initial_state, (N, H, K, V), "[N, H, K, V]")
+        check_same_device(q=q, initial_state=initial_state)
+    q_scaled = q.to(compute_dtype(q)) * (K**-0.5 if scale is None else scale)  # [B, T, H, K]
+    return run_core(
+        core, {"q": q_scaled, "k": k, "v": v, "g": g}, initial_state,
+        output_final_state=output_final_state, cu_seqlens=cu_seqlens, out_dtype=q.dtype, **options,
+    )
