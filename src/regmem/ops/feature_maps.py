@@ -154,7 +154,8 @@ def draw_projection(head_dim: int, num_features: int, *, seed: int, orthogonal: 
         return torch.randn(num_features, head_dim, generator=gen, dtype=torch.float64)
     blocks = []
     for _ in range(math.ceil(num_features / head_dim)):
-        q, _ = torch.linalg.qr(torch.randn(head_dim, head_dim, generator=gen, dtype=torch.float64))
+        q, r = torch.linalg.qr(torch.randn(head_dim, head_dim, generator=gen, dtype=torch.float64))
+        q = q * torch.sign(torch.diagonal(r))  # sign fix: without it Q is not Haar-distributed (Mezzadri 2007)
         blocks.append(q.T)  # rows orthonormal
     W = torch.cat(blocks)[:num_features]  # [m, K]
     norms = torch.randn(num_features, head_dim, generator=gen, dtype=torch.float64).norm(dim=1, keepdim=True)

@@ -30,9 +30,11 @@ def gla_chunk_core(q, k, v, g, *, initial_state, chunk_size):
     initial_state: [B, H, K, V] or None. Returns o: [B, T, H, V] and S_T: [B, H, K, V]."""
     B, T, H, K = q.shape
     V = v.shape[-1]
+    S0 = initial_state if initial_state is not None else q.new_zeros(B, H, K, V)
+    if T == 0:
+        return v.new_zeros(B, 0, H, V), S0
     # Step 0: pad T to N * C with neutral tokens (q = k = v = 0, g = 0) and split into chunks.
     q, k, v = (split_chunks(x, chunk_size) for x in (q, k, v))  # [B, H, N, C, K|V]
-    S0 = initial_state if initial_state is not None else q.new_zeros(B, H, K, V)
     if g is None:
         o, S = _ungated(q, k, v, S0)
         return merge_chunks(o, T), S

@@ -20,6 +20,9 @@ def gla_reference_core(q, k, v, g, *, initial_state):
     """q, k: [B, T, H, K] (q already scaled); v: [B, T, H, V]; g: None, [B, T, H] or [B, T, H, K];
     initial_state: [B, H, K, V] or None. Returns o: [B, T, H, V] and S_T: [B, H, K, V]."""
     B, T, H, K = q.shape
+    if T == 0:
+        S0 = initial_state if initial_state is not None else q.new_zeros(B, H, K, v.shape[-1])
+        return v.new_zeros(B, 0, H, v.shape[-1]), S0
     if g is None:
         g = q.new_zeros(B, T, H)
     g = g if g.ndim == 4 else g.unsqueeze(-1)  # [B, T, H, K or 1]

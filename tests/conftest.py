@@ -1,0 +1,12 @@
+import os
+
+import torch
+from hypothesis import settings
+
+# Deterministic property tests: CI must not flake, so examples are derived from the test, not from a clock.
+settings.register_profile("regmem", deadline=None, derandomize=True, max_examples=25, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "regmem"))
+
+# Two pytest-xdist workers share two cores: one thread each keeps the suite from oversubscribing.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)

@@ -1,0 +1,85 @@
+"""Shared test machinery: explicit per-dtype tolerances, random inputs, and forward+backward with random
+cotangents through both the output and the final state."""
+
+from __future__ import annotations
+
+import torch
+
+# float64: absolute + relative 1e-10; float32: relative RMS error 1e-4 (DESIGN.md, op contract).
+TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-4}
+
+
+def rel_rms(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    err = (actual.double() - expected.double()).pow(2).mean().sqrt()
+    ref = expected.double().pow(2).mean().sqrt()
+    return float(err / ref) if ref > 0 else float(err)
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, name: str) -> None:
+    assert actual.shape == expected.shape, f"{name}: shape {list(actual.shape)} != {list(expected.shape)}"
+    assert torch.isfinite(actual).all(), f"{name}: non-finite values"
+    tol = TOLERANCE[expected.dtype]
+    if expected.dtype == torch.float64:
+        torch.testing.assert_close(actual, expected, rtol=tol, atol=tol, msg=lambda m: f"{name}: {m}")
+    else:
+        err = rel_rms(actual, expected)
+        assert err < tol, f"{name}: relative RMS error {err:.3g} >= {tol}"
+
+
+def flatten_state(state) -> dict[str, torch.Tensor]:
+    if state is None:
+        return {}
+    if isinstance(state, torch.Tensor):
+        return {"state": state}
+    return {f"state.{f}": s for f, s in zip(state._fields, state, strict=True)}
+
+
+def run_with_grads(fn, inputs: dict, *, seed: int = 1234) -> dict[str, torch.Tensor]:
+    """Calls fn(**inputs, output_final_state=True); backpropagates random cotangents on o and on every state
+    field; returns {"o", "state...", "grad_<input>"} for every tensor input."""
+    leaves = {}
+    for name, x in inputs.items():
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            leaves[name] = x.detach().clone().requires_grad_()
+        elif isinstance(x, tuple) and hasattr(x, "_fields"):
+            leaves[name] = type(x)(*(s.detach().clone().requires_grad_() for s in x))
+        else:
+            leaves[name] = x
+    o, state = fn(**leaves, output_final_state=True)
+    outputs = {"o": o, **flatten_state(state)}
+    gen = torch.Generator().manual_seed(seed)
+    loss = sum((t * torch.randn(t.shape, generator=gen, dtype=t.dtype)).sum() for t in outputs.values())
+    grad_leaves = {}
+    for name, x in leaves.items():
+        if isinstance(x, torch.Tensor) and x.requires_grad:
+            grad_leaves[f"grad_{name}"] = x
+        elif isinstance(x, tuple):
+            grad_leaves.update({f"grad_{name}.{f}": s for f, s in zip(x._fields, x, strict=True)})
+    grads = torch.autograd.grad(loss, list(grad_leaves.values()), allow_unused=True)
+    result = {n: t.detach() for n, t in outputs.items()}
+    for name, grad in zip(grad_leaves, grads, strict=True):
+        assert grad is not None, f"{name}: no gradient reaches this input"
+        result[name] = grad
+    return result
+
+
+def assert_all_close(actual: dict, expected: dict, label: str) -> None:
+    assert actual.keys() == expected.keys(), f"{label}: {sorted(actual)} != {sorted(expected)}"
+    for name in expected:
+        assert_close(actual[name], expected[name], f"{label} {name}")
+
+
+def random_qkv(B, T, H, K, V, *, dtype=torch.float64, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, T, H, K, generator=gen, dtype=dtype)
+    k = torch.randn(B, T, H, K, generator=gen, dtype=dtype)
+    v = torch.randn(B, T, H, V, generator=gen, dtype=dtype)
+    return q, k, v
+
+
+def random_log_gate(shape, strength: float, *, dtype=torch.float64, seed=0, zero_fraction=0.25):
+    """Log retention in [-strength, 0], with a fraction of exact zeros (gamma = 1) to stress g = 0."""
+    gen = torch.Generator().manual_seed(seed)
+    g = -strength * torch.rand(shape, generator=gen, dtype=dtype)
+    keep = torch.rand(shape, generator=gen) >= zero_fraction
+    return g * keep
