@@ -1,0 +1,58 @@
+"""Bench results as JSON and a markdown table, plus the targets each issue sets, checked on the numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def markdown_table(result: dict) -> str:
+    meta = result["meta"]
+    lines = [
+        f"Dense matmul reference: {meta['matmul_gflops']:.1f} GFLOP/s ({meta['threads']} threads, "
+        f"torch {meta['torch']}).",
+        "",
+        "| op | form | pass | T | ms | tokens/s | GFLOP/s | / matmul |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['op']} | {r['form']} | {r['pass']} | {r['T']} | {r['ms']:.2f} | {r['tokens_per_s']:,.0f} | "
+            f"{r['gflops']:.2f} | {r['matmul_ratio']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def _find(rows, **match):
+    found = [r for r in rows if all(r[k] == v for k, v in match.items())]
+    return found[0] if found else None
+
+
+def targets_table(result: dict) -> str:
+    """Foundation-issue targets per op: chunk fwd+bwd >= 20x recurrent at T=4096; time(16384)/time(4096)
+    <= 4.5 for chunk fwd+bwd; best chunk matmul ratio >= 0.3."""
+    rows = result["rows"]
+    lines = [
+        "| op | chunk vs recurrent, fwd+bwd, T=4096 (>= 20x) | chunk t(16384)/t(4096) (<= 4.5) | "
+        "chunk / matmul, best (>= 0.3) |",
+        "|---|---:|---:|---:|",
+    ]
+    for op in dict.fromkeys(r["op"] for r in rows):
+        chunk4k = _find(rows, op=op, form="chunk", T=4096, **{"pass": "fwdbwd"})
+        rec4k = _find(rows, op=op, form="recurrent", T=4096, **{"pass": "fwdbwd"})
+        chunk16k = _find(rows, op=op, form="chunk", T=16384, **{"pass": "fwdbwd"})
+        speedup = f"{rec4k['ms'] / chunk4k['ms']:.1f}x" if chunk4k and rec4k else "n/a"
+        scaling = f"{chunk16k['ms'] / chunk4k['ms']:.2f}" if chunk4k and chunk16k else "n/a"
+        ratios = [r["matmul_ratio"] for r in rows if r["op"] == op and r["form"] == "chunk"]
+        best = f"{max(ratios):.3f}" if ratios else "n/a"
+        lines.append(f"| {op} | {speedup} | {scaling} | {best} |")
+    return "\n".join(lines)
+
+
+def write(result: dict, out_dir: Path, stem: str) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = out_dir / f"{stem}.json"
+    md_path = out_dir / f"{stem}.md"
+    json_path.write_text(json.dumps(result, indent=1))
+    md_path.write_text(f"# {stem}\n\n{markdown_table(result)}\n\n## Targets\n\n{targets_table(result)}\n")
+    return json_path, md_path
