@@ -4,8 +4,8 @@ import math
 
 import pytest
 import torch
-from helpers import assert_close, random_qkv
 
+from helpers import assert_close, random_qkv
 from regmem.ops import linear_attn
 from regmem.ops.feature_maps import DPFP, FEATURE_MAPS, RandomFeatures, Taylor2, resolve_feature_map
 

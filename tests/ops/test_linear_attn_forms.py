@@ -5,10 +5,10 @@ from functools import partial
 
 import pytest
 import torch
-from helpers import assert_all_close, random_log_gate, random_qkv, run_with_grads
 from hypothesis import given
 from hypothesis import strategies as st
 
+from helpers import assert_all_close, random_log_gate, random_qkv, run_with_grads
 from regmem.ops import NormalizedState, gated_linear_attn, linear_attn
 from regmem.ops.feature_maps import RandomFeatures
 

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from helpers import assert_close, random_log_gate, random_qkv
 
+from helpers import assert_close, random_log_gate, random_qkv
 from regmem.ops import gated_linear_attn, linear_attn
 from regmem.ops.common import segsum
 

@@ -47,7 +47,8 @@ def test_bad_input_raises_value_error_naming_the_argument(case):
 
 
 def test_error_message_repeats_the_documented_shape():
-    with pytest.raises(ValueError, match=r"k must have shape \[B, T, H, K\] = \[2, 10, 3, 4\], got shape \[2, 10, 3, 5\]"):
+    expected = r"k must have shape \[B, T, H, K\] = \[2, 10, 3, 4\], got shape \[2, 10, 3, 5\]"
+    with pytest.raises(ValueError, match=expected):
         _call(k=torch.randn(B, T, H, K + 1))
 
 
@@ -90,3 +91,13 @@ def test_linear_attn_validation():
         linear_attn(q, k, v, feature_map="relu", normalize=True, initial_state=bad)
     with pytest.raises(ValueError, match="initial_state"):
         linear_attn(q, k, v, feature_map="taylor2", initial_state=torch.zeros(B, H, K, V))  # F = 1 + K + K^2
+
+
+def test_backend_choice_is_validated():
+    q, k, v, g = _good()
+    with pytest.raises(ValueError, match="backend"):
+        gated_linear_attn(q, k, v, g, backend="triton")
+    with pytest.raises(ValueError, match="backend='fla' provides the chunk form only"):
+        gated_linear_attn(q, k, v, g, backend="fla", mode="recurrent")
+    with pytest.raises(ValueError, match="normalize"):
+        linear_attn(q, k, v, feature_map="relu", normalize=True, backend="fla")

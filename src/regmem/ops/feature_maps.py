@@ -4,15 +4,15 @@ Implements the feature maps of eq. (3) of *Test-time regression* (Wang, Shi, Fox
 the regressor class {k -> M phi(k)} (ttr.md §2.2 L3). Each map is token-wise: x: [..., K] -> [..., F], so
 it commutes with chunking, state passing and varlen packing. `feature_dim(K)` gives F.
 
-| name            | phi(x)                                                  | F            | kernel phi(q).phi(k)            |
-|-----------------|---------------------------------------------------------|--------------|---------------------------------|
-| identity        | x                                                       | K            | q.k                             |
-| elu_plus_one    | elu(x) + 1 (Katharopoulos et al. 2020)                  | K            | positive                        |
-| relu            | max(x, 0)                                               | K            | non-negative                    |
-| cosine          | x / ||x||                                               | K            | cos(q, k)                       |
-| taylor2         | [1, x / K^(1/4), vec(x x^T) / sqrt(2K)] (Based)         | 1 + K + K^2  | 1 + q.k/sqrt(K) + (q.k)^2/(2K)  |
-| dpfp            | DPFP of Schlag et al. 2021 with order nu                | 2 K nu       | non-negative                    |
-| random_features | exp(W x~ - ||x~||^2/2) / sqrt(m), x~ = x / K^(1/4)      | m            | unbiased for exp(q.k/sqrt(K))   |
+| name            | phi(x)                                             | F           | phi(q).phi(k)              |
+|-----------------|----------------------------------------------------|-------------|----------------------------|
+| identity        | x                                                  | K           | q.k                        |
+| elu_plus_one    | elu(x) + 1 (Katharopoulos et al. 2020)             | K           | positive                   |
+| relu            | max(x, 0)                                          | K           | non-negative               |
+| cosine          | x / ||x||                                          | K           | cos(q, k)                  |
+| taylor2         | [1, x / K^(1/4), vec(x x^T) / sqrt(2K)] (Based)    | 1 + K + K^2 | 1 + x + x^2/2, x=q.k/sqrt K |
+| dpfp            | DPFP of Schlag et al. 2021, order nu               | 2 K nu      | non-negative               |
+| random_features | exp(W x~ - ||x~||^2/2) / sqrt(m), x~ = x / K^(1/4) | m           | unbiased exp(q.k/sqrt K)   |
 
 `random_features` is FAVOR+ (Choromanski et al. 2021, positive orthogonal random features): its projection W
 [m, K] is passed in or drawn from a seed, never from global RNG state. `cosine` is the cosine-similarity kernel;

@@ -50,7 +50,9 @@ def check_same_device(**tensors: torch.Tensor | None) -> None:
     first_name, first = named[0]
     for name, t in named[1:]:
         if t.device != first.device:
-            raise ValueError(f"{name} is on {t.device} but {first_name} is on {first.device}; all inputs must share a device")
+            raise ValueError(
+                f"{name} is on {t.device} but {first_name} is on {first.device}; all inputs must share a device"
+            )
 
 
 def check_log_gate(name: str, g, B: int, T: int, H: int, K: int, kinds: Sequence[str]) -> str:
@@ -68,7 +70,8 @@ def check_log_gate(name: str, g, B: int, T: int, H: int, K: int, kinds: Sequence
         raise ValueError(f"{name} must have shape {allowed}, got shape {_shape(g)}")
     with torch.no_grad():
         if g.numel() and bool((g > 0).any()):
-            raise ValueError(f"{name} is a log retention factor and must be <= 0 everywhere, got max {g.max().item():.3g}")
+            worst = g.max().item()
+            raise ValueError(f"{name} is a log retention factor and must be <= 0 everywhere, got max {worst:.3g}")
     return kind
 
 

@@ -18,13 +18,15 @@ def gla_recurrent_core(q, k, v, g, *, initial_state):
     initial_state: [B, H, K, V] or None. Returns o: [B, T, H, V] and S_T: [B, H, K, V]."""
     B, T, H, K = q.shape
     S = initial_state if initial_state is not None else q.new_zeros(B, H, K, v.shape[-1])
+    # unbind, not q[:, t]: the backward of indexing would zero-fill all of q once per token (O(T^2)).
+    gates = g.unbind(dim=1) if g is not None else [None] * T
     outputs = []
-    for t in range(T):
-        if g is not None:
-            gamma = torch.exp(g[:, t])  # [B, H] or [B, H, K]
+    for q_t, k_t, v_t, g_t in zip(q.unbind(dim=1), k.unbind(dim=1), v.unbind(dim=1), gates, strict=True):
+        if g_t is not None:
+            gamma = torch.exp(g_t)  # [B, H] or [B, H, K]
             gamma = gamma[..., None, None] if gamma.ndim == 2 else gamma[..., None]  # [B, H, 1|K, 1]
             S = gamma * S
-        S = S + k[:, t, :, :, None] * v[:, t, :, None, :]  # [B, H, K, V]
-        outputs.append(torch.einsum("bhk,bhkv->bhv", q[:, t], S))
+        S = S + k_t.unsqueeze(-1) * v_t.unsqueeze(-2)  # [B, H, K, V]
+        outputs.append(torch.einsum("bhk,bhkv->bhv", q_t, S))
     o = torch.stack(outputs, dim=1) if outputs else v.new_zeros(B, 0, H, v.shape[-1])  # [B, T, H, V]
     return o, S

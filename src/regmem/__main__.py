@@ -1,0 +1,3 @@
+from regmem.cli import main
+
+main()

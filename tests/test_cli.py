@@ -1,0 +1,55 @@
+"""The command line: help, recipes, bench and showcase run and write what they promise."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from regmem.cli import build_parser, main
+
+
+def test_help_lists_every_command(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for command in ("recipes", "bench", "showcase"):
+        assert command in out
+
+
+def test_module_entry_point_prints_recipes():
+    out = subprocess.run([sys.executable, "-m", "regmem", "recipes"], capture_output=True, text=True, check=True)
+    assert "| retnet | constant_decay | linear | gd_step |" in out.stdout
+
+
+def test_bench_ops_writes_json_and_markdown(tmp_path, capsys):
+    main(["bench", "ops", "--seq-lens", "64,128", "--heads", "1", "--head-dim", "8", "--chunk-size", "16",
+          "--min-run-time", "0.01", "--ops", "linear_attn,gla_diagonal", "--out-dir", str(tmp_path)])
+    (json_file,) = tmp_path.glob("*-ops.json")
+    (md_file,) = tmp_path.glob("*-ops.md")
+    result = json.loads(json_file.read_text())
+    assert len(result["rows"]) == 2 * 2 * 2 * 2  # ops x T x forms x passes
+    assert {r["form"] for r in result["rows"]} == {"chunk", "recurrent"}
+    assert all(r["ms"] > 0 and r["matmul_ratio"] > 0 for r in result["rows"])
+    assert "| gla_diagonal | chunk | fwdbwd | 128 |" in md_file.read_text()
+
+
+def test_bench_rejects_unknown_ops(tmp_path):
+    with pytest.raises(SystemExit, match="unknown"):
+        main(["bench", "ops", "--ops", "flash", "--out-dir", str(tmp_path)])
+
+
+def test_showcase_prints_every_op_with_small_errors(capsys):
+    main(["showcase", "--seq-len", "256"])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "ms" not in line and "---" not in line]
+    assert len(rows) == 4
+    for row in rows:
+        err_recurrent, err_chunk = (float(cell) for cell in row.split("|")[3:5])
+        assert err_recurrent < 1e-10 and err_chunk < 1e-10
+    assert "one GD step" in out
+
+
+def test_parser_has_kebab_case_flags():
+    bench = build_parser().parse_args(["bench", "ops", "--seq-lens", "8", "--head-dim", "4"])
+    assert bench.seq_lens == [8] and bench.head_dim == 4
