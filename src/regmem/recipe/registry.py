@@ -75,6 +75,12 @@ register(RecipeEntry(
     ("Linear Transformer (Katharopoulos 2020)",), "Nadaraya-Watson with a feature-map kernel",
 ))
 register(RecipeEntry(
+    "softmax_attn",
+    Recipe(Weights("query_similarity"), Regressor("local_polynomial", degree=0), Solver("analytic")),
+    "scaled_dot_product_attention(q, k, v)", "eq. (50); L20 (with QK-norm: eq. (51), L21)", ("Transformer",),
+    "Nadaraya-Watson with s(k, q) = exp(k.q / sqrt(K))",
+))
+register(RecipeEntry(
     "gated_linear_attn", Recipe(Weights("scalar_decay"), _LINEAR, _GD_STEP), "gated_linear_attn(q, k, v, g[B,T,H])",
     "eq. (4), (16); L6", ("mLSTM (forget gate)", "GateLoop"),
 ))

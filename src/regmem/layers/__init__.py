@@ -1,0 +1,32 @@
+"""Token mixers (nn.Modules) and their building blocks."""
+
+from regmem.layers.attention import AttentionState, KVCache, SoftmaxAttention
+from regmem.layers.base import Mixer
+from regmem.layers.conv import ShortConvolution
+from regmem.layers.gla import GLA
+from regmem.layers.linear_attention import LinearAttention
+from regmem.layers.mamba2 import Mamba2
+from regmem.layers.memory import MemoryMixer, MemoryState
+from regmem.layers.norm import GatedRMSNorm, l2_normalize
+from regmem.layers.registry import MIXERS, build_mixer
+from regmem.layers.retnet import RetNet
+from regmem.layers.rotary import RotaryEmbedding
+
+__all__ = [
+    "GLA",
+    "MIXERS",
+    "AttentionState",
+    "GatedRMSNorm",
+    "KVCache",
+    "LinearAttention",
+    "Mamba2",
+    "MemoryMixer",
+    "MemoryState",
+    "Mixer",
+    "RetNet",
+    "RotaryEmbedding",
+    "ShortConvolution",
+    "SoftmaxAttention",
+    "build_mixer",
+    "l2_normalize",
+]

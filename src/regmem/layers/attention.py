@@ -1,0 +1,105 @@
+"""Softmax attention on torch's scaled_dot_product_attention, with a KV cache, rotary positions and QK-norm.
+
+In the TTR view (eq. 50, ttr.md L20) it is the Nadaraya-Watson (local constant) regressor with weights
+s(k_i, q_t) = exp(k_i.q_t / sqrt(K)); with QK-norm and a learnable temperature tau it is a Gaussian-kernel
+regressor of bandwidth 2 tau (eq. 51, L21), so the temperature is the kernel bandwidth.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from regmem.layers.base import Mixer, check_mixer_input, repeat_heads, split_heads
+from regmem.layers.conv import ShortConvolution
+from regmem.layers.norm import l2_normalize
+from regmem.layers.rotary import RotaryEmbedding
+
+
+class KVCache(NamedTuple):
+    """k, v: [B, T_past, H_kv, D] after rotary; mask: [B, T_past] bool, False at padded tokens."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    mask: torch.Tensor
+
+
+class AttentionState(NamedTuple):
+    conv: tuple[torch.Tensor, ...] | None
+    kv: KVCache
+
+
+class SoftmaxAttention(Mixer):
+    recipe_name = "softmax_attn"
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        head_dim: int | None = None,  # None means d_model // n_heads
+        n_kv_heads: int | None = None,  # grouped-query attention; None means n_heads
+        rotary: bool = True,
+        rope_base: float = 10000.0,
+        qk_norm: bool = False,  # unit-norm q, k with a learnable temperature (initialised at sqrt(head_dim))
+        short_conv: int = 0,  # kernel of a causal depthwise conv on q, k, v; 0 = off
+    ):
+        super().__init__()
+        n_kv_heads = n_kv_heads or n_heads
+        if n_heads % n_kv_heads:
+            raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.head_dim, self.short_conv = head_dim or d_model // n_heads, short_conv
+        dims = (n_heads * self.head_dim, n_kv_heads * self.head_dim, n_kv_heads * self.head_dim)
+        self.q_proj, self.k_proj, self.v_proj = (nn.Linear(d_model, d, bias=False) for d in dims)
+        self.convs = nn.ModuleList(ShortConvolution(d, short_conv) for d in dims) if short_conv else None
+        self.rotary = RotaryEmbedding(self.head_dim, rope_base) if rotary else None
+        self.log_temperature = nn.Parameter(torch.tensor(0.5 * math.log(self.head_dim))) if qk_norm else None
+        self.o_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=False)
+
+    def forward(self, x, state=None, *, attention_mask=None):
+        check_mixer_input(x, attention_mask, self.d_model)
+        B, T = x.shape[:2]
+        conv_cache, past = state if state is not None else (None, None)
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if self.convs is not None:
+            if attention_mask is not None:
+                q, k, v = (t.masked_fill(~attention_mask.bool().unsqueeze(-1), 0.0) for t in (q, k, v))
+            caches = conv_cache if conv_cache is not None else (None, None, None)
+            (q, cq), (k, ck), (v, cv) = (conv(t, c) for conv, t, c in zip(self.convs, (q, k, v), caches, strict=True))
+            conv_cache = (cq, ck, cv)
+        q, k, v = split_heads(q, self.head_dim), split_heads(k, self.head_dim), split_heads(v, self.head_dim)
+        offset = past.k.shape[1] if past is not None else 0
+        if self.rotary is not None:
+            positions = torch.arange(offset, offset + T, device=x.device)
+            q, k = self.rotary(q, positions), self.rotary(k, positions)
+        mask = attention_mask.bool() if attention_mask is not None else torch.ones(B, T, dtype=torch.bool,
+                                                                                  device=x.device)
+        if past is not None:
+            k, v, mask = torch.cat([past.k, k], 1), torch.cat([past.v, v], 1), torch.cat([past.mask, mask], 1)
+        o = self._attend(q, k, v, mask, offset, plain=past is None and attention_mask is None)
+        return self.o_proj(o.flatten(-2)), AttentionState(conv_cache, KVCache(k, v, mask))
+
+    def _attend(self, q, k, v, key_mask, offset, plain):
+        """q: [B, T, H, D]; k, v: [B, S, H_kv, D] with S = offset + T; key_mask: [B, S]. Returns [B, T, H, D]."""
+        scale = None  # SDPA's default, 1 / sqrt(D)
+        if self.log_temperature is not None:  # unit q, k; the learnable temperature replaces 1 / sqrt(D)
+            q, k, scale = l2_normalize(q) * torch.exp(self.log_temperature), l2_normalize(k), 1.0
+        q, k, v = (t.transpose(1, 2) for t in (q, repeat_heads(k, self.n_heads), repeat_heads(v, self.n_heads)))
+        if plain:  # no cache, no padding: the causal kernel
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        else:
+            T, S = q.shape[2], k.shape[2]
+            query_pos = torch.arange(offset, offset + T, device=q.device).unsqueeze(-1)  # [T, 1]
+            key_pos = torch.arange(S, device=q.device)  # [S]
+            allowed = (key_pos <= query_pos) & key_mask[:, None, None, :]  # [B, 1, T, S]
+            allowed = allowed | (key_pos == query_pos)  # a padded query attends to itself: no empty rows
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
+        return o.transpose(1, 2)  # [B, T, H, D]
+
+    def state_size(self, seq_len: int) -> int:
+        conv = sum(c.conv.in_channels for c in self.convs) * (self.short_conv - 1) if self.convs is not None else 0
+        return 2 * self.n_kv_heads * self.head_dim * seq_len + conv

@@ -1,0 +1,49 @@
+"""The mixer contract (DESIGN.md, "Layers and models").
+
+`Mixer.forward(x: [B, T, d_model], state=None, *, attention_mask=None) -> (y: [B, T, d_model], new_state)`.
+`state` is the mixer's whole decoding state (memory plus conv or KV cache); None means empty. `attention_mask`
+is [B, T] with 1 for tokens and 0 for padding (left or right); padding never changes the outputs of the other
+tokens. A prefill followed by one-token steps equals one full forward.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from regmem.recipe import Recipe, get
+
+
+class Mixer(nn.Module):
+    """Base class of every token mixer; subclasses set `recipe_name` (a key of `regmem.recipe`)."""
+
+    recipe_name: str = ""
+
+    @property
+    def recipe(self) -> Recipe:
+        return get(self.recipe_name).recipe
+
+    def state_size(self, seq_len: int) -> int:
+        """Floats of decoding state per sequence after `seq_len` tokens (memory, conv and KV caches)."""
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor, state=None, *, attention_mask: torch.Tensor | None = None):
+        raise NotImplementedError
+
+
+def check_mixer_input(x: torch.Tensor, attention_mask: torch.Tensor | None, d_model: int) -> None:
+    if x.ndim != 3 or x.shape[-1] != d_model:
+        raise ValueError(f"x must have shape [B, T, d_model] with d_model = {d_model}, got {list(x.shape)}")
+    if attention_mask is not None and tuple(attention_mask.shape) != tuple(x.shape[:2]):
+        raise ValueError(f"attention_mask must have shape [B, T] = {list(x.shape[:2])}, got {list(attention_mask.shape)}")
+
+
+def split_heads(x: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """[B, T, H * D] -> [B, T, H, D]."""
+    return x.unflatten(-1, (-1, head_dim))
+
+
+def repeat_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Grouped heads: [B, T, H_kv, D] -> [B, T, H, D], each kv head serving H / H_kv query heads."""
+    groups = n_heads // x.shape[2]
+    return x if groups == 1 else x.repeat_interleave(groups, dim=2)

@@ -1,0 +1,117 @@
+"""The skeleton shared by linear-memory mixers: projections, short convolutions, one op call, output norm.
+
+    q, k, v = conv(W_q x), conv(W_k x), conv(W_v x)        short convs build the keys (TTR Sec. 6)
+    o = memory op (q, k, v, gates)                           chunk form for a sequence, recurrent for one token
+    y = W_o norm(o) [⊙ silu(W_g x)]                          per-head RMSNorm, optional output gate
+
+Padding: padded tokens are zeroed before the projections (so they add nothing to conv windows), and their keys
+and log-gates are zeroed (so they leave the memory unchanged): outputs of real tokens do not depend on padding.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from regmem.layers.base import Mixer, check_mixer_input, repeat_heads, split_heads
+from regmem.layers.conv import ShortConvolution
+from regmem.layers.norm import GatedRMSNorm, l2_normalize
+
+
+class MemoryState(NamedTuple):
+    """Decoding state of a memory mixer: conv caches [B, D, W - 1] for q, k, v (or None) and the op state."""
+
+    conv: tuple[torch.Tensor, ...] | None
+    memory: torch.Tensor
+
+
+class MemoryMixer(Mixer):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        head_dim: int | None = None,  # key dim per head; None means d_model // n_heads
+        expand_v: float = 1.0,  # value dim per head = expand_v * head_dim
+        n_kv_heads: int | None = None,  # grouped heads for k and v; None means n_heads
+        short_conv: int = 4,  # kernel of the causal depthwise conv on q, k, v; 0 = off
+        qk_norm: bool = False,  # L2-normalise q and k per head
+        output_gate: bool = True,  # y = norm(o) ⊙ silu(W_g x)
+        norm_eps: float = 1e-5,
+        chunk_size: int = 64,  # chunk length of the training form
+    ):
+        super().__init__()
+        n_kv_heads = n_kv_heads or n_heads
+        if n_heads % n_kv_heads:
+            raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.key_dim = head_dim or d_model // n_heads
+        self.value_dim = int(self.key_dim * expand_v)
+        self.qk_norm, self.chunk_size, self.short_conv = qk_norm, chunk_size, short_conv
+        dims = (n_heads * self.key_dim, n_kv_heads * self.key_dim, n_kv_heads * self.value_dim)
+        self.q_proj, self.k_proj, self.v_proj = (nn.Linear(d_model, d, bias=False) for d in dims)
+        self.convs = nn.ModuleList(ShortConvolution(d, short_conv) for d in dims) if short_conv else None
+        self.g_proj = nn.Linear(d_model, n_heads * self.value_dim, bias=False) if output_gate else None
+        self.o_norm = GatedRMSNorm(self.value_dim, norm_eps) if output_gate else nn.RMSNorm(self.value_dim, norm_eps)
+        self.o_proj = nn.Linear(n_heads * self.value_dim, d_model, bias=False)
+
+    def forward(self, x, state=None, *, attention_mask=None):
+        check_mixer_input(x, attention_mask, self.d_model)
+        mask = attention_mask.bool() if attention_mask is not None else None  # [B, T]
+        if mask is not None:
+            x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
+        conv_cache, memory = state if state is not None else (None, None)
+        q, k, v, conv_cache = self._project(x, conv_cache)  # [B, T, H, K], [B, T, H, K], [B, T, H, V]
+        # Decoding one token with a state uses the recurrent form by name; anything longer uses the chunk form.
+        mode = "recurrent" if state is not None and x.shape[1] == 1 else "chunk"
+        o, memory = self.memory(x, q, k, v, mask, memory, mode)  # [B, T, H, V]
+        return self._output(o, x), MemoryState(conv_cache, memory)
+
+    def memory(self, x, q, k, v, mask, memory, mode):
+        """Runs the memory op; returns o: [B, T, H, V] and the op state. Subclasses define it."""
+        raise NotImplementedError
+
+    def _project(self, x, conv_cache):
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if self.convs is not None:
+            caches = conv_cache if conv_cache is not None else (None, None, None)
+            (q, cq), (k, ck), (v, cv) = (conv(t, c) for conv, t, c in zip(self.convs, (q, k, v), caches, strict=True))
+            conv_cache = (cq, ck, cv)
+        q = split_heads(q, self.key_dim)  # [B, T, H, K]
+        k = repeat_heads(split_heads(k, self.key_dim), self.n_heads)  # [B, T, H, K]
+        v = repeat_heads(split_heads(v, self.value_dim), self.n_heads)  # [B, T, H, V]
+        if self.qk_norm:
+            q, k = l2_normalize(q), l2_normalize(k)
+        return q, k, v, conv_cache
+
+    def _output(self, o, x):
+        if self.g_proj is not None:
+            o = self.o_norm(o, split_heads(self.g_proj(x), self.value_dim))
+        else:
+            o = self.o_norm(o)
+        return self.o_proj(o.flatten(-2))  # [B, T, d_model]
+
+    def memory_floats(self) -> int:
+        """Floats of the op state per sequence (subclasses with another state override this)."""
+        return self.n_heads * self.key_dim * self.value_dim
+
+    def state_size(self, seq_len: int) -> int:
+        conv = 0
+        if self.convs is not None:
+            width = (self.n_heads + 2 * self.n_kv_heads) * self.key_dim
+            width += self.n_kv_heads * (self.value_dim - self.key_dim)
+            conv = width * (self.short_conv - 1)
+        return self.memory_floats() + conv
+
+
+def mask_keys(k: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Zero the keys of padded tokens: k: [B, T, H, K]; mask: [B, T] bool."""
+    return k if mask is None else k.masked_fill(~mask[:, :, None, None], 0.0)
+
+
+def mask_log_gate(g: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Log retention 0 (keep everything) at padded tokens: g: [B, T, H] or [B, T, H, K]."""
+    if mask is None:
+        return g
+    return g.masked_fill(~mask.view(*mask.shape, *([1] * (g.ndim - 2))), 0.0)

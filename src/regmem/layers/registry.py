@@ -1,0 +1,24 @@
+"""Mixers by short name, for configs and the command line (no dotted import strings)."""
+
+from __future__ import annotations
+
+from regmem.layers.attention import SoftmaxAttention
+from regmem.layers.base import Mixer
+from regmem.layers.gla import GLA
+from regmem.layers.linear_attention import LinearAttention
+from regmem.layers.mamba2 import Mamba2
+from regmem.layers.retnet import RetNet
+
+MIXERS: dict[str, type[Mixer]] = {
+    "attn": SoftmaxAttention,
+    "linear": LinearAttention,
+    "retnet": RetNet,
+    "mamba2": Mamba2,
+    "gla": GLA,
+}
+
+
+def build_mixer(name: str, d_model: int, n_heads: int, **kwargs) -> Mixer:
+    if name not in MIXERS:
+        raise ValueError(f"mixer must be one of {sorted(MIXERS)}, got {name!r}")
+    return MIXERS[name](d_model, n_heads, **kwargs)

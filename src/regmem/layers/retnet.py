@@ -1,0 +1,30 @@
+"""RetNet multi-scale retention (Sun et al. 2023, arXiv:2307.08621): constant per-head decay,
+gamma_h = 1 - 2^(-5 - h), i.e. TTR eq. (16) with constant weights (recipe "retnet").
+
+xPos rotation of q and k is not applied (it needs absolute positions in the decoding state); the output uses
+the gated per-head RMSNorm in place of RetNet's GroupNorm + swish gate.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from regmem.layers.memory import MemoryMixer, mask_keys, mask_log_gate
+from regmem.ops import gated_linear_attn
+
+
+class RetNet(MemoryMixer):
+    recipe_name = "retnet"
+
+    def __init__(self, d_model: int, n_heads: int, **memory_kwargs):
+        super().__init__(d_model, n_heads, **memory_kwargs)
+        log_gamma = torch.log1p(-(2.0 ** (-5.0 - torch.arange(n_heads, dtype=torch.float32))))  # [H]
+        self.register_buffer("log_gamma", log_gamma, persistent=False)
+
+    def memory(self, x, q, k, v, mask, memory, mode):
+        B, T = x.shape[:2]
+        g = mask_log_gate(self.log_gamma.expand(B, T, -1), mask)  # [B, T, H]
+        return gated_linear_attn(
+            q, mask_keys(k, mask), v, g, initial_state=memory, output_final_state=True, mode=mode,
+            chunk_size=self.chunk_size,
+        )

@@ -1,0 +1,71 @@
+"""The task interface: a task is a config plus a pure, seeded generator of `(inputs, targets)` and a metric.
+
+Dimension legend: N sequences (examples), T time (sequence length), V vocabulary size.
+
+Every task generator takes exactly one of an integer `seed` or a `torch.Generator` and never reads or advances
+global RNG state (STYLE.md, "Tests as specification"). Targets use `IGNORE_INDEX` (-100, the default
+`ignore_index` of `torch.nn.functional.cross_entropy`) wherever no loss applies.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+IGNORE_INDEX = -100
+
+
+@runtime_checkable
+class Task(Protocol):
+    """A synthetic sequence task over token ids in `[0, vocab_size)`, sequences of length `seq_len`."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def seq_len(self) -> int: ...
+
+    def generate(
+        self, num_examples: int, *, seed: int | None = None, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns `(inputs, targets)`, both int64 `[N, T]`; targets are `IGNORE_INDEX` where no loss applies.
+        Exactly one of `seed` and `generator` must be given."""
+        ...
+
+    def metric(self, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+        """Scores `logits` `[N, T, V]` against `targets` `[N, T]`; returns metric name -> value."""
+        ...
+
+
+def make_generator(seed: int | None, generator: torch.Generator | None) -> torch.Generator:
+    """Returns `generator`, or a fresh CPU `torch.Generator` seeded with `seed`; exactly one must be given."""
+    if (seed is None) == (generator is None):
+        raise ValueError("exactly one of seed and generator must be given")
+    if generator is not None:
+        if not isinstance(generator, torch.Generator):
+            raise ValueError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+        return generator
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an int, got {seed!r}")
+    return torch.Generator().manual_seed(seed)
+
+
+def accuracy(logits: torch.Tensor, targets: torch.Tensor) -> float:
+    """Fraction of labelled positions (`targets != IGNORE_INDEX`) where `argmax(logits, -1) == targets`.
+
+    logits: `[N, T, V]` float; targets: `[N, T]` int64. Raises ValueError if no position is labelled.
+    """
+    if logits.ndim != 3:
+        raise ValueError(f"logits must have shape [N, T, V], got shape {list(logits.shape)}")
+    if tuple(targets.shape) != tuple(logits.shape[:2]):
+        raise ValueError(f"targets must have shape [N, T] = {list(logits.shape[:2])}, got {list(targets.shape)}")
+    labelled = targets != IGNORE_INDEX  # [N, T]
+    num_labelled = int(labelled.sum())
+    if num_labelled == 0:
+        raise ValueError("targets has no labelled position (every entry is IGNORE_INDEX)")
+    correct = (logits.argmax(dim=-1) == targets) & labelled  # [N, T]
+    return int(correct.sum()) / num_labelled
