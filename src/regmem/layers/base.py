@@ -35,7 +35,8 @@ def check_mixer_input(x: torch.Tensor, attention_mask: torch.Tensor | None, d_mo
     if x.ndim != 3 or x.shape[-1] != d_model:
         raise ValueError(f"x must have shape [B, T, d_model] with d_model = {d_model}, got {list(x.shape)}")
     if attention_mask is not None and tuple(attention_mask.shape) != tuple(x.shape[:2]):
-        raise ValueError(f"attention_mask must have shape [B, T] = {list(x.shape[:2])}, got {list(attention_mask.shape)}")
+        expected, got = list(x.shape[:2]), list(attention_mask.shape)
+        raise ValueError(f"attention_mask must have shape [B, T] = {expected}, got {got}")
 
 
 def split_heads(x: torch.Tensor, head_dim: int) -> torch.Tensor:

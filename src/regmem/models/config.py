@@ -1,0 +1,61 @@
+"""LMConfig: the language model as data (frozen, JSON round-trip, unknown keys are errors)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+from regmem.layers import MIXERS
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    vocab_size: int
+    d_model: int = 128
+    n_layers: int = 2
+    n_heads: int = 4
+    # One name, a comma pattern repeated over the layers ("gla,gla,gla,attn"), or one name per layer.
+    mixer: str | tuple[str, ...] = "gla"
+    # Constructor arguments per mixer name, e.g. {"attn": {"qk_norm": True}, "gla": {"expand_v": 2.0}}.
+    mixer_kwargs: dict[str, dict] = field(default_factory=dict)
+    ffn: Literal["swiglu", "none"] = "swiglu"
+    ffn_expansion: float = 4.0  # SwiGLU hidden width = round(2/3 * ffn_expansion * d_model), LLaMA's sizing
+    tie_embeddings: bool = True
+    norm_eps: float = 1e-5
+    init_std: float = 0.02  # normal init of embeddings and linear layers (GPT-2)
+
+    def __post_init__(self):
+        if isinstance(self.mixer, list):
+            object.__setattr__(self, "mixer", tuple(self.mixer))
+        for name in self.layer_mixers():
+            if name not in MIXERS:
+                raise ValueError(f"mixer must name mixers from {sorted(MIXERS)}, got {name!r}")
+        unknown = set(self.mixer_kwargs) - set(MIXERS)
+        if unknown:
+            raise ValueError(f"mixer_kwargs keys must be mixer names from {sorted(MIXERS)}, got {sorted(unknown)}")
+        if self.ffn not in ("swiglu", "none"):
+            raise ValueError(f"ffn must be 'swiglu' or 'none', got {self.ffn!r}")
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    def layer_mixers(self) -> list[str]:
+        """The mixer name of each layer."""
+        names = list(self.mixer) if isinstance(self.mixer, tuple) else self.mixer.split(",")
+        if isinstance(self.mixer, tuple) and len(names) != self.n_layers:
+            raise ValueError(f"mixer lists {len(names)} layers but n_layers = {self.n_layers}")
+        return [names[i % len(names)] for i in range(self.n_layers)]
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["mixer"] = list(self.mixer) if isinstance(self.mixer, tuple) else self.mixer
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> LMConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown LMConfig keys: {sorted(unknown)}")
+        return cls(**d)

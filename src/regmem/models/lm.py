@@ -1,0 +1,126 @@
+"""A language model around any mixer: embeddings -> pre-norm residual blocks -> norm -> head.
+
+    x = x + mixer(norm(x));  x = x + ffn(norm(x))        (ffn: SwiGLU, or none)
+
+`forward(input_ids, state=None, *, attention_mask=None, return_state=False)` returns logits [B, T, vocab] (and
+the per-layer states). `generate` decodes with the mixers' states: one prefill, then one-token steps.
+Checkpoints are safetensors + a JSON config (`save_pretrained` / `LM.from_pretrained`); no pickle.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_model, save_model
+from torch import nn
+
+from regmem.layers import build_mixer
+from regmem.models.config import LMConfig
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, d_model: int, hidden: int):
+        super().__init__()
+        self.gate_up = nn.Linear(d_model, 2 * hidden, bias=False)
+        self.down = nn.Linear(hidden, d_model, bias=False)
+
+    def forward(self, x):
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    def __init__(self, config: LMConfig, mixer: str):
+        super().__init__()
+        self.mixer_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
+        self.mixer = build_mixer(mixer, config.d_model, config.n_heads, **config.mixer_kwargs.get(mixer, {}))
+        self.ffn = None
+        if config.ffn == "swiglu":
+            self.ffn_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
+            self.ffn = SwiGLU(config.d_model, round(2 / 3 * config.ffn_expansion * config.d_model))
+
+    def forward(self, x, state=None, attention_mask=None):
+        y, state = self.mixer(self.mixer_norm(x), state, attention_mask=attention_mask)
+        x = x + y
+        if self.ffn is not None:
+            x = x + self.ffn(self.ffn_norm(x))
+        return x, state
+
+
+class LM(nn.Module):
+    def __init__(self, config: LMConfig):
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.blocks = nn.ModuleList(Block(config, name) for name in config.layer_mixers())
+        self.norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.apply(self._init)
+        if config.tie_embeddings:
+            self.head.weight = self.embed.weight
+
+    def _init(self, module):
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, std=self.config.init_std)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+    def forward(self, input_ids, state=None, *, attention_mask=None, return_state=False):
+        """input_ids: [B, T] int64; state: a list of per-layer states or None; attention_mask: [B, T] (1 = token)."""
+        x = self.embed(input_ids)  # [B, T, d_model]
+        states = state if state is not None else [None] * len(self.blocks)
+        new_states = []
+        for block, layer_state in zip(self.blocks, states, strict=True):
+            x, layer_state = block(x, layer_state, attention_mask)
+            new_states.append(layer_state)
+        logits = self.head(self.norm(x))  # [B, T, vocab]
+        return (logits, new_states) if return_state else logits
+
+    @torch.no_grad()
+    def generate(self, prompt, max_new_tokens: int, *, temperature: float = 1.0, top_k: int | None = None,
+                 attention_mask=None, generator: torch.Generator | None = None):
+        """prompt: [B, T] (left-padded when attention_mask is given). temperature 0 means greedy.
+        Returns [B, T + max_new_tokens]."""
+        if attention_mask is not None and not bool(attention_mask[:, -1].all()):
+            raise ValueError("attention_mask must pad on the left: the last prompt token of every row must be real")
+        logits, state = self(prompt, attention_mask=attention_mask, return_state=True)
+        tokens = [prompt]
+        for _ in range(max_new_tokens):
+            next_token = sample(logits[:, -1], temperature, top_k, generator)  # [B, 1]
+            tokens.append(next_token)
+            logits, state = self(next_token, state, return_state=True)
+        return torch.cat(tokens, dim=1)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def state_size(self, seq_len: int) -> int:
+        """Floats of decoding state per sequence after `seq_len` tokens, summed over layers."""
+        return sum(block.mixer.state_size(seq_len) for block in self.blocks)
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        save_model(self, str(directory / "model.safetensors"))
+        (directory / "config.json").write_text(json.dumps(self.config.to_dict(), indent=1))
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, device: str | torch.device = "cpu") -> LM:
+        directory = Path(directory)
+        model = cls(LMConfig.from_dict(json.loads((directory / "config.json").read_text())))
+        load_model(model, str(directory / "model.safetensors"), device=str(device))
+        return model
+
+
+def sample(logits, temperature: float, top_k: int | None, generator: torch.Generator | None):
+    """logits: [B, vocab] -> [B, 1] token ids."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
