@@ -26,7 +26,7 @@ test: lint
 	$(VENV)/bin/pytest -q -n 2
 
 demo: install
-	$(VENV)/bin/regmem showcase
+	$(VENV)/bin/regmem compare mqar --preset quick --sweep num_kv_pairs=4,8,16
 
 bench: install
 	$(VENV)/bin/regmem bench ops

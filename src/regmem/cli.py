@@ -1,5 +1,7 @@
 """The `regmem` command line: one argparse parser, one subcommand per job.
 
+    regmem compare mqar ...     train several mixers with one budget; leaderboard, CSV, JSON and plot
+    regmem train mqar ...       train one mixer (also under torchrun: DDP)
     regmem recipes              the design space: each op / model with its test-time-regression recipe
     regmem bench ops            time ops and forms; write benchmarks/results/<date>-ops.{json,md}
     regmem showcase             a short tour: every op, its three forms agreeing, and their speed
@@ -46,6 +48,58 @@ def _cmd_bench_ops(args) -> None:
     print(f"\n{targets_table(result)}\n\nwrote {json_path} and {md_path}")
 
 
+def _preset(name: str):
+    from regmem.experiments.presets import PRESETS
+
+    if name not in PRESETS:
+        raise SystemExit(f"--preset: unknown {name!r}; known: {sorted(PRESETS)}")
+    return PRESETS[name]
+
+
+def _cmd_compare(args) -> None:
+    from regmem.experiments.compare import compare
+
+    compare(args.task, args.mixers, _preset(args.preset), sweep=args.sweep, seed=args.seed, out_dir=args.out_dir,
+            progress=not args.no_progress)
+
+
+def _cmd_train(args) -> None:
+    import json
+
+    from regmem.experiments.runs import build_model, build_task, build_train_config
+    from regmem.train import Trainer, distributed
+
+    preset = _preset(args.preset)
+    overrides = dict(_parse_assignment(a) for a in args.task_field)
+    task = build_task(args.task, preset, overrides)
+    model = build_model(args.mixer, preset, task.vocab_size, seed=args.seed)
+    extra = {k: v for k, v in {"steps": args.steps, "lr": args.lr, "batch_size": args.batch_size}.items() if v}
+    config = build_train_config(preset, seed=args.seed, progress=not args.no_progress, out_dir=args.out_dir,
+                                checkpoint_every=args.checkpoint_every, **extra)
+    if distributed.is_main():
+        print(json.dumps({"task": task.config.__dict__, "model": model.config.to_dict(), "train": config.to_dict()},
+                         indent=1))
+    trainer = Trainer(model, config, train_data=task.generate(preset.num_train, seed=args.seed),
+                      eval_data=task.generate(preset.num_eval, seed=args.seed + 1), metric=task.metric)
+    summary = trainer.fit(resume=args.resume)
+    if distributed.is_main():
+        if args.out_dir:
+            model.save_pretrained(f"{args.out_dir}/model")
+        print(f"step {summary['step']}: {summary['metrics']}")
+
+
+def _parse_assignment(text: str) -> tuple[str, int | float | str]:
+    if "=" not in text:
+        raise SystemExit(f"--set expects FIELD=VALUE, got {text!r}")
+    key, value = text.split("=", 1)
+    for kind in (int, float):
+        try:
+            return key.replace("-", "_"), kind(value)
+        except ValueError:
+            pass
+    return key.replace("-", "_"), {"true": True, "false": False}.get(value.lower(), value)
+
+
 def _cmd_showcase(args) -> None:
     from regmem.experiments.showcase import showcase
 
@@ -79,6 +133,33 @@ def build_parser() -> argparse.ArgumentParser:
     ops.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     ops.add_argument("--out-dir", default="benchmarks/results", help="where the JSON and markdown go")
     ops.set_defaults(func=_cmd_bench_ops)
+
+    compare = commands.add_parser("compare", help="train several mixers with one budget; write a leaderboard")
+    compare.add_argument("task", help="task name, e.g. mqar")
+    compare.add_argument("--mixers", type=_name_list, default=["attn", "linear", "retnet", "mamba2", "gla"],
+                         help="comma-separated mixer names (attn, linear, retnet, mamba2, gla)")
+    compare.add_argument("--preset", default="quick", help="tiny | quick | small (derived from d_model)")
+    compare.add_argument("--sweep", default=None, help="a task field and values, e.g. num_kv_pairs=4,8,16")
+    compare.add_argument("--seed", type=int, default=0, help="seed of data, init and data order")
+    compare.add_argument("--out-dir", default="results", help="parent of the <task>-<timestamp> directory")
+    compare.add_argument("--no-progress", action="store_true", help="no progress bars")
+    compare.set_defaults(func=_cmd_compare)
+
+    train = commands.add_parser("train", help="train one mixer on a task (runs under torchrun as well)")
+    train.add_argument("task", help="task name, e.g. mqar")
+    train.add_argument("--mixer", required=True, help="mixer name (attn, linear, retnet, mamba2, gla)")
+    train.add_argument("--preset", default="quick", help="tiny | quick | small")
+    train.add_argument("--set", dest="task_field", action="append", default=[],
+                       help="task field override, repeatable, e.g. --set num_kv_pairs=16")
+    train.add_argument("--steps", type=int, default=None, help="optimiser steps (default: the preset's)")
+    train.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the preset's)")
+    train.add_argument("--batch-size", type=int, default=None, help="global batch (default: the preset's)")
+    train.add_argument("--seed", type=int, default=0, help="seed of data, init and data order")
+    train.add_argument("--out-dir", default=None, help="metrics.jsonl, checkpoint/ and model/ go here")
+    train.add_argument("--checkpoint-every", type=int, default=None, help="steps between checkpoints")
+    train.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out-dir")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.set_defaults(func=_cmd_train)
 
     show = commands.add_parser("showcase", help="a short tour of the ops: forms agree, chunk is fast")
     show.add_argument("--seq-len", type=int, default=2048, help="sequence length of the timing runs")

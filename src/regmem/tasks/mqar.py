@@ -162,6 +162,7 @@ class MQAR:
     """The MQAR task (see `multiquery_ar`); metric: accuracy over labelled (query) positions."""
 
     name: ClassVar[str] = "mqar"
+    config_class: ClassVar[type] = MQARConfig  # what `regmem compare` builds from preset and sweep fields
     config: MQARConfig = MQARConfig()
 
     @property

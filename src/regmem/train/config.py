@@ -66,7 +66,11 @@ class TrainConfig:
         _require(_is_int(self.batch_size) and self.batch_size >= 1, "batch_size", "an int >= 1", self.batch_size)
         _require(_is_number(self.lr) and self.lr > 0, "lr", "a number > 0", self.lr)
         _require(_is_number(self.weight_decay) and self.weight_decay >= 0, "weight_decay", ">= 0", self.weight_decay)
-        betas_ok = isinstance(self.betas, tuple | list) and len(self.betas) == 2 and all(_is_number(b) and 0 <= b < 1 for b in self.betas)
+        betas_ok = (
+            isinstance(self.betas, tuple | list)
+            and len(self.betas) == 2
+            and all(_is_number(b) and 0 <= b < 1 for b in self.betas)
+        )
         _require(betas_ok, "betas", "two numbers in [0, 1)", self.betas)
         warmup_ok = _is_int(self.warmup_steps) and 0 <= self.warmup_steps <= self.steps
         _require(warmup_ok, "warmup_steps", f"an int in [0, steps={self.steps}]", self.warmup_steps)
@@ -79,12 +83,16 @@ class TrainConfig:
             _require(_is_int(value) and value >= 1, name, "an int >= 1", value)
         every_ok = self.checkpoint_every is None or (_is_int(self.checkpoint_every) and self.checkpoint_every >= 1)
         _require(every_ok, "checkpoint_every", "None or an int >= 1", self.checkpoint_every)
-        _require(self.checkpoint_every is None or self.out_dir is not None, "out_dir", "set when checkpoint_every is", None)
+        _require(
+            self.checkpoint_every is None or self.out_dir is not None, "out_dir", "set when checkpoint_every is", None
+        )
         _require(_is_int(self.seed) and self.seed >= 0, "seed", "an int >= 0", self.seed)
         _require(isinstance(self.bf16, bool), "bf16", "a bool", self.bf16)
         _require(isinstance(self.progress, bool), "progress", "a bool", self.progress)
         pair_ok = (self.target_metric is None) == (self.target_value is None)
-        _require(pair_ok, "target_value", f"set exactly when target_metric (={self.target_metric!r}) is", self.target_value)
+        _require(
+            pair_ok, "target_value", f"set exactly when target_metric (={self.target_metric!r}) is", self.target_value
+        )
         object.__setattr__(self, "betas", tuple(self.betas))  # a JSON round trip gives a list
 
     def to_dict(self) -> dict[str, Any]:

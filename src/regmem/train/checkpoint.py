@@ -1,0 +1,134 @@
+"""Checkpoints without pickle: tensors in safetensors, everything else in JSON, written atomically.
+
+A checkpoint is the directory `out_dir/checkpoint/`:
+    model.safetensors      the model's state dict (safetensors.torch.save_model: tied weights stored once)
+    optimizer.safetensors  every tensor of optimizer.state_dict()["state"], named "state.{param_index}.{key}"
+    trainer.json           format, step, config, RNG states (one per rank), the optimizer's param_groups
+                           and non-tensor state
+The directory is written as `checkpoint.tmp/`, flushed to disk, then renamed over the old one (the old one is
+moved to `checkpoint.old/` first, because rename(2) cannot replace a non-empty directory). A crash at any point
+leaves a complete `checkpoint/` or a complete `checkpoint.old/`; `latest_checkpoint` finds it, and a stale
+`checkpoint.tmp/` is never read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, load_model, save_file, save_model
+
+CHECKPOINT_DIR = "checkpoint"
+TEMPORARY_DIR = "checkpoint.tmp"
+PREVIOUS_DIR = "checkpoint.old"
+MODEL_FILE = "model.safetensors"
+OPTIMIZER_FILE = "optimizer.safetensors"
+TRAINER_FILE = "trainer.json"
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's torch (CPU and current CUDA device), numpy and Python RNG states as JSON-ready ints."""
+    kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    state = {
+        "torch": torch.get_rng_state().tolist(),
+        "numpy": [kind, keys.tolist(), position, has_gauss, cached_gaussian],
+        "python": [version, list(internal), gauss_next],
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state().tolist()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Inverse of `rng_state`."""
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+    kind, keys, position, has_gauss, cached_gaussian = state["numpy"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), position, has_gauss, cached_gaussian))
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(torch.tensor(state["cuda"], dtype=torch.uint8))
+
+
+def flatten_optimizer_state(state_dict: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Splits optimizer.state_dict() into tensors {"state.{param_index}.{key}": tensor} and a JSON-ready rest."""
+    tensors: dict[str, torch.Tensor] = {}
+    plain: dict[str, dict[str, Any]] = {}
+    for index, entries in state_dict["state"].items():
+        for key, value in entries.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"state.{index}.{key}"] = value.detach().cpu().contiguous()
+            else:
+                plain.setdefault(str(index), {})[key] = value
+    return tensors, {"state": plain, "param_groups": state_dict["param_groups"]}
+
+
+def unflatten_optimizer_state(tensors: dict[str, torch.Tensor], rest: dict[str, Any]) -> dict[str, Any]:
+    """Inverse of `flatten_optimizer_state`: a state dict for optimizer.load_state_dict."""
+    state: dict[int, dict[str, Any]] = {int(index): dict(entries) for index, entries in rest["state"].items()}
+    for name, tensor in tensors.items():
+        _, index, key = name.split(".", 2)
+        state.setdefault(int(index), {})[key] = tensor
+    return {"state": state, "param_groups": rest["param_groups"]}
+
+
+def _fsync(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def save_checkpoint(
+    out_dir: str | os.PathLike, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, meta: dict[str, Any]
+) -> Path:
+    """Writes model, optimizer and `meta` (JSON-ready: step, config, rng, ...) to out_dir/checkpoint atomically."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    temporary, final, previous = out_dir / TEMPORARY_DIR, out_dir / CHECKPOINT_DIR, out_dir / PREVIOUS_DIR
+    if temporary.exists():
+        shutil.rmtree(temporary)  # left by an interrupted write
+    temporary.mkdir()
+    save_model(model, str(temporary / MODEL_FILE))
+    tensors, optimizer_rest = flatten_optimizer_state(optimizer.state_dict())
+    save_file(tensors, str(temporary / OPTIMIZER_FILE))
+    (temporary / TRAINER_FILE).write_text(json.dumps({**meta, "optimizer": optimizer_rest}))
+    for name in (MODEL_FILE, OPTIMIZER_FILE, TRAINER_FILE, ""):
+        _fsync(temporary / name)  # the files, then the directory entry listing them
+    if final.exists():
+        if previous.exists():
+            shutil.rmtree(previous)
+        os.replace(final, previous)
+    os.replace(temporary, final)
+    _fsync(out_dir)
+    shutil.rmtree(previous, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
+    """The newest complete checkpoint directory in out_dir, or None."""
+    for name in (CHECKPOINT_DIR, PREVIOUS_DIR):
+        candidate = Path(out_dir) / name
+        if (candidate / TRAINER_FILE).is_file():
+            return candidate
+    return None
+
+
+def load_checkpoint(
+    path: str | os.PathLike, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> dict[str, Any]:
+    """Loads the model and optimizer in place from checkpoint directory `path`; returns the rest of trainer.json."""
+    path = Path(path)
+    load_model(model, str(path / MODEL_FILE), strict=True)
+    meta = json.loads((path / TRAINER_FILE).read_text())
+    tensors = load_file(str(path / OPTIMIZER_FILE))
+    optimizer.load_state_dict(unflatten_optimizer_state(tensors, meta.pop("optimizer")))
+    return meta

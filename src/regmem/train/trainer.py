@@ -1,0 +1,286 @@
+"""One training loop for every task (DESIGN.md, "Training and experiments"), after nanoGPT's train.py.
+
+Step s reads top to bottom: lr multiplier schedule(s) -> batch s of a seeded per-epoch permutation -> loss (sum
+of token losses / labelled tokens of the global batch) -> backward -> clip -> optimizer step -> log -> eval ->
+checkpoint -> early stop. Everything step s does is a function of (s, config, checkpointed state), which makes
+resuming bit-exact. Under torchrun the model is wrapped in DistributedDataParallel and each rank trains on its
+share of the global batch; the loss is normalised by the all-reduced token count, so N ranks follow the same
+trajectory as one process on the same global batch (up to summation order).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
+
+from regmem.train import distributed
+from regmem.train.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from regmem.train.config import TrainConfig, trajectory_changes
+from regmem.train.schedule import TORCH_STREAM, batch_indices, derive_seed, schedule
+
+IGNORE_INDEX = -100  # targets with this value carry no loss (the tasks' convention, as in F.cross_entropy)
+METRICS_FILE = "metrics.jsonl"
+CHECKPOINT_FORMAT = 1  # version of trainer.json's layout
+
+Data = tuple[torch.Tensor, torch.Tensor]  # (inputs, targets), both int64 [N, T]
+Metric = Callable[[torch.Tensor, torch.Tensor], dict[str, float]]  # (logits [N, T, V], targets [N, T]) -> metrics
+
+
+def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum of cross-entropy over labelled tokens, number of labelled tokens) for logits [B, T, V], targets
+    [B, T]; the caller divides, so that the normaliser can be the count of the whole (global) batch."""
+    logits = logits if logits.dtype == torch.float64 else logits.float()  # bf16 logits: softmax in float32
+    loss_sum = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
+    return loss_sum, (targets != IGNORE_INDEX).sum()
+
+
+def default_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on >= 2-D parameters (matrices, embeddings) only; norms and biases are not decayed
+    (nanoGPT's configure_optimizers)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=config.lr, betas=config.betas)
+
+
+def _check_data(name: str, data: Data, min_rows: int) -> None:
+    if len(data) != 2:
+        raise ValueError(f"{name} must be (inputs, targets), got {len(data)} items")
+    inputs, targets = data
+    if inputs.dtype != torch.int64 or targets.dtype != torch.int64 or inputs.dim() != 2:
+        raise ValueError(f"{name} must be two int64 tensors [N, T], got {inputs.dtype} {list(inputs.shape)}")
+    if inputs.shape != targets.shape:
+        raise ValueError(f"{name}: inputs {list(inputs.shape)} and targets {list(targets.shape)} must match")
+    if len(inputs) < min_rows:
+        raise ValueError(f"{name} has {len(inputs)} rows, fewer than the batch size {min_rows}")
+
+
+class _Throughput:
+    """Input tokens per second (all ranks together) since the previous call."""
+
+    def __init__(self, tokens_per_step: int, step: int):
+        self.tokens_per_step, self.step, self.time = tokens_per_step, step, time.perf_counter()
+
+    def rate(self, step: int) -> float:
+        now = time.perf_counter()
+        rate = (step - self.step) * self.tokens_per_step / max(now - self.time, 1e-9)
+        self.step, self.time = step, now
+        return rate
+
+
+class Trainer:
+    """Trains `model` (inputs [B, T] -> logits [B, T, V]) on fixed tensors; see the module docstring.
+
+    optimizer: any torch.optim optimizer over the model's parameters; None builds `default_optimizer`. The
+    schedule scales each param group's `initial_lr` (its lr when the Trainer is built).
+    metric: (logits [N, T, V], targets [N, T]) -> {name: float}, computed on eval_data; `evaluate` adds "loss".
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        config: TrainConfig,
+        train_data: Data,
+        eval_data: Data | None = None,
+        metric: Metric | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+    ):
+        _check_data("train_data", train_data, config.batch_size)
+        if eval_data is not None:
+            _check_data("eval_data", eval_data, 1)
+        if eval_data is None and (metric is not None or config.target_metric is not None):
+            raise ValueError("metric and config.target_metric need eval_data")
+        self.config, self.train_data, self.eval_data, self.metric = config, train_data, eval_data, metric
+        first = next(model.parameters(), None)
+        self.device = distributed.setup(first.device if first is not None else torch.device("cpu"))
+        if config.batch_size % distributed.world_size() != 0:
+            raise ValueError(f"batch_size ({config.batch_size}) must divide over {distributed.world_size()} ranks")
+        self.module = model.to(self.device)  # the bare model: saved, loaded and evaluated
+        self.model = self.module  # what the training step calls: the DDP wrapper when there are several ranks
+        if distributed.world_size() > 1:
+            device_ids = [self.device.index] if self.device.type == "cuda" else None
+            self.model = DistributedDataParallel(self.module, device_ids=device_ids)
+        self.optimizer = optimizer if optimizer is not None else default_optimizer(self.module, config)
+        for group in self.optimizer.param_groups:
+            group.setdefault("initial_lr", group["lr"])  # the key torch.optim.lr_scheduler uses for the same
+        self.out_dir = Path(config.out_dir) if config.out_dir is not None else None
+
+    def fit(self, resume: bool = False) -> dict[str, Any]:
+        """Trains to config.steps (or the target metric); resume=True continues from out_dir's checkpoint.
+
+        Returns {"step": steps done, "metrics": the last evaluation ({} without eval_data), "stopped_early": bool,
+        "history": {"train": [{"step", "loss", "lr", "grad_norm", "tokens_per_s"}, ...] every log_every steps,
+        "eval": [{"step", "loss", <metrics>}, ...]}}, the history covering the steps of this call.
+        """
+        config = self.config
+        start = self._restore() if resume else self._start()
+        history: dict[str, list[dict[str, float]]] = {"train": [], "eval": []}
+        metrics: dict[str, float] = {}
+        done, stopped_early = start, False
+        bar = tqdm(total=config.steps, initial=start, disable=not (config.progress and distributed.is_main()))
+        throughput = _Throughput(config.batch_size * self.train_data[0].shape[1], start)
+        self.model.train()
+        for step in range(start, config.steps):
+            loss, grad_norm = self._train_step(step)
+            done = step + 1  # steps completed; what logs and checkpoints count
+            bar.update()
+            if done % config.log_every == 0 or done == config.steps:
+                record = {"step": done, "loss": loss.item(), "lr": self.optimizer.param_groups[0]["lr"]}
+                record["grad_norm"] = grad_norm.item() if grad_norm is not None else None  # None: no clipping
+                record["tokens_per_s"] = throughput.rate(done)
+                self._record("train", record, history, bar)
+            if self.eval_data is not None and (done % config.eval_every == 0 or done == config.steps):
+                metrics = self.evaluate()
+                self._record("eval", {"step": done, **metrics}, history, bar)
+                stopped_early = self._reached_target(metrics)
+            last = done == config.steps or stopped_early
+            if config.checkpoint_every is not None and (done % config.checkpoint_every == 0 or last):
+                self.save(done)
+            if stopped_early:
+                break
+        bar.close()
+        if not metrics and self.eval_data is not None:
+            metrics = self.evaluate()  # a resumed run that had nothing left to train
+        return {"step": done, "metrics": metrics, "stopped_early": stopped_early, "history": history}
+
+    def _train_step(self, step: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One optimizer step on global batch `step`; returns (the global mean token loss, the gradient norm before
+        clipping), as tensors: reading them syncs with the GPU, which only logging steps do."""
+        lr_scale = schedule(step, self.config)
+        for group in self.optimizer.param_groups:
+            group["lr"] = group["initial_lr"] * lr_scale
+        rows = batch_indices(
+            step, len(self.train_data[0]), self.config, rank=distributed.rank(), world_size=distributed.world_size()
+        )
+        inputs = self.train_data[0][rows].to(self.device)  # [B / world_size, T]
+        targets = self.train_data[1][rows].to(self.device)  # [B / world_size, T]
+        with self._autocast():
+            logits = self.model(inputs)  # [B / world_size, T, V]
+        loss_sum, count = token_loss(logits, targets)
+        totals = distributed.all_reduce_sum(torch.stack([loss_sum.detach().double(), count.double()]))  # [2]
+        global_count = totals[1].clamp(min=1)
+        # DDP averages gradients over ranks, so each rank's sum is scaled by world_size / global count: the
+        # averaged gradient is then that of (sum of all token losses) / (all labelled tokens).
+        loss = loss_sum * (distributed.world_size() / global_count).to(loss_sum.dtype)
+        loss.backward()
+        grad_norm = None
+        if self.config.grad_clip is not None:
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.config.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return totals[0] / global_count, grad_norm
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """{"loss": mean token loss, **metric(logits, targets)} on all of eval_data, in eval mode, without grad.
+
+        Every rank evaluates the full set with the bare model, so all ranks agree on early stopping without a
+        collective. The logits of the whole set, [N, T, V], are held at once for the metric.
+        """
+        if self.eval_data is None:
+            raise ValueError("evaluate needs eval_data")
+        inputs, targets = self.eval_data
+        was_training = self.module.training
+        self.module.eval()
+        loss_sum, count, all_logits = 0.0, 0, []
+        for start in range(0, len(inputs), self.config.eval_batch_size):
+            batch = slice(start, start + self.config.eval_batch_size)
+            with self._autocast():
+                logits = self.module(inputs[batch].to(self.device))  # [b, T, V]
+            batch_sum, batch_count = token_loss(logits, targets[batch].to(self.device))
+            loss_sum, count = loss_sum + float(batch_sum), count + int(batch_count)
+            if self.metric is not None:
+                all_logits.append(logits.float())
+        self.module.train(was_training)
+        metrics = {"loss": loss_sum / max(count, 1)}
+        if self.metric is not None:
+            scores = self.metric(torch.cat(all_logits), targets.to(self.device))  # logits [N, T, V]
+            metrics |= {name: float(value) for name, value in scores.items()}
+        return metrics
+
+    def save(self, step: int) -> None:
+        """Writes the checkpoint of `step` completed steps to out_dir (rank 0; every rank sends its RNG state)."""
+        if self.out_dir is None:
+            raise ValueError("save needs config.out_dir")
+        rng = distributed.gather_objects(rng_state())  # a collective: every rank calls save
+        if distributed.is_main():
+            meta = {"format": CHECKPOINT_FORMAT, "step": step, "config": self.config.to_dict(), "rng": rng}
+            save_checkpoint(self.out_dir, model=self.module, optimizer=self.optimizer, meta=meta)
+
+    def _start(self) -> int:
+        """Fresh run: seeds the torch RNG per rank (dropout) and starts a new metrics.jsonl; returns step 0."""
+        torch.manual_seed(derive_seed(self.config.seed, TORCH_STREAM, distributed.rank()))
+        if self.out_dir is not None and distributed.is_main():
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            (self.out_dir / METRICS_FILE).write_text("")
+        return 0
+
+    def _restore(self) -> int:
+        """Loads out_dir's latest checkpoint (model, optimizer, RNG); returns the step to continue from."""
+        path = latest_checkpoint(self.out_dir) if self.out_dir is not None else None
+        if path is None:
+            raise FileNotFoundError(f"resume=True but no checkpoint in out_dir={self.config.out_dir!r}")
+        meta = load_checkpoint(path, model=self.module, optimizer=self.optimizer)
+        changed = trajectory_changes(TrainConfig.from_dict(meta["config"]), self.config)
+        if changed:
+            raise ValueError(f"config differs from the checkpoint's in {changed}; resume needs them equal")
+        step = meta["step"]
+        if len(meta["rng"]) == distributed.world_size():
+            set_rng_state(meta["rng"][distributed.rank()])
+        else:
+            warnings.warn(
+                f"checkpoint has {len(meta['rng'])} ranks, run has {distributed.world_size()}: RNG reseeded,"
+                " the resumed run is not bit-exact",
+                stacklevel=2,
+            )
+            torch.manual_seed(derive_seed(self.config.seed, TORCH_STREAM, distributed.rank(), step))
+        if distributed.is_main():
+            self._truncate_metrics(step)
+        return step
+
+    def _truncate_metrics(self, step: int) -> None:
+        """Drops the metrics.jsonl records written after the checkpoint, which the resumed run writes again."""
+        path = self.out_dir / METRICS_FILE
+        lines = path.read_text().splitlines() if path.exists() else []
+        kept = [line for line in lines if line and json.loads(line)["step"] <= step]
+        path.write_text("".join(line + "\n" for line in kept))
+
+    def _record(self, event: str, record: dict[str, Any], history: dict, bar: tqdm) -> None:
+        """Appends to the history, metrics.jsonl (rank 0) and the progress bar."""
+        history[event].append(record)
+        if self.out_dir is not None and distributed.is_main():
+            with open(self.out_dir / METRICS_FILE, "a") as file:
+                file.write(json.dumps({"event": event, **record}) + "\n")
+        shown = {}
+        if history["train"]:
+            shown |= {"loss": history["train"][-1]["loss"], "tok/s": history["train"][-1]["tokens_per_s"]}
+        if history["eval"]:
+            last_eval = history["eval"][-1]
+            name = self.config.target_metric or next((k for k in last_eval if k not in ("step", "loss")), "loss")
+            shown[f"eval_{name}"] = last_eval[name]
+        bar.set_postfix(shown, refresh=False)
+
+    def _reached_target(self, metrics: dict[str, float]) -> bool:
+        name = self.config.target_metric
+        if name is None:
+            return False
+        if name not in metrics:
+            raise ValueError(f"config.target_metric {name!r} is not among the eval metrics {sorted(metrics)}")
+        return metrics[name] >= self.config.target_value
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if not self.config.bf16:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)

@@ -1,0 +1,247 @@
+"""The Trainer on a toy task: learning, exact resume, pickle-free atomic checkpoints, JSONL, validation, early
+stop. The toy: target = (input + 1) mod V at two positions out of three, -100 at the third."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+from regmem.train import IGNORE_INDEX, TrainConfig, Trainer, batch_indices, latest_checkpoint, token_loss
+from regmem.train import checkpoint as checkpoint_module
+
+VOCAB, DIM, T = 32, 16, 8
+
+
+class ToyLM(nn.Module):
+    """Embedding -> dropout -> LayerNorm -> Linear: inputs [B, T] -> logits [B, T, VOCAB]."""
+
+    def __init__(self, dropout: float = 0.1, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.embed = nn.Embedding(VOCAB, DIM)
+        self.drop = nn.Dropout(dropout)
+        self.norm = nn.LayerNorm(DIM)
+        self.head = nn.Linear(DIM, VOCAB)
+
+    def forward(self, inputs):
+        return self.head(self.norm(self.drop(self.embed(inputs))))  # [B, T, VOCAB]
+
+
+class Interrupted(Exception):
+    pass
+
+
+class CrashingLM(ToyLM):
+    """Raises on the training forward number `crash_at` (1-based), as a killed job would stop."""
+
+    def __init__(self, crash_at: int | None, **kwargs):
+        super().__init__(**kwargs)
+        self.crash_at, self.calls = crash_at, 0
+
+    def forward(self, inputs):
+        if self.training:
+            self.calls += 1
+            if self.calls == self.crash_at:
+                raise Interrupted
+        return super().forward(inputs)
+
+
+def toy_data(num: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    inputs = torch.randint(0, VOCAB, (num, T), generator=torch.Generator().manual_seed(seed))
+    targets = (inputs + 1) % VOCAB
+    targets[:, ::3] = IGNORE_INDEX
+    return inputs, targets
+
+
+def accuracy(logits, targets):
+    labelled = targets != IGNORE_INDEX
+    return {"accuracy": float((logits.argmax(-1)[labelled] == targets[labelled]).float().mean())}
+
+
+TRAIN, EVAL = toy_data(64, seed=1), toy_data(32, seed=2)
+
+
+def config(**overrides) -> TrainConfig:
+    values = dict(steps=12, batch_size=16, lr=3e-2, warmup_steps=3, eval_every=4, log_every=1, progress=False)
+    return TrainConfig(**(values | overrides))
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_loss_decreases_on_learnable_toy():
+    result = Trainer(ToyLM(), config(steps=40), TRAIN, EVAL, accuracy).fit()
+    losses = [record["loss"] for record in result["history"]["train"]]
+    assert losses[-1] < 0.25 * losses[0]
+    assert result["metrics"]["accuracy"] > 0.9
+    assert result["step"] == 40 and not result["stopped_early"]
+
+
+def test_loss_is_normalised_by_labelled_tokens_of_the_batch():
+    model = ToyLM(dropout=0.0)
+    cfg = config(steps=1, warmup_steps=0, grad_clip=None)
+    rows = batch_indices(0, len(TRAIN[0]), cfg)
+    with torch.no_grad():
+        logits = model(TRAIN[0][rows])  # [B, T, V]
+    expected = nn.functional.cross_entropy(logits.flatten(0, 1), TRAIN[1][rows].flatten(), ignore_index=-100)
+    result = Trainer(model, cfg, TRAIN).fit()
+    assert result["history"]["train"][0]["loss"] == pytest.approx(float(expected), rel=1e-6)
+
+
+def test_resume_after_interruption_is_bit_exact(tmp_path):
+    n = 6
+    cfg_straight = config(out_dir=str(tmp_path / "straight"), checkpoint_every=n)
+    straight = Trainer(ToyLM(), cfg_straight, TRAIN, EVAL, accuracy)
+    straight_losses = [r["loss"] for r in straight.fit()["history"]["train"]]
+    straight_rng = torch.get_rng_state()  # after every dropout draw of the run
+
+    cfg_split = config(out_dir=str(tmp_path / "split"), checkpoint_every=n)
+    with pytest.raises(Interrupted):  # killed during step n + 1, after the checkpoint of step n
+        Trainer(CrashingLM(crash_at=n + 1), cfg_split, TRAIN, EVAL, accuracy).fit()
+    before = [r["loss"] for r in read_jsonl(tmp_path / "split" / "metrics.jsonl") if r["event"] == "train"]
+    resumed = Trainer(CrashingLM(crash_at=None, seed=123), cfg_split, TRAIN, EVAL, accuracy)
+    after = [r["loss"] for r in resumed.fit(resume=True)["history"]["train"]]
+
+    assert before + after == straight_losses
+    for (name, expected), actual in zip(
+        straight.module.state_dict().items(), resumed.module.state_dict().values(), strict=True
+    ):
+        assert torch.equal(actual, expected), name
+    assert torch.equal(torch.get_rng_state(), straight_rng)
+
+
+def test_checkpoint_is_safetensors_and_json_without_pickle(tmp_path, monkeypatch):
+    cfg = config(out_dir=str(tmp_path), checkpoint_every=5)
+    trainer = Trainer(ToyLM(), cfg, TRAIN, EVAL, accuracy)
+    trainer.fit()
+    path = latest_checkpoint(tmp_path)
+    assert sorted(p.name for p in path.iterdir()) == ["model.safetensors", "optimizer.safetensors", "trainer.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint", "metrics.jsonl"]
+    model = load_file(path / "model.safetensors")
+    for name, tensor in trainer.module.state_dict().items():
+        assert torch.equal(model[name], tensor), name
+    optimizer = load_file(path / "optimizer.safetensors")
+    assert torch.equal(optimizer["state.0.exp_avg"], trainer.optimizer.state_dict()["state"][0]["exp_avg"])
+    meta = json.loads((path / "trainer.json").read_text())
+    assert meta["step"] == cfg.steps and TrainConfig.from_dict(meta["config"]) == cfg
+    assert len(meta["rng"]) == 1 and meta["optimizer"]["param_groups"][0]["params"] == [0, 1]
+
+    def no_torch_load(*args, **kwargs):
+        raise AssertionError("torch.load (pickle) was called")
+
+    monkeypatch.setattr(torch, "load", no_torch_load)
+    assert Trainer(ToyLM(seed=7), cfg, TRAIN, EVAL, accuracy).fit(resume=True)["step"] == cfg.steps
+
+
+def test_interrupted_write_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    cfg = config(steps=4, out_dir=str(tmp_path), checkpoint_every=2)
+    trainer = Trainer(ToyLM(), cfg, TRAIN)
+    trainer.fit()
+    good = {p.name: p.read_bytes() for p in latest_checkpoint(tmp_path).iterdir()}
+
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint_module, "save_file", fail)  # dies after model.safetensors is written
+    with pytest.raises(OSError, match="disk full"):
+        trainer.save(99)
+    assert (tmp_path / "checkpoint.tmp" / "model.safetensors").exists()
+    assert {p.name: p.read_bytes() for p in latest_checkpoint(tmp_path).iterdir()} == good
+    monkeypatch.undo()
+
+    (tmp_path / "checkpoint").rename(tmp_path / "checkpoint.old")  # killed between the two renames
+    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint.old"
+    resumed = Trainer(ToyLM(seed=5), cfg, TRAIN)
+    assert resumed.fit(resume=True)["step"] == cfg.steps
+    resumed.save(cfg.steps)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint", "metrics.jsonl"]
+
+
+def test_metrics_jsonl_has_one_object_per_event(tmp_path):
+    cfg = config(steps=8, log_every=2, eval_every=4, out_dir=str(tmp_path))
+    Trainer(ToyLM(), cfg, TRAIN, EVAL, accuracy).fit()
+    records = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [(r["event"], r["step"]) for r in records] == [
+        ("train", 2), ("train", 4), ("eval", 4), ("train", 6), ("train", 8), ("eval", 8)
+    ]  # fmt: skip
+    assert all({"loss", "lr", "grad_norm", "tokens_per_s"} <= r.keys() for r in records if r["event"] == "train")
+    assert all({"loss", "accuracy"} <= r.keys() for r in records if r["event"] == "eval")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("steps", 0),
+        ("batch_size", -1),
+        ("lr", 0.0),
+        ("weight_decay", -0.1),
+        ("betas", (0.9, 1.0)),
+        ("warmup_steps", 13),
+        ("min_lr_ratio", 1.5),
+        ("grad_clip", 0.0),
+        ("eval_every", 0),
+        ("eval_batch_size", 0),
+        ("log_every", 0),
+        ("checkpoint_every", 0),
+        ("seed", -1),
+        ("bf16", 1),
+        ("target_value", 0.99),
+    ],
+    ids=lambda v: str(v),
+)
+def test_config_validation_names_the_field(field, value):
+    with pytest.raises(ValueError, match=f"TrainConfig.{field} "):
+        config(**{field: value})
+
+
+def test_config_rejects_checkpoints_without_out_dir_and_unknown_keys():
+    with pytest.raises(ValueError, match="out_dir"):
+        config(checkpoint_every=5)
+    with pytest.raises(ValueError, match="learning_rate"):
+        TrainConfig.from_dict(config().to_dict() | {"learning_rate": 1.0})
+
+
+def test_resume_rejects_a_changed_trajectory(tmp_path):
+    Trainer(ToyLM(), config(steps=4, out_dir=str(tmp_path), checkpoint_every=2), TRAIN).fit()
+    with pytest.raises(ValueError, match="'lr'"):
+        Trainer(ToyLM(), config(steps=4, lr=1e-3, out_dir=str(tmp_path), checkpoint_every=2), TRAIN).fit(resume=True)
+
+
+def test_early_stop_at_target_metric(tmp_path):
+    cfg = config(steps=200, eval_every=2, target_metric="accuracy", target_value=0.5, out_dir=str(tmp_path))
+    result = Trainer(ToyLM(), cfg, TRAIN, EVAL, accuracy).fit()
+    assert result["stopped_early"] and result["step"] < 200
+    assert result["metrics"]["accuracy"] >= 0.5
+    assert result["history"]["eval"][-1]["step"] == result["step"]
+
+
+def test_default_optimizer_decays_matrices_only():
+    trainer = Trainer(ToyLM(), config(), TRAIN)
+    decayed, plain = trainer.optimizer.param_groups
+    assert decayed["weight_decay"] == 0.1 and all(p.dim() == 2 for p in decayed["params"])
+    assert plain["weight_decay"] == 0.0 and all(p.dim() == 1 for p in plain["params"])
+
+
+def test_any_torch_optimizer_gets_the_schedule():
+    model = ToyLM()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    result = Trainer(model, config(steps=4, warmup_steps=2), TRAIN, optimizer=optimizer).fit()
+    assert [r["lr"] for r in result["history"]["train"][:2]] == [0.25, 0.5]
+
+
+def test_bf16_autocast_trains():
+    result = Trainer(ToyLM(), config(bf16=True), TRAIN, EVAL, accuracy).fit()
+    losses = [r["loss"] for r in result["history"]["train"]]
+    assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
+
+
+def test_token_loss_ignores_unlabelled_tokens():
+    logits = torch.randn(2, 3, VOCAB, dtype=torch.float64)
+    targets = torch.tensor([[1, -100, 2], [-100, -100, 3]])
+    loss_sum, count = token_loss(logits, targets)
+    labelled = targets != -100
+    expected = nn.functional.cross_entropy(logits[labelled], targets[labelled], reduction="sum")
+    assert count == 3 and torch.allclose(loss_sum, expected, rtol=1e-12)
