@@ -15,6 +15,7 @@ from regmem.ops.common.validate import (
     check_shape,
     check_state,
     check_tensor,
+    check_token_scalar,
 )
 from regmem.ops.common.varlen import Packing
 
@@ -31,6 +32,7 @@ __all__ = [
     "check_shape",
     "check_state",
     "check_tensor",
+    "check_token_scalar",
     "compute_dtype",
     "dispatch",
     "map_state",

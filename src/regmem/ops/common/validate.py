@@ -75,6 +75,19 @@ def check_log_gate(name: str, g, B: int, T: int, H: int, K: int, kinds: Sequence
     return kind
 
 
+def check_token_scalar(name: str, x, B: int, T: int, H: int, *, extra: Sequence[int] = (), doc: str = "[B, T, H]",
+                       low: float | None = None, high: float | None = None) -> None:
+    """A per-token, per-head scalar such as a step size beta: [B, T, H] (+ `extra` trailing dims), optionally
+    bounded to [low, high]."""
+    check_tensor(name, x, 3 + len(extra), doc)
+    check_shape(name, x, (B, T, H, *extra), doc)
+    with torch.no_grad():
+        if x.numel() and low is not None and bool((x < low).any()):
+            raise ValueError(f"{name} must be >= {low} everywhere, got min {x.min().item():.3g}")
+        if x.numel() and high is not None and bool((x > high).any()):
+            raise ValueError(f"{name} must be <= {high} everywhere, got max {x.max().item():.3g}")
+
+
 def check_state(name: str, state, expected: Sequence[int], doc: str) -> None:
     check_tensor(name, state, len(expected), doc)
     check_shape(name, state, expected, doc)
