@@ -17,12 +17,20 @@ VARIANTS = {
     "mamba2": {"state_size": 16},
     "mamba2-groups": {"state_size": 8, "n_groups": 2, "head_dim": 8},
     "gla": {"expand_v": 2.0},
+    "deltanet": {},
+    "deltanet-negeig": {"allow_neg_eigval": True, "chunk_size": 16},
+    "gated_deltanet": {"allow_neg_eigval": True},
+    "longhorn": {},
+    "nlms": {"qk_norm": False},
+    "delta_product": {"n_householder": 2},
+    "delta_product-3": {"n_householder": 3, "n_kv_heads": 2, "gate": False},
+    "titans": {},
 }
 
 
 def _mixer(variant: str):
     torch.manual_seed(0)
-    name = variant.split("-")[0]
+    name = variant.split("-")[0]  # variant ids: mixer name, then a description of the options
     return build_mixer(name, D_MODEL, HEADS, **VARIANTS[variant]).eval()
 
 
@@ -106,4 +114,5 @@ def test_unknown_mixer_and_bad_input_raise():
 
 
 def test_registry_covers_the_issue_mixers():
-    assert set(MIXERS) == {"attn", "linear", "retnet", "mamba2", "gla"}
+    assert set(MIXERS) == {"attn", "linear", "retnet", "mamba2", "gla", "deltanet", "gated_deltanet", "longhorn",
+                           "nlms", "delta_product", "titans"}

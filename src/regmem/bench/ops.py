@@ -11,7 +11,17 @@ from dataclasses import asdict, dataclass
 import torch
 
 from regmem.bench.timing import matmul_gflops, median_seconds
-from regmem.ops import gated_linear_attn, linear_attn
+from regmem.ops import (
+    delta_product,
+    delta_rule,
+    gated_delta_rule,
+    gated_linear_attn,
+    linear_attn,
+    longhorn,
+    momentum_delta_rule,
+    multi_step_gd,
+    nlms,
+)
 
 
 @dataclass(frozen=True)
@@ -29,42 +39,104 @@ class OpCase:
     name: str
     make_inputs: Callable[[Shape, torch.dtype, torch.Generator], dict]
     call: Callable[..., tuple]
+    # Multiply-adds x 2 per token of one forward pass: (form, shape) -> FLOPs per token.
+    flops_per_token: Callable[[str, Shape], float]
 
 
-def _qkv(s: Shape, dtype, gen):
+def _qkv(s: Shape, dtype, gen, *, unit_keys: bool = False):
     q = torch.randn(s.B, s.T, s.H, s.K, generator=gen).to(dtype)
-    k = (torch.randn(s.B, s.T, s.H, s.K, generator=gen) * s.K**-0.5).to(dtype)
+    k = torch.randn(s.B, s.T, s.H, s.K, generator=gen)
+    k = (torch.nn.functional.normalize(k, dim=-1) if unit_keys else k * s.K**-0.5).to(dtype)
     v = torch.randn(s.B, s.T, s.H, s.V, generator=gen).to(dtype)
     return {"q": q, "k": k, "v": v}
 
 
-def _with_gate(shape_of):
+def _log_gate(shape, gen):
+    return torch.nn.functional.logsigmoid(torch.randn(shape, generator=gen) + 3.0)  # retention ~0.95
+
+
+def _step_size(s: Shape, gen, *extra):
+    return torch.sigmoid(torch.randn(s.B, s.T, s.H, *extra, generator=gen))
+
+
+def _gla_inputs(shape_of):
     def make(s: Shape, dtype, gen):
-        g = torch.nn.functional.logsigmoid(torch.randn(shape_of(s), generator=gen) + 3.0)
-        return {**_qkv(s, dtype, gen), "g": g}
+        return {**_qkv(s, dtype, gen), "g": _log_gate(shape_of(s), gen)}
     return make
 
 
+def _linear_flops(form: str, s: Shape) -> float:
+    if form == "recurrent":  # k v^T update and q^T S read-out
+        return 4 * s.K * s.V
+    if form == "chunk":  # Q K^T and A V inside the chunk, K^T V and Q S across chunks
+        return 2 * s.chunk_size * (s.K + s.V) + 4 * s.K * s.V
+    return 2 * s.T * (s.K + s.V)  # reference: the full T x T attention matrix
+
+
+def _delta_flops(form: str, s: Shape) -> float:
+    if form == "recurrent":  # S^T k, the rank-1 update, and the read-out
+        return 6 * s.K * s.V
+    if form == "chunk":  # K K^T, the triangular solve, W and U, W S and K^T U, Q K^T, A U, Q S
+        return 2 * s.chunk_size * (3 * s.K + 2 * s.V) + s.chunk_size**2 / 3 + 6 * s.K * s.V
+    return 2 * s.T * (s.K + s.V)
+
+
+def _momentum_flops(form: str, s: Shape) -> float:
+    return 2 * _delta_flops(form, s)  # two states, memory and momentum
+
+
+def _gd_flops(form: str, s: Shape) -> float:
+    return 2 * 2 * s.K * s.K * s.V + 2 * s.K * (s.K + s.V)  # I = 2 steps of R S, plus the prefix statistics
+
+
+def _delta_inputs(s: Shape, dtype, gen):
+    return {**_qkv(s, dtype, gen, unit_keys=True), "g": _log_gate((s.B, s.T, s.H), gen), "beta": _step_size(s, gen)}
+
+
+def _delta_product_inputs(s: Shape, dtype, gen, n_h: int = 2):
+    k = torch.nn.functional.normalize(torch.randn(s.B, s.T, s.H, n_h, s.K, generator=gen), dim=-1).to(dtype)
+    v = torch.randn(s.B, s.T, s.H, n_h, s.V, generator=gen).to(dtype)
+    q = torch.randn(s.B, s.T, s.H, s.K, generator=gen).to(dtype)
+    return {"q": q, "k": k, "v": v, "beta": _step_size(s, gen, n_h), "g": _log_gate((s.B, s.T, s.H), gen)}
+
+
+def _momentum_inputs(s: Shape, dtype, gen):
+    return {**_delta_inputs(s, dtype, gen), "log_eta": _log_gate((s.B, s.T, s.H), gen)}
+
+
+def _gd_inputs(s: Shape, dtype, gen):
+    return {**_qkv(s, dtype, gen, unit_keys=True), "beta": 0.1 * _step_size(s, gen, 2)}
+
+
 CASES = {
-    "linear_attn": OpCase("linear_attn", _qkv, linear_attn),
+    "linear_attn": OpCase("linear_attn", _qkv, linear_attn, _linear_flops),
     "linear_attn_normalized": OpCase(
         "linear_attn_normalized", _qkv,
-        lambda **kw: linear_attn(**kw, feature_map="elu_plus_one", normalize=True),
+        lambda **kw: linear_attn(**kw, feature_map="elu_plus_one", normalize=True), _linear_flops,
     ),
-    "gla_scalar": OpCase("gla_scalar", _with_gate(lambda s: (s.B, s.T, s.H)), gated_linear_attn),
-    "gla_diagonal": OpCase("gla_diagonal", _with_gate(lambda s: (s.B, s.T, s.H, s.K)), gated_linear_attn),
+    "gla_scalar": OpCase("gla_scalar", _gla_inputs(lambda s: (s.B, s.T, s.H)), gated_linear_attn, _linear_flops),
+    "gla_diagonal": OpCase("gla_diagonal", _gla_inputs(lambda s: (s.B, s.T, s.H, s.K)), gated_linear_attn,
+                           _linear_flops),
+    "delta_rule": OpCase("delta_rule", _delta_inputs, lambda g, **kw: delta_rule(**kw), _delta_flops),
+    "gated_delta_rule": OpCase("gated_delta_rule", _delta_inputs, gated_delta_rule, _delta_flops),
+    "gated_delta_rule_diagonal": OpCase(
+        "gated_delta_rule_diagonal",
+        lambda s, dtype, gen: {**_delta_inputs(s, dtype, gen), "g": _log_gate((s.B, s.T, s.H, s.K), gen)},
+        gated_delta_rule, _delta_flops,
+    ),
+    "longhorn": OpCase("longhorn", _delta_inputs, lambda g, beta, **kw: longhorn(delta=beta, **kw), _delta_flops),
+    "nlms": OpCase("nlms", _delta_inputs, lambda g, beta, **kw: nlms(**kw), _delta_flops),
+    "delta_product": OpCase("delta_product", _delta_product_inputs, delta_product,
+                            lambda form, s: 2 * _delta_flops(form, s)),
+    "momentum_delta_rule": OpCase("momentum_delta_rule", _momentum_inputs, momentum_delta_rule, _momentum_flops),
+    "multi_step_gd": OpCase("multi_step_gd", _gd_inputs, multi_step_gd, _gd_flops),
 }
 DEFAULT_CASES = ("linear_attn", "gla_scalar", "gla_diagonal")
 
 
-def forward_flops(form: str, s: Shape) -> float:
-    """Multiply-adds x 2 of one forward pass of a linear memory in the given form."""
-    tokens = s.B * s.H * s.T
-    if form == "recurrent":  # k v^T update and q^T S read-out per token
-        return tokens * 4 * s.K * s.V
-    if form == "chunk":  # Q K^T and A V inside the chunk, K^T V and Q S across chunks
-        return tokens * (2 * s.chunk_size * (s.K + s.V) + 4 * s.K * s.V)
-    return s.B * s.H * 2 * s.T * s.T * (s.K + s.V)  # reference: the full T x T attention matrix
+def forward_flops(case: OpCase, form: str, s: Shape) -> float:
+    """Multiply-adds x 2 of one forward pass of `case` in the given form."""
+    return s.B * s.H * s.T * case.flops_per_token(form, s)
 
 
 def run(
@@ -84,7 +156,7 @@ def run(
                 kwargs = {"mode": form, **({"chunk_size": chunk_size} if form == "chunk" else {})}
                 for pass_ in ("fwd", "fwdbwd"):
                     seconds = median_seconds(_step(case, inputs, kwargs, pass_), min_run_time=min_run_time)
-                    flops = forward_flops(form, shape) * (3 if pass_ == "fwdbwd" else 1)
+                    flops = forward_flops(case, form, shape) * (3 if pass_ == "fwdbwd" else 1)
                     row = {
                         "op": name, "form": form, "pass": pass_, **asdict(shape), "dtype": str(dtype),
                         "ms": seconds * 1e3, "tokens_per_s": batch * T / seconds,

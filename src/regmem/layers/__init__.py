@@ -3,6 +3,8 @@
 from regmem.layers.attention import AttentionState, KVCache, SoftmaxAttention
 from regmem.layers.base import Mixer
 from regmem.layers.conv import ShortConvolution
+from regmem.layers.delta_product import DeltaProduct
+from regmem.layers.deltanet import NLMS, DeltaNet, GatedDeltaNet, Longhorn
 from regmem.layers.gla import GLA
 from regmem.layers.linear_attention import LinearAttention
 from regmem.layers.mamba2 import Mamba2
@@ -11,9 +13,16 @@ from regmem.layers.norm import GatedRMSNorm, l2_normalize
 from regmem.layers.registry import MIXERS, build_mixer
 from regmem.layers.retnet import RetNet
 from regmem.layers.rotary import RotaryEmbedding
+from regmem.layers.titans import TitansLinear
 
 __all__ = [
     "GLA",
+    "NLMS",
+    "DeltaNet",
+    "DeltaProduct",
+    "GatedDeltaNet",
+    "Longhorn",
+    "TitansLinear",
     "MIXERS",
     "AttentionState",
     "GatedRMSNorm",

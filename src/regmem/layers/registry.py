@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from regmem.layers.attention import SoftmaxAttention
 from regmem.layers.base import Mixer
+from regmem.layers.delta_product import DeltaProduct
+from regmem.layers.deltanet import NLMS, DeltaNet, GatedDeltaNet, Longhorn
 from regmem.layers.gla import GLA
 from regmem.layers.linear_attention import LinearAttention
 from regmem.layers.mamba2 import Mamba2
 from regmem.layers.retnet import RetNet
+from regmem.layers.titans import TitansLinear
 
 MIXERS: dict[str, type[Mixer]] = {
     "attn": SoftmaxAttention,
@@ -15,6 +18,12 @@ MIXERS: dict[str, type[Mixer]] = {
     "retnet": RetNet,
     "mamba2": Mamba2,
     "gla": GLA,
+    "deltanet": DeltaNet,
+    "gated_deltanet": GatedDeltaNet,
+    "longhorn": Longhorn,
+    "nlms": NLMS,
+    "delta_product": DeltaProduct,
+    "titans": TitansLinear,
 }
 
 

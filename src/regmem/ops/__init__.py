@@ -17,6 +17,29 @@ The op contract (DESIGN.md), shared by every op:
 """
 
 from regmem.ops import feature_maps
+from regmem.ops.delta import (
+    decoupled_gated_delta_rule,
+    delta_product,
+    delta_rule,
+    delta_rule_chunk,
+    delta_rule_multistep,
+    delta_rule_recurrent,
+    delta_rule_reference,
+    gated_delta_rule,
+    gated_delta_rule_chunk,
+    gated_delta_rule_recurrent,
+    gated_delta_rule_reference,
+    leaky_lms,
+    longhorn,
+    nlms,
+)
+from regmem.ops.gd import (
+    GDStats,
+    multi_step_gd,
+    multi_step_gd_chunk,
+    multi_step_gd_recurrent,
+    multi_step_gd_reference,
+)
 from regmem.ops.linear_attn import (
     NormalizedState,
     gated_linear_attn,
@@ -27,6 +50,13 @@ from regmem.ops.linear_attn import (
     linear_attn_chunk,
     linear_attn_recurrent,
     linear_attn_reference,
+)
+from regmem.ops.titans import (
+    MomentumState,
+    momentum_delta_rule,
+    momentum_delta_rule_chunk,
+    momentum_delta_rule_recurrent,
+    momentum_delta_rule_reference,
 )
 
 __all__ = [
@@ -40,4 +70,28 @@ __all__ = [
     "linear_attn_chunk",
     "linear_attn_recurrent",
     "linear_attn_reference",
+    "decoupled_gated_delta_rule",
+    "delta_product",
+    "delta_rule",
+    "delta_rule_chunk",
+    "delta_rule_multistep",
+    "delta_rule_recurrent",
+    "delta_rule_reference",
+    "gated_delta_rule",
+    "gated_delta_rule_chunk",
+    "gated_delta_rule_recurrent",
+    "gated_delta_rule_reference",
+    "leaky_lms",
+    "longhorn",
+    "nlms",
+    "GDStats",
+    "multi_step_gd",
+    "multi_step_gd_chunk",
+    "multi_step_gd_recurrent",
+    "multi_step_gd_reference",
+    "MomentumState",
+    "momentum_delta_rule",
+    "momentum_delta_rule_chunk",
+    "momentum_delta_rule_recurrent",
+    "momentum_delta_rule_reference",
 ]

@@ -96,3 +96,44 @@ register(RecipeEntry(
     "gla", Recipe(Weights("diagonal_decay"), _LINEAR, _GD_STEP), "gated_linear_attn(q, k, v, g[B,T,H,K])",
     "eq. (16), per channel; L6", ("GLA", "RWKV-6", "HGRN-2"), "outside the paper's scalar derivation",
 ))
+
+_SGD = Solver("sgd")
+register(RecipeEntry(
+    "deltanet", Recipe(Weights("uniform"), _LINEAR, _SGD), "delta_rule(q, k, v, beta)",
+    "eq. (26)-(29); L9", ("DeltaNet",), "streaming SGD: recent pairs weigh more",
+))
+register(RecipeEntry(
+    "gated_deltanet", Recipe(Weights("uniform"), _LINEAR, Solver("sgd_weight_decay")),
+    "gated_delta_rule(q, k, v, g, beta)", "eq. (38)-(41); L15", ("Gated DeltaNet",), "= Leaky LMS, reparameterised",
+))
+register(RecipeEntry(
+    "leaky_lms", Recipe(Weights("uniform"), _LINEAR, Solver("sgd_weight_decay")),
+    "leaky_lms(q, k, v, beta, lam)", "eq. (34)-(37); L14", ("Leaky LMS",), "weight decay tied to the step",
+))
+register(RecipeEntry(
+    "decoupled_gated_deltanet", Recipe(Weights("uniform"), _LINEAR, Solver("sgd_weight_decay")),
+    "decoupled_gated_delta_rule(q, k, v, beta, lam)", "L15, proposed modification", (),
+    "weight decay independent of the step (AdamW-style)",
+))
+register(RecipeEntry(
+    "longhorn", Recipe(Weights("uniform"), _LINEAR, Solver("sgd_adaptive")), "longhorn(q, k, v, delta)",
+    "eq. (30)-(31); L12", ("Longhorn",), "beta = delta / (1 + delta |k|^2), a proximal step",
+))
+register(RecipeEntry(
+    "nlms", Recipe(Weights("uniform"), _LINEAR, Solver("sgd_adaptive")),
+    "nlms(q, k, v)", "eq. (32)-(33); L13", ("NLMS / Kaczmarz",), "beta = 1 / |k|^2: the newest pair is exact",
+))
+register(RecipeEntry(
+    "delta_product", Recipe(Weights("uniform"), _LINEAR, Solver("sgd", steps=2)),
+    "delta_product(q, k, v, beta) with n_h pairs per token", "L11", ("DeltaProduct",),
+    "n_h Householder steps per token (steps=2 shown)",
+))
+register(RecipeEntry(
+    "titans_linear", Recipe(Weights("uniform"), _LINEAR, Solver("sgd_momentum")),
+    "momentum_delta_rule(q, k, v, g, beta, log_eta)", "L16 (Titans)", ("Titans LMM (linear)",),
+    "SGD with momentum and weight decay",
+))
+register(RecipeEntry(
+    "multi_step_gd", Recipe(Weights("uniform"), _LINEAR, Solver("gd_steps", steps=2)),
+    "multi_step_gd(q, k, v, beta[..., I])", "eq. (18)-(23); L7", (), "I full-batch GD steps from 0 (I=2 shown)",
+))

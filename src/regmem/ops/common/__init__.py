@@ -3,6 +3,7 @@
 from regmem.ops.common.chunking import merge_chunks, pad_time, split_chunks
 from regmem.ops.common.decay import segsum, suffix_exclusive
 from regmem.ops.common.frame import compute_dtype, dispatch, map_state, run_core
+from regmem.ops.common.scores import decayed_scores
 from regmem.ops.common.validate import (
     MODES,
     check_chunk_size,
@@ -34,6 +35,7 @@ __all__ = [
     "check_tensor",
     "check_token_scalar",
     "compute_dtype",
+    "decayed_scores",
     "dispatch",
     "map_state",
     "merge_chunks",

@@ -1,0 +1,40 @@
+"""TitansLinear: the linear memory of Titans (Behrouz et al. 2024, arXiv:2501.00663; TTR L16) — streaming SGD
+with momentum and weight decay on the test-time regression:
+
+    P_t = eta_t P_{t-1} + theta_t k_t (v_t - S_{t-1}^T k_t)^T,    S_t = (1 - alpha_t) S_{t-1} + P_t
+
+with theta = sigmoid, eta = sigmoid and alpha = sigmoid of linear maps of x. Padding: theta = 0, alpha = 0 and
+eta = 1 at padded tokens. From an empty state (P = 0) a left-padded prefix leaves both states at zero; with a
+non-zero momentum P a padded token would still add P to S (S_t = S_{t-1} + P_t), so pad only on the left of a
+fresh sequence, as generation does.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from regmem.layers.memory import MemoryMixer, mask_log_gate
+from regmem.ops import momentum_delta_rule
+
+
+class TitansLinear(MemoryMixer):
+    recipe_name = "titans_linear"
+
+    def __init__(self, d_model: int, n_heads: int, *, qk_norm: bool = True, **memory_kwargs):
+        super().__init__(d_model, n_heads, qk_norm=qk_norm, **memory_kwargs)
+        self.gate_proj = nn.Linear(d_model, 3 * n_heads, bias=True)  # theta, eta, alpha logits per head
+
+    def memory(self, x, q, k, v, mask, memory, mode):
+        theta, eta, alpha = self.gate_proj(x).chunk(3, dim=-1)  # [B, T, H] each
+        beta = torch.sigmoid(theta)
+        if mask is not None:
+            beta = beta.masked_fill(~mask.unsqueeze(-1), 0.0)
+        log_eta = mask_log_gate(F.logsigmoid(eta), mask)  # momentum retention
+        g = mask_log_gate(F.logsigmoid(-alpha), mask)  # log(1 - alpha), memory retention
+        return momentum_delta_rule(q, k, v, g, beta, log_eta, initial_state=memory, output_final_state=True,
+                                   mode=mode, chunk_size=self.chunk_size)
+
+    def memory_floats(self) -> int:
+        return 2 * self.n_heads * self.key_dim * self.value_dim  # memory S and momentum P

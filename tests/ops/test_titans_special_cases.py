@@ -1,0 +1,130 @@
+"""Special cases of momentum_delta_rule that reduce to known rules (ttr.md §2.2 L9, L14-L16), and its reading as
+SGD with momentum and decoupled weight decay on the per-token regression loss."""
+
+import pytest
+import torch
+from test_titans_forms import titans_inputs
+
+from helpers import assert_close
+from regmem.ops import MomentumState, momentum_delta_rule
+
+MODES = ["reference", "recurrent", "chunk"]
+B, T, H, K, V = 2, 45, 2, 6, 4
+
+
+def _gated_delta_by_hand(q, k, v, g, beta, S0):
+    """Decoupled gated delta rule (ttr.md L15, suggested modification; L14 with lambda decoupled), written out:
+    S_t = exp(g_t) S_{t-1} + beta_t k_t (v_t - S_{t-1}^T k_t)^T, o_t = S_t^T q_t (q unscaled here)."""
+    S, outputs = S0.clone(), []
+    for t in range(q.shape[1]):
+        error = v[:, t] - torch.einsum("bhk,bhkv->bhv", k[:, t], S)
+        S = torch.exp(g[:, t])[..., None, None] * S + beta[:, t][..., None, None] * torch.einsum(
+            "bhk,bhv->bhkv", k[:, t], error
+        )
+        outputs.append(torch.einsum("bhk,bhkv->bhv", q[:, t], S))
+    return torch.stack(outputs, dim=1), S
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_without_momentum_is_the_decoupled_gated_delta_rule(mode):
+    """eta -> 0 (log_eta = -50, eta ~ 2e-22): P_t = beta_t k_t e_t^T, so S_t = gamma_t S_{t-1} + beta_t k_t e_t^T."""
+    x = titans_inputs(B, T, H, K, V, strength=1.0)
+    log_eta = torch.full((B, T, H), -50.0, dtype=torch.float64)
+    S0 = x["initial_state"].S
+    o, state = momentum_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"], log_eta, scale=1.0, mode=mode,
+                                   chunk_size=16, initial_state=MomentumState(S0, torch.zeros_like(S0)),
+                                   output_final_state=True)
+    o_hand, S_hand = _gated_delta_by_hand(x["q"], x["k"], x["v"], x["g"], x["beta"], S0)
+    assert_close(o, o_hand, "o")
+    assert_close(state.S, S_hand, "state.S")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_without_momentum_or_decay_is_the_delta_rule(mode):
+    """eta -> 0 and alpha = 0 (g = 0): S_t = S_{t-1} + beta_t k_t (v_t - S_{t-1}^T k_t)^T (ttr.md L9, eq. 29)."""
+    x = titans_inputs(B, T, H, K, V)
+    g = torch.zeros(B, T, H, dtype=torch.float64)
+    log_eta = torch.full((B, T, H), -50.0, dtype=torch.float64)
+    o, state = momentum_delta_rule(x["q"], x["k"], x["v"], g, x["beta"], log_eta, scale=1.0, mode=mode,
+                                   chunk_size=16, output_final_state=True)
+    o_hand, S_hand = _gated_delta_by_hand(x["q"], x["k"], x["v"], g, x["beta"], torch.zeros(B, H, K, V).double())
+    assert_close(o, o_hand, "o")
+    assert_close(state.S, S_hand, "state.S")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_zero_step_size_leaves_the_memory_decaying_only(mode):
+    """beta = 0 and P_0 = 0: P stays 0 and S_t = prod_{j<=t} exp(g_j) S_0."""
+    x = titans_inputs(B, T, H, K, V, strength=0.3)
+    S0 = x["initial_state"].S
+    o, state = momentum_delta_rule(x["q"], x["k"], x["v"], x["g"], torch.zeros(B, T, H, dtype=torch.float64),
+                                   x["log_eta"], scale=1.0, mode=mode, chunk_size=16, output_final_state=True,
+                                   initial_state=MomentumState(S0, torch.zeros_like(S0)))
+    retained = torch.exp(x["g"].cumsum(dim=1))  # [B, T, H]
+    assert_close(o, retained.unsqueeze(-1) * torch.einsum("bthk,bhkv->bthv", x["q"], S0), "o")
+    assert_close(state.S, retained[:, -1, :, None, None] * S0, "state.S")
+    assert_close(state.P, torch.zeros_like(S0), "state.P")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_zero_step_size_spends_the_initial_momentum(mode):
+    """beta = 0, g = 0: P_t = prod_{j<=t} eta_j P_0 and S_T = S_0 + sum_t P_t (the heavy ball coasting)."""
+    x = titans_inputs(1, T, H, K, V, strength=0.3)
+    g, beta = torch.zeros(1, T, H, dtype=torch.float64), torch.zeros(1, T, H, dtype=torch.float64)
+    _, state = momentum_delta_rule(x["q"], x["k"], x["v"], g, beta, x["log_eta"], mode=mode, chunk_size=16,
+                                   initial_state=x["initial_state"], output_final_state=True)
+    momentum = torch.exp(x["log_eta"].cumsum(dim=1))  # [1, T, H], prod_{j<=t} eta_j
+    S0, P0 = x["initial_state"]
+    assert_close(state.P, momentum[:, -1, :, None, None] * P0, "state.P")
+    assert_close(state.S, S0 + momentum.sum(dim=1)[..., None, None] * P0, "state.S")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_is_sgd_with_momentum_and_decoupled_weight_decay(mode):
+    """Titans (arXiv:2501.00663, Sec. 3.1) with a constant step size theta is torch.optim.SGD(momentum=eta_t) on
+    l_t(M) = 1/2 ||M k_t - v_t||^2, one step per token, with the memory decayed by 1 - alpha_t before each step
+    (decoupled weight decay); y_t = M_t q_t."""
+    x = titans_inputs(1, 30, 1, K, V, strength=1.0)
+    theta = 0.7
+    beta = torch.full((1, 30, 1), theta, dtype=torch.float64)
+    o, _ = momentum_delta_rule(x["q"], x["k"], x["v"], x["g"], beta, x["log_eta"], scale=1.0, mode=mode,
+                               chunk_size=16)
+    M = torch.zeros(V, K, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.SGD([M], lr=theta, momentum=0.5, dampening=0.0)
+    expected = []
+    for t in range(30):
+        k_t, v_t, q_t = x["k"][0, t, 0], x["v"][0, t, 0], x["q"][0, t, 0]
+        opt.zero_grad()
+        (0.5 * (M @ k_t - v_t).pow(2).sum()).backward()  # the gradient at M_{t-1}
+        opt.param_groups[0]["momentum"] = torch.exp(x["log_eta"][0, t, 0]).item()
+        with torch.no_grad():
+            M.mul_(torch.exp(x["g"][0, t, 0]))  # M <- (1 - alpha_t) M
+        opt.step()  # buf = eta_t buf + grad; M <- M - theta buf
+        expected.append((M @ q_t).detach())
+    assert_close(o[0, :, 0], torch.stack(expected), "o vs torch.optim.SGD")
+
+
+def test_default_scale_is_inverse_sqrt_key_dim():
+    x = titans_inputs(1, 20, 2, K, V)
+    args = (x["k"], x["v"], x["g"], x["beta"], x["log_eta"])
+    assert_close(momentum_delta_rule(x["q"], *args)[0], momentum_delta_rule(x["q"] * K**-0.5, *args, scale=1.0)[0],
+                 "o")
+
+
+def test_heads_are_independent_memories():
+    x = titans_inputs(2, 25, 3, K, V, with_state=False)
+    o, _ = momentum_delta_rule(**x)
+    for h in range(3):
+        o_h, _ = momentum_delta_rule(**{n: t[:, :, h:h + 1] for n, t in x.items()})
+        assert_close(o[:, :, h:h + 1], o_h, f"head {h}")
+
+
+def test_outputs_are_causal():
+    x = titans_inputs(1, 40, 2, K, V, with_state=False)
+    o, _ = momentum_delta_rule(**x, chunk_size=16)
+    later = dict(x, k=x["k"].clone(), v=x["v"].clone(), beta=x["beta"].clone())
+    later["v"][:, 25:] -= 3.0
+    later["beta"][:, 25:] = 0.9
+    o2, _ = momentum_delta_rule(**later, chunk_size=16)
+    assert_close(o2[:, :25], o[:, :25], "prefix")
+    assert (o2[:, 25:] - o[:, 25:]).abs().max() > 1e-3
