@@ -85,8 +85,14 @@ def _momentum_flops(form: str, s: Shape) -> float:
     return 2 * _delta_flops(form, s)  # two states, memory and momentum
 
 
-def _gd_flops(form: str, s: Shape) -> float:
-    return 2 * 2 * s.K * s.K * s.V + 2 * s.K * (s.K + s.V)  # I = 2 steps of R S, plus the prefix statistics
+def _gd_flops(form: str, s: Shape, steps: int = 2) -> float:
+    """multi_step_gd runs the I steps on a K-vector z per token (o_t = C_t^T z_t; see ops/gd/DERIVATION.md)."""
+    if form == "recurrent":  # R and C updates, I steps of R^T z, the read-out C^T z
+        return 2 * s.K * s.K * (1 + steps) + 4 * s.K * s.V
+    if form == "chunk":  # per step Z R_n and tril(Z K^T) K; prefix statistics; Z C_n and tril(Z K^T) V
+        return steps * (2 * s.K * s.K + 4 * s.chunk_size * s.K) + 2 * s.K * (s.K + s.V) \
+            + 2 * s.K * s.V + 2 * s.chunk_size * (s.K + s.V)
+    return 2 * s.T * (s.K + s.V) * (1 + steps)
 
 
 def _delta_inputs(s: Shape, dtype, gen):
