@@ -2,12 +2,13 @@
 
 from regmem.ops.common.chunking import merge_chunks, pad_time, split_chunks
 from regmem.ops.common.decay import segsum, suffix_exclusive
-from regmem.ops.common.frame import compute_dtype, dispatch, map_state, run_core
+from regmem.ops.common.frame import compute_dtype, dispatch, map_state, run_core, scaled_queries
 from regmem.ops.common.scores import decayed_scores
 from regmem.ops.common.validate import (
     MODES,
     check_chunk_size,
     check_cu_seqlens,
+    check_initial_state,
     check_log_gate,
     check_mode,
     check_qkv,
@@ -17,6 +18,7 @@ from regmem.ops.common.validate import (
     check_state,
     check_tensor,
     check_token_scalar,
+    num_states,
 )
 from regmem.ops.common.varlen import Packing
 
@@ -25,6 +27,7 @@ __all__ = [
     "Packing",
     "check_chunk_size",
     "check_cu_seqlens",
+    "check_initial_state",
     "check_log_gate",
     "check_mode",
     "check_qkv",
@@ -39,8 +42,10 @@ __all__ = [
     "dispatch",
     "map_state",
     "merge_chunks",
+    "num_states",
     "pad_time",
     "run_core",
+    "scaled_queries",
     "segsum",
     "split_chunks",
     "suffix_exclusive",

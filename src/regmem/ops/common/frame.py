@@ -23,6 +23,11 @@ def compute_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
+def scaled_queries(q: torch.Tensor, scale: float | None) -> torch.Tensor:
+    """q in the compute dtype times `scale`; None means K ** -0.5 (the op contract)."""
+    return q.to(compute_dtype(q)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+
+
 def map_state(fn: Callable[[torch.Tensor], torch.Tensor], state):
     """Applies fn to a state that is None, a tensor, or a NamedTuple of tensors."""
     if state is None:

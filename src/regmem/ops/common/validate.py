@@ -107,6 +107,18 @@ def check_cu_seqlens(cu_seqlens, B: int, T: int) -> int:
     return len(offsets) - 1
 
 
+def num_states(B: int, T: int, cu_seqlens) -> int:
+    """N, the number of sequences (and of states): B, or len(cu_seqlens) - 1 for a packed batch (validated)."""
+    return check_cu_seqlens(cu_seqlens, B, T) if cu_seqlens is not None else B
+
+
+def check_initial_state(initial_state, expected: Sequence[int], doc: str, q: torch.Tensor) -> None:
+    """An optional state tensor of shape `expected` (documented as `doc`) on the device of q."""
+    if initial_state is not None:
+        check_state("initial_state", initial_state, expected, doc)
+        check_same_device(q=q, initial_state=initial_state)
+
+
 def check_mode(mode: str) -> None:
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")

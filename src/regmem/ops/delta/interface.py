@@ -12,15 +12,15 @@ Legend: B batch, T time, H heads, K key dim, V value dim, N sequences (N = B, or
 from __future__ import annotations
 
 from regmem.ops.common import (
-    check_cu_seqlens,
+    check_initial_state,
     check_log_gate,
     check_qkv,
     check_same_device,
     check_scale,
-    check_state,
     check_token_scalar,
-    compute_dtype,
+    num_states,
     run_core,
+    scaled_queries,
 )
 
 
@@ -44,11 +44,9 @@ def run_delta(core, q, k, v, g, beta, *, scale, initial_state, output_final_stat
     check_token_scalar("beta", beta, B, T, H, low=0.0)
     check_same_device(q=q, beta=beta)
     check_scale(scale)
-    N = check_cu_seqlens(cu_seqlens, B, T) if cu_seqlens is not None else B
-    if initial_state is not None:
-        check_state("initial_state", initial_state, (N, H, K, V), "[N, H, K, V]")
-        check_same_device(q=q, initial_state=initial_state)
-    q_scaled = q.to(compute_dtype(q)) * (K**-0.5 if scale is None else scale)  # [B, T, H, K]
+    N = num_states(B, T, cu_seqlens)
+    check_initial_state(initial_state, (N, H, K, V), "[N, H, K, V]", q)
+    q_scaled = scaled_queries(q, scale)  # [B, T, H, K]
     return run_core(
         core, {"q": q_scaled, "k": k, "v": v, "g": g, "beta": beta}, initial_state,
         output_final_state=output_final_state, cu_seqlens=cu_seqlens, out_dtype=q.dtype, **options,

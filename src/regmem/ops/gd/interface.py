@@ -16,15 +16,15 @@ from typing import NamedTuple
 import torch
 
 from regmem.ops.common import (
-    check_cu_seqlens,
     check_qkv,
     check_same_device,
     check_scale,
     check_state,
     check_tensor,
     check_token_scalar,
-    compute_dtype,
+    num_states,
     run_core,
+    scaled_queries,
 )
 
 
@@ -45,7 +45,7 @@ def run_multi_step_gd(core, q, k, v, beta, *, scale, initial_state, output_final
     check_same_device(q=q, beta=beta)  # before the bound check, which reads values
     check_token_scalar("beta", beta, B, T, H, extra=(beta.shape[-1],), doc="[B, T, H, I]", low=0.0)
     check_scale(scale)
-    N = check_cu_seqlens(cu_seqlens, B, T) if cu_seqlens is not None else B
+    N = num_states(B, T, cu_seqlens)
     if initial_state is not None:
         if not isinstance(initial_state, GDStats):
             raise ValueError(
@@ -54,7 +54,7 @@ def run_multi_step_gd(core, q, k, v, beta, *, scale, initial_state, output_final
         check_state("initial_state.R", initial_state.R, (N, H, K, K), "[N, H, K, K]")
         check_state("initial_state.C", initial_state.C, (N, H, K, V), "[N, H, K, V]")
         check_same_device(q=q, R=initial_state.R, C=initial_state.C)
-    q_scaled = q.to(compute_dtype(q)) * (K**-0.5 if scale is None else scale)  # [B, T, H, K]
+    q_scaled = scaled_queries(q, scale)  # [B, T, H, K]
     return run_core(
         core, {"q": q_scaled, "k": k, "v": v, "beta": beta}, initial_state, output_final_state=output_final_state,
         cu_seqlens=cu_seqlens, out_dtype=q.dtype, **options,

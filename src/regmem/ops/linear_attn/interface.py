@@ -13,14 +13,16 @@ from typing import NamedTuple
 import torch
 
 from regmem.ops.common import (
-    check_cu_seqlens,
+    check_initial_state,
     check_log_gate,
     check_qkv,
     check_same_device,
     check_scale,
     check_state,
     compute_dtype,
+    num_states,
     run_core,
+    scaled_queries,
 )
 from regmem.ops.feature_maps import Identity, resolve_feature_map
 
@@ -32,11 +34,6 @@ class NormalizedState(NamedTuple):
     z: torch.Tensor
 
 
-def _num_states(q, cu_seqlens) -> int:
-    B, T = q.shape[:2]
-    return check_cu_seqlens(cu_seqlens, B, T) if cu_seqlens is not None else B
-
-
 def run_linear_attn(
     core, q, k, v, *, feature_map, normalize, scale, initial_state, output_final_state, cu_seqlens, **options
 ):
@@ -44,7 +41,7 @@ def run_linear_attn(
     phi(q_t)^T z_t, z_t = z_{t-1} + phi(k_t) (Katharopoulos et al. 2020, eq. 6), and `scale` cancels."""
     B, T, H, K, V = check_qkv(q, k, v)
     check_scale(scale)
-    N = _num_states(q, cu_seqlens)
+    N = num_states(B, T, cu_seqlens)
     phi = resolve_feature_map(feature_map, K)
     if normalize and isinstance(phi, Identity):
         raise ValueError("normalize=True divides by phi(q)^T sum phi(k), which needs a non-negative feature_map")
@@ -56,9 +53,7 @@ def run_linear_attn(
     F = fq.shape[-1]
     v = v.to(dtype)
     if not normalize:
-        if initial_state is not None:
-            check_state("initial_state", initial_state, (N, H, F, V), "[N, H, F, V]")
-            check_same_device(q=q, initial_state=initial_state)
+        check_initial_state(initial_state, (N, H, F, V), "[N, H, F, V]", q)
         return run_core(
             core, {"q": fq, "k": fk, "v": v, "g": None}, initial_state,
             output_final_state=output_final_state, cu_seqlens=cu_seqlens, out_dtype=q.dtype, **options,
@@ -87,11 +82,9 @@ def run_gated_linear_attn(core, q, k, v, g, *, scale, initial_state, output_fina
     check_log_gate("g", g, B, T, H, K, ("scalar", "diagonal"))
     check_same_device(q=q, g=g)
     check_scale(scale)
-    N = _num_states(q, cu_seqlens)
-    if initial_state is not None:
-        check_state("initial_state", initial_state, (N, H, K, V), "[N, H, K, V]")
-        check_same_device(q=q, initial_state=initial_state)
-    q_scaled = q.to(compute_dtype(q)) * (K**-0.5 if scale is None else scale)  # [B, T, H, K]
+    N = num_states(B, T, cu_seqlens)
+    check_initial_state(initial_state, (N, H, K, V), "[N, H, K, V]", q)
+    q_scaled = scaled_queries(q, scale)  # [B, T, H, K]
     return run_core(
         core, {"q": q_scaled, "k": k, "v": v, "g": g}, initial_state,
         output_final_state=output_final_state, cu_seqlens=cu_seqlens, out_dtype=q.dtype, **options,

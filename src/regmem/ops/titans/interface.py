@@ -18,7 +18,6 @@ from typing import NamedTuple
 import torch
 
 from regmem.ops.common import (
-    check_cu_seqlens,
     check_log_gate,
     check_qkv,
     check_same_device,
@@ -27,7 +26,9 @@ from regmem.ops.common import (
     check_tensor,
     check_token_scalar,
     compute_dtype,
+    num_states,
     run_core,
+    scaled_queries,
 )
 
 
@@ -52,7 +53,7 @@ def run_momentum_delta_rule(
     check_log_gate("log_eta", log_eta, B, T, H, K, ("scalar",))
     check_token_scalar("beta", beta, B, T, H, low=0.0)
     check_scale(scale)
-    N = check_cu_seqlens(cu_seqlens, B, T) if cu_seqlens is not None else B
+    N = num_states(B, T, cu_seqlens)
     if initial_state is not None:
         if not isinstance(initial_state, MomentumState):
             raise ValueError(
@@ -63,7 +64,7 @@ def run_momentum_delta_rule(
         check_state("initial_state.P", initial_state.P, (N, H, K, V), "[N, H, K, V]")
         check_same_device(q=q, S=initial_state.S, P=initial_state.P)
     dtype = compute_dtype(q)
-    q_scaled = q.to(dtype) * (K**-0.5 if scale is None else scale)  # [B, T, H, K]
+    q_scaled = scaled_queries(q, scale)  # [B, T, H, K]
     live = torch.ones_like(beta, dtype=dtype) if cu_seqlens is not None else None  # [B, T, H], 0 on padding
     tokens = {"q": q_scaled, "k": k, "v": v, "g": g, "beta": beta, "log_eta": log_eta, "live": live}
     return run_core(
