@@ -18,6 +18,12 @@ import torch
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
 
+def _mixer_names() -> list[str]:
+    from regmem.layers import MIXERS
+
+    return list(MIXERS)
+
+
 def _int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
@@ -120,7 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench_kinds = bench.add_subparsers(dest="kind", required=True, metavar="KIND")
     ops = bench_kinds.add_parser("ops", help="time forward and forward+backward of ops and forms")
     ops.add_argument("--ops", type=_name_list, default=["linear_attn", "gla_scalar", "gla_diagonal"],
-                     help="comma-separated cases: linear_attn, linear_attn_normalized, gla_scalar, gla_diagonal")
+                     help="comma-separated cases (see regmem.bench.CASES): linear_attn, linear_attn_normalized, "
+                          "gla_scalar, gla_diagonal, delta_rule, gated_delta_rule, gated_delta_rule_diagonal, "
+                          "longhorn, nlms, delta_product, momentum_delta_rule, multi_step_gd")
     ops.add_argument("--forms", type=_name_list, default=["chunk", "recurrent"],
                      help="comma-separated forms: chunk, recurrent, reference (reference is O(T^2) memory)")
     ops.add_argument("--seq-lens", type=_int_list, default=[1024, 4096, 16384], help="comma-separated T values")
@@ -137,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare = commands.add_parser("compare", help="train several mixers with one budget; write a leaderboard")
     compare.add_argument("task", help="task name, e.g. mqar")
     compare.add_argument("--mixers", type=_name_list, default=["attn", "linear", "retnet", "mamba2", "gla"],
-                         help="comma-separated mixer names (attn, linear, retnet, mamba2, gla)")
+                         help=f"comma-separated mixer names: {', '.join(_mixer_names())}")
     compare.add_argument("--preset", default="quick", help="tiny | quick | small (derived from d_model)")
     compare.add_argument("--sweep", default=None, help="a task field and values, e.g. num_kv_pairs=4,8,16")
     compare.add_argument("--seed", type=int, default=0, help="seed of data, init and data order")
@@ -147,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser("train", help="train one mixer on a task (runs under torchrun as well)")
     train.add_argument("task", help="task name, e.g. mqar")
-    train.add_argument("--mixer", required=True, help="mixer name (attn, linear, retnet, mamba2, gla)")
+    train.add_argument("--mixer", required=True, help=f"mixer name: {', '.join(_mixer_names())}")
     train.add_argument("--preset", default="quick", help="tiny | quick | small")
     train.add_argument("--set", dest="task_field", action="append", default=[],
                        help="task field override, repeatable, e.g. --set num_kv_pairs=16")
