@@ -83,3 +83,26 @@ def random_log_gate(shape, strength: float, *, dtype=torch.float64, seed=0, zero
     g = -strength * torch.rand(shape, generator=gen, dtype=dtype)
     keep = torch.rand(shape, generator=gen) >= zero_fraction
     return g * keep
+
+
+def per_sequence(op, cu_seqlens: torch.Tensor):
+    """A callable with op's signature that runs op once per packed sequence of `cu_seqlens` (B = 1) and
+    concatenates the outputs along time and the final states along N: what `cu_seqlens` must equal."""
+    bounds = cu_seqlens.tolist()
+
+    def run(initial_state, output_final_state, **tokens):
+        outputs, finals = [], []
+        for n, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
+            o, state = op(**{m: t[:, a:b] for m, t in tokens.items()}, output_final_state=True,
+                          initial_state=_map_fields(lambda s, n=n: s[n:n + 1], initial_state))
+            outputs.append(o)
+            finals.append(state)
+        if isinstance(finals[0], torch.Tensor):
+            return torch.cat(outputs, dim=1), torch.cat(finals)
+        return torch.cat(outputs, dim=1), type(finals[0])(*(torch.cat(f) for f in zip(*finals, strict=True)))
+
+    return run
+
+
+def _map_fields(fn, state):
+    return fn(state) if isinstance(state, torch.Tensor) else type(state)(*(fn(s) for s in state))

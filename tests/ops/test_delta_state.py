@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import assert_all_close, assert_close, random_log_gate, random_qkv, rel_rms, run_with_grads
+from helpers import assert_all_close, assert_close, per_sequence, random_log_gate, random_qkv, rel_rms, run_with_grads
 from regmem.ops import delta_product, delta_rule, gated_delta_rule, leaky_lms
 
 OPS = {
@@ -80,17 +80,7 @@ def test_cu_seqlens_equals_per_sequence_calls_with_grads(name, mode):
 
     packed = run_with_grads(partial(op, cu_seqlens=cu), {**tokens, "initial_state": state})
 
-    def per_sequence(initial_state, output_final_state, **tokens):
-        outs, finals = [], []
-        for n in range(N):
-            a, b = cu[n].item(), cu[n + 1].item()
-            pieces = {m: t[:, a:b] for m, t in tokens.items()}
-            o, s = op(**pieces, initial_state=initial_state[n:n + 1], output_final_state=True)
-            outs.append(o)
-            finals.append(s)
-        return torch.cat(outs, dim=1), torch.cat(finals)
-
-    expected = run_with_grads(per_sequence, {**tokens, "initial_state": state})
+    expected = run_with_grads(per_sequence(op, cu), {**tokens, "initial_state": state})
     assert_all_close(packed, expected, "cu_seqlens vs per-sequence")
 
 

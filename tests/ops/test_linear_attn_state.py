@@ -8,7 +8,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import assert_all_close, assert_close, random_log_gate, random_qkv, rel_rms, run_with_grads
+from helpers import assert_all_close, assert_close, per_sequence, random_log_gate, random_qkv, rel_rms, run_with_grads
 from regmem.ops import NormalizedState, gated_linear_attn, linear_attn
 
 OPS = {
@@ -67,22 +67,7 @@ def test_cu_seqlens_equals_per_sequence_calls_with_grads(name, mode):
 
     packed = run_with_grads(partial(op, cu_seqlens=cu), {**tokens, "initial_state": state})
 
-    def per_sequence(initial_state, output_final_state, **tokens):
-        outs, finals = [], []
-        for n in range(N):
-            a, b = cu[n].item(), cu[n + 1].item()
-            s0 = type(initial_state)(*(s[n:n + 1] for s in initial_state)) if name == "normalized" \
-                else initial_state[n:n + 1]
-            o, s = op(**{m: t[:, a:b] for m, t in tokens.items()}, initial_state=s0, output_final_state=True)
-            outs.append(o)
-            finals.append(s)
-        if name == "normalized":
-            final = NormalizedState(*(torch.cat(f) for f in zip(*finals, strict=True)))
-        else:
-            final = torch.cat(finals)
-        return torch.cat(outs, dim=1), final
-
-    expected = run_with_grads(per_sequence, {**tokens, "initial_state": state})
+    expected = run_with_grads(per_sequence(op, cu), {**tokens, "initial_state": state})
     assert_all_close(packed, expected, "cu_seqlens vs per-sequence")
 
 

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_multi_step_gd_forms import gd_inputs
 
-from helpers import assert_all_close, assert_close, rel_rms, run_with_grads
-from regmem.ops import GDStats, multi_step_gd
+from helpers import assert_all_close, assert_close, per_sequence, rel_rms, run_with_grads
+from regmem.ops import multi_step_gd
 
 MODES = ["chunk", "recurrent", "reference"]
 
@@ -62,17 +62,7 @@ def test_cu_seqlens_equals_per_sequence_calls_with_grads(mode):
     state = gd_inputs(N, 1, H, K, V, 2)["initial_state"]
     packed = run_with_grads(partial(op, cu_seqlens=cu), {**tokens, "initial_state": state})
 
-    def per_sequence(initial_state, output_final_state, **tokens):
-        outs, finals = [], []
-        for n in range(N):
-            a, b = cu[n].item(), cu[n + 1].item()
-            s0 = GDStats(initial_state.R[n:n + 1], initial_state.C[n:n + 1])
-            o, s = op(**{m: t[:, a:b] for m, t in tokens.items()}, initial_state=s0, output_final_state=True)
-            outs.append(o)
-            finals.append(s)
-        return torch.cat(outs, dim=1), GDStats(torch.cat([f.R for f in finals]), torch.cat([f.C for f in finals]))
-
-    expected = run_with_grads(per_sequence, {**tokens, "initial_state": state})
+    expected = run_with_grads(per_sequence(op, cu), {**tokens, "initial_state": state})
     assert_all_close(packed, expected, "cu_seqlens vs per-sequence")
 
 

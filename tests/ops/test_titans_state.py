@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_titans_forms import titans_inputs
 
-from helpers import assert_all_close, assert_close, rel_rms, run_with_grads
+from helpers import assert_all_close, assert_close, per_sequence, rel_rms, run_with_grads
 from regmem.ops import MomentumState, momentum_delta_rule
 
 MODES = ["chunk", "recurrent", "reference"]
@@ -66,18 +66,7 @@ def test_cu_seqlens_equals_per_sequence_calls_with_grads(mode):
                           torch.randn(N, H, K, V, generator=gen, dtype=torch.float64))
     packed = run_with_grads(partial(op, cu_seqlens=cu), {**tokens, "initial_state": state})
 
-    def per_sequence(initial_state, output_final_state, **tokens):
-        outs, finals = [], []
-        for n in range(N):
-            a, b = cu[n].item(), cu[n + 1].item()
-            s0 = MomentumState(initial_state.S[n:n + 1], initial_state.P[n:n + 1])
-            o, s = op(**{m: t[:, a:b] for m, t in tokens.items()}, initial_state=s0, output_final_state=True)
-            outs.append(o)
-            finals.append(s)
-        final = MomentumState(torch.cat([f.S for f in finals]), torch.cat([f.P for f in finals]))
-        return torch.cat(outs, dim=1), final
-
-    expected = run_with_grads(per_sequence, {**tokens, "initial_state": state})
+    expected = run_with_grads(per_sequence(op, cu), {**tokens, "initial_state": state})
     assert_all_close(packed, expected, "cu_seqlens vs per-sequence")
 
 
