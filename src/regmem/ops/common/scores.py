@@ -1,7 +1,9 @@
 """Decayed intra-chunk scores, shared by every chunk form with log gates (linear attention, delta rules).
 
 A_ts = sum_k q_tk k_sk exp(sum_{s<j<=t} g_jk) for s <= t and 0 above the diagonal, over chunks:
-q, k: [B, H, N, C, K]; g: [B, H, N, C] (scalar) or [B, H, N, C, K] (diagonal). No exponent is ever positive.
+q: [..., B, H, N, C, K]; k: [B, H, N, C, K]; g: [B, H, N, C] (scalar) or [B, H, N, C, K] (diagonal). Leading
+dims of q share one decay construction: a caller needing scores of several queries against the same keys
+(the delta rule: keys and queries) stacks them and pays for the decay tensors once. No exponent is positive.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ SUB_CHUNK = 8  # secondary chunk for diagonal gates: bounds the explicit [c, c, 
 
 
 def decayed_scores(q: torch.Tensor, k: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """[B, H, N, C, K] x [B, H, N, C, K] with a scalar or diagonal log gate -> A: [B, H, N, C, C]."""
+    """[..., B, H, N, C, K] x [B, H, N, C, K] with a scalar or diagonal log gate -> A: [..., B, H, N, C, C]."""
     return scalar_decayed_scores(q, k, g) if g.ndim == 4 else diagonal_decayed_scores(q, k, g)
 
 
@@ -27,10 +29,10 @@ def scalar_decayed_scores(q, k, g):
 
 def diagonal_decayed_scores(q, k, g):
     """Diagonal gate g: [B, H, N, C, K]: A_ts = sum_k q_tk k_sk exp(sum_{s<j<=t} g_jk), via sub-chunks."""
-    C = q.shape[3]
+    C = k.shape[3]
     c = min(SUB_CHUNK, C)
-    qs, ks, gs = (rearrange(x, "b h n (i c) k -> b h n i c k", c=c) for x in (q, k, g))  # [B, H, N, I, c, K]
-    I = qs.shape[3]
+    qs, ks, gs = (rearrange(x, "... (i c) k -> ... i c k", c=c) for x in (q, k, g))  # [(..), B, H, N, I, c, K]
+    I = ks.shape[3]
 
     # Pairs inside one sub-chunk: the explicit per-channel decay tensor, channel-last. Within c <= 8 steps the
     # difference of two in-block cumsums keeps float32 accuracy (|sum| <= 8 max|g|), unlike a chunk-long cumsum.
@@ -38,19 +40,19 @@ def diagonal_decayed_scores(q, k, g):
     causal = torch.ones(c, c, dtype=torch.bool, device=q.device).tril().unsqueeze(-1)  # [c(t), c(s), 1]
     log_L = (a.unsqueeze(-2) - a.unsqueeze(-3)).masked_fill(~causal, float("-inf"))  # [B, H, N, I, c, c, K]
     W = torch.exp(log_L) * ks.unsqueeze(-3)  # [B, H, N, I, c(t), c(s), K], W_ts = L_ts ⊙ k_s
-    A_diag = (W @ qs.unsqueeze(-1)).squeeze(-1)  # [B, H, N, I, c, c], A_ts = W_ts . q_t
+    A_diag = (W @ qs.unsqueeze(-1)).squeeze(-1)  # [(..), B, H, N, I, c, c], A_ts = W_ts . q_t
 
     # Pairs in sub-chunks j < i: decay t <- start of i, start of i <- end of j, end of j <- s.
-    q_in = qs * torch.exp(a)  # [B, H, N, I, c, K]
+    q_in = qs * torch.exp(a)  # [(..), B, H, N, I, c, K]
     k_out = ks * torch.exp(suffix_exclusive(gs, dim=4))  # [B, H, N, I, c, K]
     log_through = segsum(rearrange(gs.sum(dim=4), "b h n i k -> b h n k i"))  # [B, H, N, K, I, I]
     # sum_{m=j+1}^{i-1} of sub-chunk totals = log_through[i - 1, j]; row i = 0 has no earlier sub-chunk
     no_earlier = torch.full_like(log_through[..., :1, :], float("-inf"))  # [B, H, N, K, 1, I]
     log_between = torch.cat([no_earlier, log_through[..., :-1, :]], dim=-2)  # [B, H, N, K, I, I]
     between = torch.exp(log_between)  # [B, H, N, K, I(i), I(j)], zero for j >= i
-    q_ij = torch.einsum("bhnitk,bhnkij->bhnijtk", q_in, between)  # [B, H, N, I, I, c, K]
-    A_off = torch.einsum("bhnijtk,bhnjsk->bhnitjs", q_ij, k_out)  # [B, H, N, I, c, I, c]
+    q_ij = torch.einsum("...itk,...kij->...ijtk", q_in, between)  # [(..), B, H, N, I, I, c, K]
+    A_off = torch.einsum("...ijtk,...jsk->...itjs", q_ij, k_out)  # [(..), B, H, N, I, c, I, c]
 
     eye = torch.eye(I, dtype=A_diag.dtype, device=q.device)
-    A = A_off + torch.einsum("bhnits,ij->bhnitjs", A_diag, eye)  # [B, H, N, I, c, I, c]
-    return rearrange(A, "b h n i t j s -> b h n (i t) (j s)")  # [B, H, N, C, C]
+    A = A_off + torch.einsum("...its,ij->...itjs", A_diag, eye)  # [(..), B, H, N, I, c, I, c]
+    return rearrange(A, "... i t j s -> ... (i t) (j s)")  # [(..), B, H, N, C, C]

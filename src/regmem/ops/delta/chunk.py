@@ -46,8 +46,8 @@ def delta_chunk_core(q, k, v, g, beta, *, initial_state, chunk_size):
 
     # Step 2: decayed scores within the chunk: key-key (strictly lower, the UT system) and query-key (s <= t).
     strictly_lower = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=q.device).tril(-1)
-    A = (beta * _scores(k, k, g)).masked_fill(~strictly_lower, 0.0)  # [B, H, N, C, C]
-    P = _scores(q, k, g)  # [B, H, N, C, C]
+    KK, P = _scores(torch.stack([k, q]), k, g).unbind(0)  # [B, H, N, C, C] each, one decay construction
+    A = (beta * KK).masked_fill(~strictly_lower, 0.0)  # [B, H, N, C, C]
 
     # Step 3: UT transform, one unit-lower-triangular solve per chunk for both WY factors at once.
     rhs = torch.cat([beta * k_in, beta * v], dim=-1)  # [B, H, N, C, K + V]
@@ -84,9 +84,10 @@ def _decayed_keys(q, k, g):
 
 
 def _scores(x, y, g):
-    """x, y: [B, H, N, C, K] -> [B, H, N, C, C], sum_k x_tk y_sk exp(sum_{s<j<=t} g_jk) for s <= t, else 0."""
+    """x: [..., B, H, N, C, K], y: [B, H, N, C, K] -> [..., B, H, N, C, C],
+    sum_k x_tk y_sk exp(sum_{s<j<=t} g_jk) for s <= t, else 0."""
     if g is None:
-        C = x.shape[3]
+        C = y.shape[3]
         causal = torch.ones(C, C, dtype=torch.bool, device=x.device).tril()
         return (x @ y.transpose(-1, -2)).masked_fill(~causal, 0.0)
     return decayed_scores(x, y, g)
