@@ -106,3 +106,23 @@ def per_sequence(op, cu_seqlens: torch.Tensor):
 
 def _map_fields(fn, state):
     return fn(state) if isinstance(state, torch.Tensor) else type(state)(*(fn(s) for s in state))
+
+
+def assert_decoding_equals_full(op, tokens: dict, *, prefill: int, initial_state=None, chunk_size: int = 16):
+    """A chunk-form prefill of the first `prefill` tokens (none if 0), then one recurrent call per token carrying
+    the state, as a decoder does, equals one chunk-form call: outputs and every field of the final state."""
+    o_full, state_full = op(**tokens, initial_state=initial_state, output_final_state=True, chunk_size=chunk_size)
+    T = next(iter(tokens.values())).shape[1]
+    pieces, state = [], initial_state
+    if prefill:
+        o, state = op(**{n: t[:, :prefill] for n, t in tokens.items()}, initial_state=state,
+                      output_final_state=True, chunk_size=chunk_size)
+        pieces.append(o)
+    for t in range(prefill, T):
+        o, state = op(**{n: x[:, t:t + 1] for n, x in tokens.items()}, initial_state=state, output_final_state=True,
+                      mode="recurrent")
+        pieces.append(o)
+    assert_close(torch.cat(pieces, dim=1), o_full, "o")
+    expected = flatten_state(state_full)
+    for name, field in flatten_state(state).items():
+        assert_close(field, expected[name], name)

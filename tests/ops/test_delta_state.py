@@ -9,7 +9,16 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import assert_all_close, assert_close, per_sequence, random_log_gate, random_qkv, rel_rms, run_with_grads
+from helpers import (
+    assert_all_close,
+    assert_close,
+    assert_decoding_equals_full,
+    per_sequence,
+    random_log_gate,
+    random_qkv,
+    rel_rms,
+    run_with_grads,
+)
 from regmem.ops import delta_product, delta_rule, gated_delta_rule, leaky_lms
 
 OPS = {
@@ -110,12 +119,4 @@ def test_bf16_long_sequence_is_finite_and_close_to_float32(name):
 def test_token_by_token_decoding_equals_the_chunk_forward(name):
     """A decoder calls the recurrent form by name, one token at a time, carrying the state."""
     op, kind = OPS[name]
-    tokens = _tokens(kind, 2, 21, 2, 4, 3)
-    o_full, S_full = op(**tokens, output_final_state=True, chunk_size=8)
-    state, pieces = torch.zeros_like(S_full), []
-    for t in range(21):
-        o, state = op(**{n: x[:, t:t + 1] for n, x in tokens.items()}, initial_state=state, output_final_state=True,
-                      mode="recurrent")
-        pieces.append(o)
-    assert_close(torch.cat(pieces, dim=1), o_full, "o")
-    assert_close(state, S_full, "final state")
+    assert_decoding_equals_full(op, _tokens(kind, 2, 21, 2, 4, 3), prefill=0, chunk_size=8)

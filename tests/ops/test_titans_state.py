@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_titans_forms import titans_inputs
 
-from helpers import assert_all_close, assert_close, per_sequence, rel_rms, run_with_grads
+from helpers import assert_all_close, assert_close, assert_decoding_equals_full, per_sequence, rel_rms, run_with_grads
 from regmem.ops import MomentumState, momentum_delta_rule
 
 MODES = ["chunk", "recurrent", "reference"]
@@ -40,18 +40,8 @@ def test_split_and_carry_state_equals_one_call(mode, cuts):
 def test_step_by_step_decoding_equals_the_parallel_forward():
     """A chunk-form prefill followed by one recurrent call per token equals one chunk-form call."""
     tokens = titans_inputs(1, 40, 2, 5, 4, strength=0.5)
-    o_full, state_full = momentum_delta_rule(**tokens, output_final_state=True, chunk_size=16)
-    prefix = {n: t[:, :23] for n, t in tokens.items() if n != "initial_state"}
-    o, state = momentum_delta_rule(**prefix, initial_state=tokens["initial_state"], output_final_state=True,
-                                   chunk_size=16)
-    pieces = [o]
-    for t in range(23, 40):
-        step = {n: x[:, t:t + 1] for n, x in tokens.items() if n != "initial_state"}
-        o, state = momentum_delta_rule(**step, initial_state=state, output_final_state=True, mode="recurrent")
-        pieces.append(o)
-    assert_close(torch.cat(pieces, dim=1), o_full, "o")
-    assert_close(state.S, state_full.S, "state.S")
-    assert_close(state.P, state_full.P, "state.P")
+    initial_state = tokens.pop("initial_state")
+    assert_decoding_equals_full(momentum_delta_rule, tokens, prefill=23, initial_state=initial_state)
 
 
 @pytest.mark.parametrize("mode", MODES)
