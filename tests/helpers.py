@@ -126,3 +126,28 @@ def assert_decoding_equals_full(op, tokens: dict, *, prefill: int, initial_state
     expected = flatten_state(state_full)
     for name, field in flatten_state(state).items():
         assert_close(field, expected[name], name)
+
+
+def assert_forms_agree(op, inputs: dict, chunk_size: int) -> None:
+    """recurrent == reference and chunk == reference: outputs, state fields and every gradient."""
+    from functools import partial
+
+    expected = run_with_grads(partial(op, mode="reference"), inputs)
+    assert_all_close(run_with_grads(partial(op, mode="recurrent"), inputs), expected, "recurrent vs reference")
+    chunk = partial(op, mode="chunk", chunk_size=chunk_size)
+    assert_all_close(run_with_grads(chunk, inputs), expected, "chunk vs reference")
+
+
+def assert_split_equals_one_call(op, tokens: dict, cuts) -> None:
+    """Cutting the sequence at `cuts` and carrying the final state into the next call equals one call."""
+    T = next(iter(tokens.values())).shape[1]
+    o_full, state_full = op(**tokens, output_final_state=True)
+    bounds = [0, *sorted(cuts), T]
+    state, pieces = None, []
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        o, state = op(**{n: t[:, a:b] for n, t in tokens.items()}, initial_state=state, output_final_state=True)
+        pieces.append(o)
+    assert_close(torch.cat(pieces, dim=1), o_full, "o")
+    expected = flatten_state(state_full)
+    for name, field in flatten_state(state).items():
+        assert_close(field, expected[name], f"final {name}")

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import assert_all_close, random_log_gate, random_qkv, run_with_grads
+from helpers import assert_all_close, assert_forms_agree, random_log_gate, random_qkv, run_with_grads
 from regmem.ops import (
     decoupled_gated_delta_rule,
     delta_product,
@@ -45,18 +45,11 @@ def _inputs(B, T, H, K, V, *, dtype=torch.float64, gate=None, strength=1.0, with
     return inputs
 
 
-def _assert_forms_agree(op, inputs, chunk_size):
-    expected = run_with_grads(partial(op, mode="reference"), inputs)
-    assert_all_close(run_with_grads(partial(op, mode="recurrent"), inputs), expected, "recurrent vs reference")
-    chunk = partial(op, mode="chunk", chunk_size=chunk_size)
-    assert_all_close(run_with_grads(chunk, inputs), expected, "chunk vs reference")
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_delta_rule_forms_match_reference_with_grads(shape, dtype):
     *dims, C = shape
-    _assert_forms_agree(delta_rule, _inputs(*dims, dtype=dtype), chunk_size=C)
+    assert_forms_agree(delta_rule, _inputs(*dims, dtype=dtype), chunk_size=C)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -65,7 +58,7 @@ def test_delta_rule_forms_match_reference_with_grads(shape, dtype):
 @pytest.mark.parametrize("strength", STRENGTHS)
 def test_gated_delta_rule_forms_match_reference_with_grads(shape, dtype, gate, strength):
     *dims, C = shape
-    _assert_forms_agree(gated_delta_rule, _inputs(*dims, dtype=dtype, gate=gate, strength=strength), chunk_size=C)
+    assert_forms_agree(gated_delta_rule, _inputs(*dims, dtype=dtype, gate=gate, strength=strength), chunk_size=C)
 
 
 def _parameterised(name, dtype):
@@ -99,7 +92,7 @@ def _parameterised(name, dtype):
 @pytest.mark.parametrize("name", ["longhorn", "nlms", "leaky_lms", "decoupled", "multistep", "delta_product"])
 def test_parameterisation_forms_match_reference_with_grads(name, dtype):
     op, inputs = _parameterised(name, dtype)
-    _assert_forms_agree(op, inputs, chunk_size=16)
+    assert_forms_agree(op, inputs, chunk_size=16)
 
 
 @given(

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from helpers import (
     assert_all_close,
-    assert_close,
     assert_decoding_equals_full,
+    assert_split_equals_one_call,
     per_sequence,
     random_log_gate,
     random_qkv,
@@ -65,14 +65,7 @@ def test_split_and_carry_state_equals_one_call(name, mode, cuts):
     op, kind = OPS[name]
     op = _form(op, mode)
     tokens = _tokens(kind, 2, 50, 2, 4, 3)
-    o_full, S_full = op(**tokens, output_final_state=True)
-    bounds = [0, *sorted(cuts), 50]
-    state, pieces = None, []
-    for a, b in zip(bounds, bounds[1:], strict=False):
-        o, state = op(**{n: t[:, a:b] for n, t in tokens.items()}, initial_state=state, output_final_state=True)
-        pieces.append(o)
-    assert_close(torch.cat(pieces, dim=1), o_full, "o")
-    assert_close(state, S_full, "final state")
+    assert_split_equals_one_call(op, tokens, cuts)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import assert_all_close, random_log_gate, random_qkv, run_with_grads
+from helpers import assert_all_close, assert_forms_agree, random_log_gate, random_qkv, run_with_grads
 from regmem.ops import NormalizedState, gated_linear_attn, linear_attn
 from regmem.ops.feature_maps import RandomFeatures
 
@@ -33,17 +33,10 @@ def _inputs(shape, dtype, gate=None, strength=1.0, with_state=True):
     return inputs
 
 
-def _assert_forms_agree(op, inputs, chunk_size):
-    expected = run_with_grads(partial(op, mode="reference"), inputs)
-    assert_all_close(run_with_grads(partial(op, mode="recurrent"), inputs), expected, "recurrent vs reference")
-    chunk = partial(op, mode="chunk", chunk_size=chunk_size)
-    assert_all_close(run_with_grads(chunk, inputs), expected, "chunk vs reference")
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_linear_attn_forms_match_reference_with_grads(shape, dtype):
-    _assert_forms_agree(linear_attn, _inputs(shape, dtype), chunk_size=shape[-1])
+    assert_forms_agree(linear_attn, _inputs(shape, dtype), chunk_size=shape[-1])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -52,7 +45,7 @@ def test_linear_attn_forms_match_reference_with_grads(shape, dtype):
 @pytest.mark.parametrize("strength", [pytest.param(0.0, id="g0"), pytest.param(1.0, id="g1"),
                                       pytest.param(20.0, id="g20")])
 def test_gated_linear_attn_forms_match_reference_with_grads(shape, dtype, gate, strength):
-    _assert_forms_agree(gated_linear_attn, _inputs(shape, dtype, gate, strength), chunk_size=shape[-1])
+    assert_forms_agree(gated_linear_attn, _inputs(shape, dtype, gate, strength), chunk_size=shape[-1])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -61,7 +54,7 @@ def test_feature_mapped_forms_match_reference_with_grads(feature_map, dtype):
     B, T, H, K, V = 1, 45, 2, 4, 5
     inputs = _inputs((B, T, H, K, V, 16), dtype, with_state=False)
     op = partial(linear_attn, feature_map=feature_map)
-    _assert_forms_agree(op, inputs, chunk_size=16)
+    assert_forms_agree(op, inputs, chunk_size=16)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -74,7 +67,7 @@ def test_normalized_forms_match_reference_with_grads(dtype):
         torch.randn(B, H, F, V, generator=gen, dtype=dtype), torch.rand(B, H, F, generator=gen, dtype=dtype) + 1
     )
     op = partial(linear_attn, feature_map=RandomFeatures(K, F, seed=5), normalize=True)
-    _assert_forms_agree(op, inputs, chunk_size=16)
+    assert_forms_agree(op, inputs, chunk_size=16)
 
 
 @given(

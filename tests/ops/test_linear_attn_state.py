@@ -8,7 +8,15 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import assert_all_close, assert_close, per_sequence, random_log_gate, random_qkv, rel_rms, run_with_grads
+from helpers import (
+    assert_all_close,
+    assert_split_equals_one_call,
+    per_sequence,
+    random_log_gate,
+    random_qkv,
+    rel_rms,
+    run_with_grads,
+)
 from regmem.ops import NormalizedState, gated_linear_attn, linear_attn
 
 OPS = {
@@ -36,16 +44,7 @@ def test_split_and_carry_state_equals_one_call(name, mode, cuts):
     op, gate = OPS[name]
     op = partial(op, mode=mode) if mode != "chunk" else partial(op, mode="chunk", chunk_size=16)
     tokens = _tokens(gate, 2, 50, 2, 4, 3)
-    o_full, S_full = op(**tokens, output_final_state=True)
-    bounds = [0, *sorted(cuts), 50]
-    state, pieces = None, []
-    for a, b in zip(bounds, bounds[1:], strict=False):
-        o, state = op(**{n: t[:, a:b] for n, t in tokens.items()}, initial_state=state, output_final_state=True)
-        pieces.append(o)
-    assert_close(torch.cat(pieces, dim=1), o_full, "o")
-    for part, full in zip(state if name == "normalized" else [state], S_full if name == "normalized" else [S_full],
-                          strict=True):
-        assert_close(part, full, "final state")
+    assert_split_equals_one_call(op, tokens, cuts)
 
 
 @pytest.mark.parametrize("mode", ["chunk", "recurrent", "reference"])

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import assert_all_close, random_qkv, run_with_grads
+from helpers import assert_all_close, assert_forms_agree, random_qkv, run_with_grads
 from regmem.ops import GDStats, multi_step_gd
 
 SHAPES = [
@@ -38,20 +38,12 @@ def gd_inputs(B, T, H, K, V, I, *, dtype=torch.float64, with_state=True, seed=0)
     return inputs
 
 
-def _assert_forms_agree(inputs, chunk_size):
-    expected = run_with_grads(partial(multi_step_gd, mode="reference"), inputs)
-    assert_all_close(run_with_grads(partial(multi_step_gd, mode="recurrent"), inputs), expected,
-                     "recurrent vs reference")
-    chunk = run_with_grads(partial(multi_step_gd, mode="chunk", chunk_size=chunk_size), inputs)
-    assert_all_close(chunk, expected, "chunk vs reference")
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("steps", [pytest.param(1, id="I1"), pytest.param(3, id="I3")])
 def test_multi_step_gd_forms_match_reference_with_grads(shape, dtype, steps):
     B, T, H, K, V, C = shape
-    _assert_forms_agree(gd_inputs(B, T, H, K, V, steps, dtype=dtype), chunk_size=C)
+    assert_forms_agree(multi_step_gd, gd_inputs(B, T, H, K, V, steps, dtype=dtype), chunk_size=C)
 
 
 @given(
@@ -77,7 +69,7 @@ def test_forms_agree_for_a_non_symmetric_initial_R():
     R, C = inputs["initial_state"]
     inputs["initial_state"] = GDStats(R + 0.3 * torch.randn(R.shape, dtype=R.dtype,
                                                             generator=torch.Generator().manual_seed(7)), C)
-    _assert_forms_agree(inputs, chunk_size=16)
+    assert_forms_agree(multi_step_gd, inputs, chunk_size=16)
 
 
 @pytest.mark.parametrize("chunk_size", [16, 32, 64])

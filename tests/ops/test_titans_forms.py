@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import assert_all_close, random_log_gate, random_qkv, run_with_grads
+from helpers import assert_all_close, assert_forms_agree, random_log_gate, random_qkv, run_with_grads
 from regmem.ops import MomentumState, momentum_delta_rule
 
 SHAPES = [
@@ -40,20 +40,12 @@ def titans_inputs(B, T, H, K, V, *, strength=1.0, dtype=torch.float64, with_stat
     return inputs
 
 
-def _assert_forms_agree(inputs, chunk_size):
-    expected = run_with_grads(partial(momentum_delta_rule, mode="reference"), inputs)
-    recurrent = run_with_grads(partial(momentum_delta_rule, mode="recurrent"), inputs)
-    assert_all_close(recurrent, expected, "recurrent vs reference")
-    chunk = run_with_grads(partial(momentum_delta_rule, mode="chunk", chunk_size=chunk_size), inputs)
-    assert_all_close(chunk, expected, "chunk vs reference")
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("strength", STRENGTHS)
 def test_momentum_delta_rule_forms_match_reference_with_grads(shape, dtype, strength):
     B, T, H, K, V, C = shape
-    _assert_forms_agree(titans_inputs(B, T, H, K, V, strength=strength, dtype=dtype), chunk_size=C)
+    assert_forms_agree(momentum_delta_rule, titans_inputs(B, T, H, K, V, strength=strength, dtype=dtype), chunk_size=C)
 
 
 @given(

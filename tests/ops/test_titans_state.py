@@ -10,7 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_titans_forms import titans_inputs
 
-from helpers import assert_all_close, assert_close, assert_decoding_equals_full, per_sequence, rel_rms, run_with_grads
+from helpers import (
+    assert_all_close,
+    assert_decoding_equals_full,
+    assert_split_equals_one_call,
+    per_sequence,
+    rel_rms,
+    run_with_grads,
+)
 from regmem.ops import MomentumState, momentum_delta_rule
 
 MODES = ["chunk", "recurrent", "reference"]
@@ -26,15 +33,7 @@ def _op(mode):
 def test_split_and_carry_state_equals_one_call(mode, cuts):
     op = _op(mode)
     tokens = titans_inputs(2, 50, 2, 4, 3, strength=0.5, with_state=False)
-    o_full, state_full = op(**tokens, output_final_state=True)
-    bounds = [0, *sorted(cuts), 50]
-    state, pieces = None, []
-    for a, b in zip(bounds, bounds[1:], strict=False):
-        o, state = op(**{n: t[:, a:b] for n, t in tokens.items()}, initial_state=state, output_final_state=True)
-        pieces.append(o)
-    assert_close(torch.cat(pieces, dim=1), o_full, "o")
-    assert_close(state.S, state_full.S, "final state.S")
-    assert_close(state.P, state_full.P, "final state.P")
+    assert_split_equals_one_call(op, tokens, cuts)
 
 
 def test_step_by_step_decoding_equals_the_parallel_forward():
