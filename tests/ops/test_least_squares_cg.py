@@ -1,0 +1,71 @@
+"""The conjugate-gradient solver of least_squares_chunk (MesaNet, ttr.md Appendix A.1) converges to the exact
+Cholesky solve: in exact arithmetic CG solves an F x F system in F steps, so F + 2 steps reach float64 rounding."""
+
+from functools import partial
+
+import pytest
+import torch
+from test_least_squares_forms import ls_inputs
+
+from helpers import run_with_grads
+from regmem.ops.regression import LeastSquaresState, least_squares_chunk
+
+
+@pytest.mark.parametrize("gate", [pytest.param(None, id="uniform"), pytest.param(1.0, id="decay")])
+@pytest.mark.parametrize("T", [pytest.param(1, id="T1"), pytest.param(45, id="T45")])
+def test_cg_converges_to_the_cholesky_solve(gate, T):
+    K = 8
+    inputs = ls_inputs(2, T, 2, K, 5, gate=gate, ridge="per_channel")
+    exact = run_with_grads(partial(least_squares_chunk, chunk_size=16), inputs)
+    cg = run_with_grads(partial(least_squares_chunk, chunk_size=16, solver="cg", cg_steps=K + 2), inputs)
+    for name, expected in exact.items():
+        err = (cg[name] - expected).abs().max() / expected.abs().max().clamp_min(1.0)
+        assert err < 1e-8, f"{name}: CG error {err:.3g}"
+
+
+def test_cg_error_shrinks_with_the_number_of_steps():
+    inputs = ls_inputs(1, 60, 2, 16, 4, gate=0.5, ridge="scalar")
+    exact, _ = least_squares_chunk(**inputs, chunk_size=16)
+    errors = [(least_squares_chunk(**inputs, chunk_size=16, solver="cg", cg_steps=n)[0] - exact).abs().max()
+              for n in (0, 2, 4, 8)]
+    assert all(b < a for a, b in zip(errors, errors[1:], strict=False)), errors
+    assert errors[-1] < 1e-2 * errors[0]  # half of F = 16 steps: two orders of magnitude on this well-posed system
+
+
+@pytest.mark.parametrize(("override", "name"), [
+    ({"solver": "lu"}, "solver"),
+    ({"cg_steps": -1}, "cg_steps"),
+    ({"cg_steps": 2.5}, "cg_steps"),
+])
+def test_bad_solver_arguments_raise(override, name):
+    inputs = ls_inputs(1, 5, 1, 3, 2, with_state=False)
+    with pytest.raises(ValueError, match=name):
+        least_squares_chunk(**inputs, **override)
+
+
+def test_cg_handles_an_exactly_solved_system():
+    """Orthonormal keys, ridge 0 and R_0 = I: the Jacobi start x_0 is already exact; the steps must stay finite."""
+    K = 4
+    q = torch.randn(1, 3, 1, K, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    k = torch.eye(K, dtype=torch.float64)[:3].reshape(1, 3, 1, K)
+    v = torch.ones(1, 3, 1, 2, dtype=torch.float64)
+    R0 = torch.eye(K, dtype=torch.float64).expand(1, 1, K, K)
+    state = LeastSquaresState(R0, torch.zeros(1, 1, K, 2, dtype=torch.float64))
+    o_cg, _ = least_squares_chunk(q, k, v, ridge=0.0, initial_state=state, solver="cg", cg_steps=5)
+    o, _ = least_squares_chunk(q, k, v, ridge=0.0, initial_state=state)
+    torch.testing.assert_close(o_cg, o, rtol=1e-12, atol=1e-12)
+
+
+def test_cg_gradients_stay_finite_where_tokens_converge_early():
+    """Early tokens (t < F) converge in a few CG steps; the remaining steps must not divide 0 by 0 in the
+    forward or the backward (the Mesa layer trained to NaN before the converged tokens were frozen)."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.nn.functional.normalize(torch.randn(2, 100, 1, 64, generator=gen), dim=-1).requires_grad_()
+               for _ in range(3))
+    ridge = torch.full((1, 64), 0.3, requires_grad=True)
+    o, _ = least_squares_chunk(q, k, v, ridge=ridge, solver="cg", cg_steps=30)
+    o.sum().backward()
+    for name, t in (("q", q), ("k", k), ("v", v), ("ridge", ridge)):
+        assert torch.isfinite(t.grad).all(), f"grad_{name} is not finite"
+    exact, _ = least_squares_chunk(q, k, v, ridge=ridge.detach())
+    assert (o - exact).abs().max() < 1e-5
