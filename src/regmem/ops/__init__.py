@@ -51,6 +51,30 @@ from regmem.ops.linear_attn import (
     linear_attn_recurrent,
     linear_attn_reference,
 )
+from regmem.ops.nonparametric import (
+    KVState,
+    attention_weights,
+    kernel_regression,
+    kernel_regression_chunk,
+    kernel_regression_recurrent,
+    kernel_regression_reference,
+    local_linear_attn,
+    local_linear_attn_chunk,
+    local_linear_attn_recurrent,
+    local_linear_attn_reference,
+    local_polynomial_reference,
+    softmax_attn,
+    softmax_attn_chunk,
+    softmax_attn_recurrent,
+    softmax_attn_reference,
+)
+from regmem.ops.regression import (
+    LeastSquaresState,
+    least_squares,
+    least_squares_chunk,
+    least_squares_recurrent,
+    least_squares_reference,
+)
 from regmem.ops.titans import (
     MomentumState,
     momentum_delta_rule,
@@ -60,6 +84,26 @@ from regmem.ops.titans import (
 )
 
 __all__ = [
+    "KVState",
+    "LeastSquaresState",
+    "attention_weights",
+    "kernel_regression",
+    "kernel_regression_chunk",
+    "kernel_regression_recurrent",
+    "kernel_regression_reference",
+    "least_squares",
+    "least_squares_chunk",
+    "least_squares_recurrent",
+    "least_squares_reference",
+    "local_linear_attn",
+    "local_linear_attn_chunk",
+    "local_linear_attn_recurrent",
+    "local_linear_attn_reference",
+    "local_polynomial_reference",
+    "softmax_attn",
+    "softmax_attn_chunk",
+    "softmax_attn_recurrent",
+    "softmax_attn_reference",
     "NormalizedState",
     "feature_maps",
     "gated_linear_attn",
