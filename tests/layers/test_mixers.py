@@ -25,6 +25,12 @@ VARIANTS = {
     "delta_product": {"n_householder": 2},
     "delta_product-3": {"n_householder": 3, "n_kv_heads": 2, "gate": False},
     "titans": {},
+    "mesa": {},
+    "mesa-cg": {"solver": "cg", "cg_steps": 40, "n_kv_heads": 2},
+    "mesa-keyconv-nogate": {"short_conv": 2, "short_conv_on": "k", "write_gate": False, "n_kv_heads": 2},
+    "rls": {"qk_norm": False, "ridge_init": 2.0},
+    "local_linear": {},
+    "local_linear-gqa-conv": {"n_kv_heads": 2, "short_conv": 3, "qk_norm": False},
 }
 
 
@@ -115,4 +121,4 @@ def test_unknown_mixer_and_bad_input_raise():
 
 def test_registry_covers_the_issue_mixers():
     assert set(MIXERS) == {"attn", "linear", "retnet", "mamba2", "gla", "deltanet", "gated_deltanet", "longhorn",
-                           "nlms", "delta_product", "titans"}
+                           "nlms", "delta_product", "titans", "local_linear", "mesa", "rls"}

@@ -7,8 +7,10 @@ from regmem.layers.delta_product import DeltaProduct
 from regmem.layers.deltanet import NLMS, DeltaNet, GatedDeltaNet, Longhorn
 from regmem.layers.gla import GLA
 from regmem.layers.linear_attention import LinearAttention
+from regmem.layers.local_linear import LocalLinearAttention
 from regmem.layers.mamba2 import Mamba2
 from regmem.layers.memory import MemoryMixer, MemoryState
+from regmem.layers.mesa import RLS, Mesa
 from regmem.layers.norm import GatedRMSNorm, l2_normalize
 from regmem.layers.registry import MIXERS, build_mixer
 from regmem.layers.retnet import RetNet
@@ -28,7 +30,10 @@ __all__ = [
     "GatedRMSNorm",
     "KVCache",
     "LinearAttention",
+    "LocalLinearAttention",
     "Mamba2",
+    "Mesa",
+    "RLS",
     "MemoryMixer",
     "MemoryState",
     "Mixer",

@@ -21,7 +21,8 @@ from regmem.layers.norm import GatedRMSNorm, l2_normalize
 
 
 class MemoryState(NamedTuple):
-    """Decoding state of a memory mixer: conv caches [B, D, W - 1] for q, k, v (or None) and the op state."""
+    """Decoding state of a memory mixer: conv caches [B, D, W - 1] for q, k, v (None without convs, or for a
+    projection without one) and the op state."""
 
     conv: tuple[torch.Tensor, ...] | None
     memory: torch.Tensor
@@ -36,6 +37,7 @@ class MemoryMixer(Mixer):
         expand_v: float = 1.0,  # value dim per head = expand_v * head_dim
         n_kv_heads: int | None = None,  # grouped heads for k and v; None means n_heads
         short_conv: int = 4,  # kernel of the causal depthwise conv on q, k, v; 0 = off
+        short_conv_on: str = "qkv",  # which of q, k, v get the conv; "k" is TTR Sec. 6's key-only conv
         qk_norm: bool = False,  # L2-normalise q and k per head
         output_gate: bool = True,  # y = norm(o) ⊙ silu(W_g x)
         norm_eps: float = 1e-5,
@@ -48,10 +50,17 @@ class MemoryMixer(Mixer):
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.key_dim = head_dim or d_model // n_heads
         self.value_dim = int(self.key_dim * expand_v)
+        if not short_conv_on or set(short_conv_on) - set("qkv") or len(set(short_conv_on)) != len(short_conv_on):
+            raise ValueError(f"short_conv_on must name some of 'q', 'k', 'v' once each, got {short_conv_on!r}")
         self.qk_norm, self.chunk_size, self.short_conv = qk_norm, chunk_size, short_conv
         dims = (n_heads * self.key_dim, n_kv_heads * self.key_dim, n_kv_heads * self.value_dim)
         self.q_proj, self.k_proj, self.v_proj = (nn.Linear(d_model, d, bias=False) for d in dims)
-        self.convs = nn.ModuleList(ShortConvolution(d, short_conv) for d in dims) if short_conv else None
+        self.convs = None
+        if short_conv:  # an identity in place of the conv of a projection that has none
+            self.convs = nn.ModuleList(
+                ShortConvolution(d, short_conv) if name in short_conv_on else nn.Identity()
+                for name, d in zip("qkv", dims, strict=True)
+            )
         self.g_proj = nn.Linear(d_model, n_heads * self.value_dim, bias=False) if output_gate else None
         self.o_norm = GatedRMSNorm(self.value_dim, norm_eps) if output_gate else nn.RMSNorm(self.value_dim, norm_eps)
         self.o_proj = nn.Linear(n_heads * self.value_dim, d_model, bias=False)
@@ -76,7 +85,10 @@ class MemoryMixer(Mixer):
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         if self.convs is not None:
             caches = conv_cache if conv_cache is not None else (None, None, None)
-            (q, cq), (k, ck), (v, cv) = (conv(t, c) for conv, t, c in zip(self.convs, (q, k, v), caches, strict=True))
+            (q, cq), (k, ck), (v, cv) = (
+                conv(t, c) if isinstance(conv, ShortConvolution) else (t, None)
+                for conv, t, c in zip(self.convs, (q, k, v), caches, strict=True)
+            )
             conv_cache = (cq, ck, cv)
         q = split_heads(q, self.key_dim)  # [B, T, H, K]
         k = repeat_heads(split_heads(k, self.key_dim), self.n_heads)  # [B, T, H, K]
@@ -99,9 +111,8 @@ class MemoryMixer(Mixer):
     def state_size(self, seq_len: int) -> int:
         conv = 0
         if self.convs is not None:
-            width = (self.n_heads + 2 * self.n_kv_heads) * self.key_dim
-            width += self.n_kv_heads * (self.value_dim - self.key_dim)
-            conv = width * (self.short_conv - 1)
+            conv = sum(c.conv.in_channels for c in self.convs if isinstance(c, ShortConvolution))
+            conv *= self.short_conv - 1
         return self.memory_floats() + conv
 
 

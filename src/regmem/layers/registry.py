@@ -8,7 +8,9 @@ from regmem.layers.delta_product import DeltaProduct
 from regmem.layers.deltanet import NLMS, DeltaNet, GatedDeltaNet, Longhorn
 from regmem.layers.gla import GLA
 from regmem.layers.linear_attention import LinearAttention
+from regmem.layers.local_linear import LocalLinearAttention
 from regmem.layers.mamba2 import Mamba2
+from regmem.layers.mesa import RLS, Mesa
 from regmem.layers.retnet import RetNet
 from regmem.layers.titans import TitansLinear
 
@@ -24,6 +26,9 @@ MIXERS: dict[str, type[Mixer]] = {
     "nlms": NLMS,
     "delta_product": DeltaProduct,
     "titans": TitansLinear,
+    "mesa": Mesa,
+    "rls": RLS,
+    "local_linear": LocalLinearAttention,
 }
 
 

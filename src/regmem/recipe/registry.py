@@ -77,7 +77,7 @@ register(RecipeEntry(
 register(RecipeEntry(
     "softmax_attn",
     Recipe(Weights("query_similarity"), Regressor("local_polynomial", degree=0), Solver("analytic")),
-    "scaled_dot_product_attention(q, k, v)", "eq. (50); L20 (with QK-norm: eq. (51), L21)", ("Transformer",),
+    "softmax_attn(q, k, v) (SDPA)", "eq. (50); L20 (with QK-norm: eq. (51), L21)", ("Transformer",),
     "Nadaraya-Watson with s(k, q) = exp(k.q / sqrt(K))",
 ))
 register(RecipeEntry(
@@ -136,4 +136,45 @@ register(RecipeEntry(
 register(RecipeEntry(
     "multi_step_gd", Recipe(Weights("uniform"), _LINEAR, Solver("gd_steps", steps=2)),
     "multi_step_gd(q, k, v, beta[..., I])", "eq. (18)-(23); L7", (), "I full-batch GD steps from 0 (I=2 shown)",
+))
+
+_ANALYTIC = Solver("analytic")
+register(RecipeEntry(
+    "least_squares", Recipe(Weights("uniform"), _LINEAR, _ANALYTIC), "least_squares(q, k, v, ridge=lam)",
+    "eq. (10)-(11), (25); L1, L8", ("RLS", "mesa-layer", "Intention"),
+    "one Newton step = the exact (ridge) solution",
+))
+register(RecipeEntry(
+    "weighted_least_squares", Recipe(Weights("scalar_decay"), _LINEAR, _ANALYTIC),
+    "least_squares(q, k, v, g, ridge=lam)", "eq. (14)-(15); L5", ("MesaNet", "weighted RLS"),
+    "exponentially forgetting RLS",
+))
+register(RecipeEntry(
+    "feature_least_squares", Recipe(Weights("uniform"), Regressor("feature_linear", feature_map="phi"), _ANALYTIC),
+    "least_squares(q, k, v, feature_map=phi)", "Vignette 1 (nonlinear memory); L4", (),
+    "the optimal feature-map memory",
+))
+register(RecipeEntry(
+    "mesa", Recipe(Weights("scalar_decay"), _LINEAR, Solver("cg")),
+    "least_squares(q, k, v, g, ridge=lam[H, K])", "L5 + MesaNet (ttr.md A.1)", ("MesaNet",),
+    "regmem's chunk form solves exactly (Cholesky); MesaNet runs conjugate gradient",
+))
+register(RecipeEntry(
+    "kernel_regression", Recipe(Weights("uniform"), Regressor("kernel"), _ANALYTIC),
+    "kernel_regression(q, k, v, kernel, ridge)", "eq. (42)-(43); L17", ("Skyformer", "SOFT", "Intention (kernel)"),
+    "exact: a growing t x t Gram solve",
+))
+register(RecipeEntry(
+    "gaussian_nw", Recipe(Weights("query_similarity"), Regressor("local_polynomial", degree=0), _ANALYTIC),
+    "softmax_attn(q, k, v, bandwidth=B) or softmax_attn(q, k, v, qk_norm=True)", "eq. (51); L21",
+    ("QK-norm Transformer",), "s = exp(-|k - q|^2 / B); QK-norm: B = 2 x temperature",
+))
+register(RecipeEntry(
+    "local_linear_attn", Recipe(Weights("query_similarity"), Regressor("local_polynomial", degree=1), _ANALYTIC),
+    "local_linear_attn(q, k, v, ridge)", "eq. (52)-(54); L22", (),
+    "the paper's new layer: softmax attention + a regression correction",
+))
+register(RecipeEntry(
+    "local_polynomial", Recipe(Weights("query_similarity"), Regressor("local_polynomial", degree=2), _ANALYTIC),
+    "local_polynomial_reference(q, k, v, degree=2)", "eq. (48)-(49); L19", (), "reference only (small K)",
 ))

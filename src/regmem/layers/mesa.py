@@ -1,0 +1,84 @@
+"""Mesa: the exact (decay-weighted) ridge-regression memory as a layer — the TTR paper's RLS layer (L1, L5;
+arXiv:2501.12352 Vignettes 1-2, eqs. 11, 15) with MesaNet's learned ridge and write strength (von Oswald et al.
+2025; ttr.md Appendix A.1):
+
+    R_t = gamma_t R_{t-1} + beta_t k_t k_t^T,   S_t = gamma_t S_{t-1} + beta_t k_t v_t^T,
+    o_t = S_t^T (R_t + diag(lambda))^{-1} q_t
+
+with gamma_t = exp(g_t) from Mamba-2's gate (as GatedDeltaNet), beta_t = sigmoid(W_b x_t) and a per-head,
+per-channel ridge lambda = softplus(p) + 0.25 (initialised at 1, MesaNet's parameterisation), which does not
+decay. beta enters the op as k * sqrt(beta), v * sqrt(beta). `decay=False, write_gate=False` is the paper's
+unweighted RLS layer of Sec. 6 (Fig. 3) with a learned ridge.
+
+`solver="cholesky"` (default) trains with the exact chunk form; `solver="cg"` trains with `cg_steps` of conjugate
+gradient per token, as MesaNet does (approximate, ~3x faster on CPU at d_model 64; bench/README). Decoding one
+token always uses the exact recurrent form.
+
+Padding: a padded token gets k = 0 and log-gate 0, so it leaves R and S unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from regmem.layers.memory import MemoryMixer, mask_keys, mask_log_gate
+from regmem.ops import least_squares, least_squares_chunk
+
+RIDGE_FLOOR = 0.25  # MesaNet: lambda = softplus(p) + 0.25 keeps the system well conditioned
+
+
+class Mesa(MemoryMixer):
+    recipe_name = "mesa"
+
+    def __init__(self, d_model: int, n_heads: int, *, decay: bool = True, write_gate: bool = True,
+                 ridge_init: float = 1.0, solver: str = "cholesky", cg_steps: int = 30, qk_norm: bool = True,
+                 **memory_kwargs):
+        super().__init__(d_model, n_heads, qk_norm=qk_norm, **memory_kwargs)
+        if not ridge_init > RIDGE_FLOOR:
+            raise ValueError(f"ridge_init must be > {RIDGE_FLOOR} (the ridge floor), got {ridge_init}")
+        if solver not in ("cholesky", "cg"):
+            raise ValueError(f"solver must be 'cholesky' (exact) or 'cg' (MesaNet's CG), got {solver!r}")
+        self.solver, self.cg_steps = solver, cg_steps
+        self.recipe_name = "mesa" if decay else "least_squares"
+        self.a_proj = nn.Linear(d_model, n_heads, bias=False) if decay else None
+        if decay:
+            self.A_log = nn.Parameter(torch.log(torch.empty(n_heads).uniform_(1.0, 16.0)))
+            dt = torch.exp(torch.empty(n_heads).uniform_(-6.9, -2.3))  # dt in [1e-3, 1e-1], as Mamba-2
+            self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1(dt)
+        self.b_proj = nn.Linear(d_model, n_heads, bias=True) if write_gate else None
+        excess = ridge_init - RIDGE_FLOOR
+        self.ridge_param = nn.Parameter(torch.full((n_heads, self.key_dim), excess + math.log(-math.expm1(-excess))))
+
+    def ridge(self) -> torch.Tensor:
+        return F.softplus(self.ridge_param) + RIDGE_FLOOR  # [H, K]
+
+    def memory(self, x, q, k, v, mask, memory, mode):
+        if self.b_proj is not None:
+            root_beta = torch.sigmoid(self.b_proj(x)).sqrt().unsqueeze(-1)  # [B, T, H, 1]
+            k, v = k * root_beta, v * root_beta
+        g = None
+        if self.a_proj is not None:
+            g = -torch.exp(self.A_log) * F.softplus(self.a_proj(x) + self.dt_bias)  # [B, T, H], log retention
+            g = mask_log_gate(g, mask)
+        k = mask_keys(k, mask)
+        if mode == "chunk" and self.solver == "cg":  # approximate: cg_steps of conjugate gradient per token
+            return least_squares_chunk(q, k, v, g, ridge=self.ridge(), scale=1.0, initial_state=memory,
+                                       output_final_state=True, chunk_size=self.chunk_size, solver="cg",
+                                       cg_steps=self.cg_steps)
+        return least_squares(q, k, v, g, ridge=self.ridge(), scale=1.0, initial_state=memory,
+                             output_final_state=True, mode=mode, chunk_size=self.chunk_size)
+
+    def memory_floats(self) -> int:
+        return self.n_heads * self.key_dim * (self.key_dim + self.value_dim)  # R and S
+
+
+class RLS(Mesa):
+    """The TTR paper's unweighted RLS layer (Sec. 6, Fig. 3): Mesa without decay and write gate,
+    o_t = S_t^T (R_t + diag(lambda))^{-1} q_t over all pairs so far, with a learned ridge."""
+
+    def __init__(self, d_model: int, n_heads: int, **kwargs):
+        super().__init__(d_model, n_heads, decay=False, write_gate=False, **kwargs)
