@@ -4,6 +4,7 @@
     regmem train mqar ...       train one mixer (also under torchrun: DDP)
     regmem recipes              the design space: each op / model with its test-time-regression recipe
     regmem bench ops            time ops and forms; write benchmarks/results/<date>-ops.{json,md}
+    regmem repro NAME           reproduce a seed's figure (ttr-online-regression, ttr-mqar): claim beside result
     regmem showcase             a short tour: every op, its three forms agreeing, and their speed
 """
 
@@ -47,7 +48,7 @@ def _cmd_bench_ops(args) -> None:
     torch.set_num_threads(args.threads or torch.get_num_threads())
     result = run(
         args.ops, args.forms, args.seq_lens, batch=args.batch, heads=args.heads, head_dim=args.head_dim,
-        chunk_size=args.chunk_size, dtype=DTYPES[args.dtype], min_run_time=args.min_run_time,
+        chunk_size=args.chunk_size, dtype=DTYPES[args.dtype], min_run_time=args.min_run_time, memory=args.memory,
     )
     stem = f"{datetime.date.today().isoformat()}-ops"
     json_path, md_path = write(result, Path(args.out_dir), stem)
@@ -112,6 +113,12 @@ def _cmd_showcase(args) -> None:
     showcase(seq_len=args.seq_len)
 
 
+def _cmd_repro(args) -> None:
+    from regmem.experiments.repro import run_repro
+
+    run_repro(args.name, args.out_dir, quick=args.quick)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="regmem",
@@ -128,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     ops.add_argument("--ops", type=_name_list, default=["linear_attn", "gla_scalar", "gla_diagonal"],
                      help="comma-separated cases (see regmem.bench.CASES): linear_attn, linear_attn_normalized, "
                           "gla_scalar, gla_diagonal, delta_rule, gated_delta_rule, gated_delta_rule_diagonal, "
-                          "longhorn, nlms, delta_product, momentum_delta_rule, multi_step_gd")
+                          "longhorn, nlms, delta_product, momentum_delta_rule, multi_step_gd, least_squares, "
+                          "weighted_least_squares, softmax_attn, local_linear_attn, kernel_regression")
     ops.add_argument("--forms", type=_name_list, default=["chunk", "recurrent"],
                      help="comma-separated forms: chunk, recurrent, reference (reference is O(T^2) memory)")
     ops.add_argument("--seq-lens", type=_int_list, default=[1024, 4096, 16384], help="comma-separated T values")
@@ -138,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     ops.add_argument("--chunk-size", type=int, default=64, help="chunk size of the chunk form")
     ops.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="input dtype")
     ops.add_argument("--min-run-time", type=float, default=1.0, help="seconds of timed runs per measurement")
+    ops.add_argument("--memory", action="store_true",
+                     help="also measure each call's peak memory, once, in a fresh process (slower)")
     ops.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     ops.add_argument("--out-dir", default="benchmarks/results", help="where the JSON and markdown go")
     ops.set_defaults(func=_cmd_bench_ops)
@@ -168,6 +178,15 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out-dir")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=_cmd_train)
+
+    repro = commands.add_parser("repro", help="reproduce a seed's figure: paper's claim beside our result")
+    repro.add_argument("name", choices=["ttr-online-regression", "ttr-mqar"],
+                       help="ttr-online-regression: TTR Fig. 2, parameter-free online regression (seconds); "
+                            "ttr-mqar: TTR Fig. 3, one layer + key conv on MQAR, linear attention vs RLS "
+                            "(minutes)")
+    repro.add_argument("--out-dir", default="results/repro", help="where the report, JSON and plot go")
+    repro.add_argument("--quick", action="store_true", help="a seconds-long smoke run, not a reproduction")
+    repro.set_defaults(func=_cmd_repro)
 
     show = commands.add_parser("showcase", help="a short tour of the ops: forms agree, chunk is fast")
     show.add_argument("--seq-len", type=int, default=2048, help="sequence length of the timing runs")

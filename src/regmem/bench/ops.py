@@ -16,11 +16,15 @@ from regmem.ops import (
     delta_rule,
     gated_delta_rule,
     gated_linear_attn,
+    kernel_regression,
+    least_squares,
     linear_attn,
+    local_linear_attn,
     longhorn,
     momentum_delta_rule,
     multi_step_gd,
     nlms,
+    softmax_attn,
 )
 
 
@@ -95,6 +99,35 @@ def _gd_flops(form: str, s: Shape, steps: int = 2) -> float:
     return 2 * s.T * (s.K + s.V) * (1 + steps)
 
 
+def _least_squares_flops(form: str, s: Shape) -> float:
+    """least_squares: R_t per token, a K x K solve, and the read-out o_t = S_t^T z_t."""
+    solve = s.K**3 / 3 + 2 * s.K * s.K  # Cholesky and two triangular solves (or Sherman-Morrison, ~3 K^2)
+    if form == "recurrent":  # R, S updates, P update, z = P q, o = S^T z
+        return 2 * (s.K * s.K + s.K * s.V) + 6 * s.K * s.K + 2 * (s.K * s.K + s.K * s.V)
+    if form == "chunk":  # R_t = decay-matrix @ outer products (C K^2 per token), the solve, then GLA with z
+        return 2 * s.chunk_size * s.K * s.K + 2 * solve + _linear_flops("chunk", s)
+    return 2 * s.T * (s.K * s.K + s.K * s.V) + 2 * solve  # reference: R_t, S_t from the whole prefix
+
+
+def _softmax_flops(form: str, s: Shape) -> float:
+    return s.T * (s.K + s.V)  # q.k and p v over the causal half (T / 2 keys per query on average)
+
+
+def _local_linear_flops(form: str, s: Shape) -> float:
+    """Moments sum p [1, k, k k^T / 2, v, v k^T] over T / 2 keys per query, then one K x K solve."""
+    features = 1 + s.K + s.K * (s.K + 1) / 2 + s.V + s.V * s.K
+    return s.T * (s.K + features) + 2 * (s.K**3 / 3 + s.K * s.V)
+
+
+def _kernel_regression_flops(form: str, s: Shape) -> float:
+    """Gram (T K per token), one T x T Cholesky (T^2 / 3 per token), two triangular solves and the read-out."""
+    return 2 * s.T * s.K + 2 * s.T * s.T / 3 + 2 * s.T * (s.T + s.V) + 2 * s.T * s.V
+
+
+def _unit_qkv(s: Shape, dtype, gen):
+    return _qkv(s, dtype, gen, unit_keys=True)
+
+
 def _delta_inputs(s: Shape, dtype, gen):
     return {**_qkv(s, dtype, gen, unit_keys=True), "g": _log_gate((s.B, s.T, s.H), gen), "beta": _step_size(s, gen)}
 
@@ -136,6 +169,16 @@ CASES = {
                             lambda form, s: 2 * _delta_flops(form, s)),
     "momentum_delta_rule": OpCase("momentum_delta_rule", _momentum_inputs, momentum_delta_rule, _momentum_flops),
     "multi_step_gd": OpCase("multi_step_gd", _gd_inputs, multi_step_gd, _gd_flops),
+    "least_squares": OpCase("least_squares", _unit_qkv, lambda **kw: least_squares(**kw, ridge=1.0),
+                            _least_squares_flops),
+    "weighted_least_squares": OpCase(
+        "weighted_least_squares", _gla_inputs(lambda s: (s.B, s.T, s.H)),
+        lambda **kw: least_squares(**kw, ridge=1.0), _least_squares_flops,
+    ),
+    "softmax_attn": OpCase("softmax_attn", _qkv, softmax_attn, _softmax_flops),
+    "local_linear_attn": OpCase("local_linear_attn", _unit_qkv,
+                                lambda **kw: local_linear_attn(**kw, qk_norm=True, ridge=1e-2), _local_linear_flops),
+    "kernel_regression": OpCase("kernel_regression", _unit_qkv, kernel_regression, _kernel_regression_flops),
 }
 DEFAULT_CASES = ("linear_attn", "gla_scalar", "gla_diagonal")
 
@@ -146,9 +189,13 @@ def forward_flops(case: OpCase, form: str, s: Shape) -> float:
 
 
 def run(
-    case_names, forms, seq_lens, *, batch, heads, head_dim, chunk_size, dtype, min_run_time, progress=print
+    case_names, forms, seq_lens, *, batch, heads, head_dim, chunk_size, dtype, min_run_time, memory=False,
+    progress=print,
 ) -> dict:
-    """Times every (case, form, T, pass); returns {"meta": ..., "rows": [...]}."""
+    """Times every (case, form, T, pass); with `memory`, also measures each one's peak memory in a fresh process
+    (bench/memory.py). Returns {"meta": ..., "rows": [...]}."""
+    from regmem.bench.memory import peak_mb
+
     peak = matmul_gflops(1024, dtype, min_run_time=min_run_time)
     progress(f"dense matmul 1024^3 ({dtype}): {peak:.1f} GFLOP/s")
     rows = []
@@ -168,8 +215,11 @@ def run(
                         "ms": seconds * 1e3, "tokens_per_s": batch * T / seconds,
                         "gflops": flops / seconds / 1e9, "matmul_ratio": flops / seconds / 1e9 / peak,
                     }
+                    if memory:
+                        row["peak_mb"] = peak_mb(name, shape, dtype, form, pass_)
                     rows.append(row)
-                    progress(f"{name:>22} {form:>9} {pass_:>6} T={T:>6}: {row['ms']:9.2f} ms")
+                    extra = f", peak +{row['peak_mb']:.0f} MiB" if memory else ""
+                    progress(f"{name:>22} {form:>9} {pass_:>6} T={T:>6}: {row['ms']:9.2f} ms{extra}")
     meta = {"matmul_gflops": peak, "threads": torch.get_num_threads(), "torch": torch.__version__}
     return {"meta": meta, "rows": rows}
 

@@ -8,17 +8,18 @@ from pathlib import Path
 
 def markdown_table(result: dict) -> str:
     meta = result["meta"]
+    memory = any("peak_mb" in r for r in result["rows"])
     lines = [
         f"Dense matmul reference: {meta['matmul_gflops']:.1f} GFLOP/s ({meta['threads']} threads, "
         f"torch {meta['torch']}).",
         "",
-        "| op | form | pass | T | ms | tokens/s | GFLOP/s | / matmul |",
-        "|---|---|---|---:|---:|---:|---:|---:|",
+        "| op | form | pass | T | ms | tokens/s | GFLOP/s | / matmul |" + (" peak MiB |" if memory else ""),
+        "|---|---|---|---:|---:|---:|---:|---:|" + ("---:|" if memory else ""),
     ]
     for r in result["rows"]:
         lines.append(
             f"| {r['op']} | {r['form']} | {r['pass']} | {r['T']} | {r['ms']:.2f} | {r['tokens_per_s']:,.0f} | "
-            f"{r['gflops']:.2f} | {r['matmul_ratio']:.3f} |"
+            f"{r['gflops']:.2f} | {r['matmul_ratio']:.3f} |" + (f" {r.get('peak_mb', 0):.0f} |" if memory else "")
         )
     return "\n".join(lines)
 

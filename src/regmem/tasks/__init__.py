@@ -2,8 +2,11 @@
 
 from regmem.tasks.base import Task, accuracy
 from regmem.tasks.mqar import MQAR, MQARConfig, multiquery_ar
+from regmem.tasks.online_regression import OnlineRegressionConfig, switching_keys
 
 # Task registry keyed by short name: name -> constructor taking the task's config.
 TASKS = {"mqar": MQAR}
 
-__all__ = ["MQAR", "TASKS", "MQARConfig", "Task", "accuracy", "multiquery_ar"]
+__all__ = [
+    "MQAR", "TASKS", "MQARConfig", "OnlineRegressionConfig", "Task", "accuracy", "multiquery_ar", "switching_keys",
+]
