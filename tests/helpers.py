@@ -151,3 +151,23 @@ def assert_split_equals_one_call(op, tokens: dict, cuts) -> None:
     expected = flatten_state(state_full)
     for name, field in flatten_state(state).items():
         assert_close(field, expected[name], f"final {name}")
+
+
+def assert_masked_pairs_equal_removed(op) -> None:
+    """Left padding through `key_mask`: masking the first p pairs of a row equals a call on its last T - p tokens
+    (outputs of the real queries, gradients of q, k, v of the real tokens); the padded tokens get no gradient."""
+    B, T, H, K, V, pads = 2, 19, 2, 4, 3, [5, 0]
+    tokens = [x.requires_grad_() for x in random_qkv(B, T, H, K, V)]
+    key_mask = torch.arange(T) >= torch.tensor(pads).unsqueeze(-1)  # [B, T]
+    o, _ = op(*tokens, key_mask=key_mask)
+    cotangent = torch.randn(o.shape, generator=torch.Generator().manual_seed(5), dtype=o.dtype)
+    cotangent = cotangent * key_mask[:, :, None, None]  # the outputs of padded queries are discarded
+    grads = torch.autograd.grad((o * cotangent).sum(), tokens)
+    for b, p in enumerate(pads):
+        alone = [x.detach()[b:b + 1, p:].requires_grad_() for x in tokens]
+        o_alone, _ = op(*alone)
+        assert_close(o[b:b + 1, p:], o_alone, f"row {b} o")
+        grads_alone = torch.autograd.grad((o_alone * cotangent[b:b + 1, p:]).sum(), alone)
+        for name, grad, grad_alone in zip("qkv", grads, grads_alone, strict=True):
+            assert_close(grad[b:b + 1, p:], grad_alone, f"row {b} grad_{name}")
+            assert (grad[b, :p] == 0).all(), f"row {b} grad_{name}: padded tokens get a gradient"

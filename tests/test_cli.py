@@ -53,3 +53,24 @@ def test_showcase_prints_every_op_with_small_errors(capsys):
 def test_parser_has_kebab_case_flags():
     bench = build_parser().parse_args(["bench", "ops", "--seq-lens", "8", "--head-dim", "4"])
     assert bench.seq_lens == [8] and bench.head_dim == 4
+
+
+def test_every_bench_case_runs_in_every_form(tmp_path):
+    from regmem.bench import CASES
+
+    main(["bench", "ops", "--seq-lens", "32", "--heads", "1", "--head-dim", "8", "--chunk-size", "16",
+          "--min-run-time", "0.001", "--forms", "chunk,recurrent,reference", "--ops", ",".join(CASES),
+          "--out-dir", str(tmp_path)])
+    (json_file,) = tmp_path.glob("*-ops.json")
+    rows = json.loads(json_file.read_text())["rows"]
+    assert {r["op"] for r in rows} == set(CASES) and all(r["ms"] > 0 for r in rows)
+
+
+def test_bench_memory_reports_a_peak_per_row(tmp_path):
+    main(["bench", "ops", "--seq-lens", "32", "--heads", "1", "--head-dim", "8", "--chunk-size", "16",
+          "--min-run-time", "0.001", "--forms", "chunk", "--ops", "local_linear_attn", "--memory",
+          "--out-dir", str(tmp_path)])
+    (json_file,) = tmp_path.glob("*-ops.json")
+    rows = json.loads(json_file.read_text())["rows"]
+    assert len(rows) == 2 and all(r["peak_mb"] >= 0 for r in rows)
+    assert "peak MiB" in next(tmp_path.glob("*-ops.md")).read_text()

@@ -116,7 +116,7 @@ def _cmd_showcase(args) -> None:
 def _cmd_repro(args) -> None:
     from regmem.experiments.repro import run_repro
 
-    run_repro(args.name, args.out_dir, quick=args.quick)
+    run_repro(args.name, args.out_dir, quick=args.quick, paper_scale=args.paper_scale)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="comma-separated cases (see regmem.bench.CASES): linear_attn, linear_attn_normalized, "
                           "gla_scalar, gla_diagonal, delta_rule, gated_delta_rule, gated_delta_rule_diagonal, "
                           "longhorn, nlms, delta_product, momentum_delta_rule, multi_step_gd, least_squares, "
-                          "weighted_least_squares, softmax_attn, local_linear_attn, kernel_regression")
+                          "weighted_least_squares, least_squares_cg, softmax_attn, local_linear_attn, "
+                          "kernel_regression")
     ops.add_argument("--forms", type=_name_list, default=["chunk", "recurrent"],
                      help="comma-separated forms: chunk, recurrent, reference (reference is O(T^2) memory)")
     ops.add_argument("--seq-lens", type=_int_list, default=[1024, 4096, 16384], help="comma-separated T values")
@@ -183,9 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
     repro.add_argument("name", choices=["ttr-online-regression", "ttr-mqar"],
                        help="ttr-online-regression: TTR Fig. 2, parameter-free online regression (seconds); "
                             "ttr-mqar: TTR Fig. 3, one layer + key conv on MQAR, linear attention vs RLS "
-                            "(minutes)")
+                            "(about 8 minutes)")
     repro.add_argument("--out-dir", default="results/repro", help="where the report, JSON and plot go")
     repro.add_argument("--quick", action="store_true", help="a seconds-long smoke run, not a reproduction")
+    repro.add_argument("--paper-scale", action="store_true",
+                       help="ttr-mqar at the paper's d_model 64, P 64/128 (hours on CPU; default: d_model 32, "
+                            "P 16/32, about 8 minutes)")
     repro.set_defaults(func=_cmd_repro)
 
     show = commands.add_parser("showcase", help="a short tour of the ops: forms agree, chunk is fast")

@@ -18,6 +18,7 @@ from regmem.ops import (
     gated_linear_attn,
     kernel_regression,
     least_squares,
+    least_squares_chunk,
     linear_attn,
     local_linear_attn,
     longhorn,
@@ -124,6 +125,13 @@ def _kernel_regression_flops(form: str, s: Shape) -> float:
     return 2 * s.T * s.K + 2 * s.T * s.T / 3 + 2 * s.T * (s.T + s.V) + 2 * s.T * s.V
 
 
+def _least_squares_cg(*, mode, chunk_size=64, **kw):
+    """least_squares whose chunk form solves by 30 conjugate-gradient steps (MesaNet; approximate)."""
+    if mode != "chunk":
+        return least_squares(**kw, ridge=1.0, mode=mode)
+    return least_squares_chunk(**kw, ridge=1.0, chunk_size=chunk_size, solver="cg", cg_steps=30)
+
+
 def _unit_qkv(s: Shape, dtype, gen):
     return _qkv(s, dtype, gen, unit_keys=True)
 
@@ -175,6 +183,7 @@ CASES = {
         "weighted_least_squares", _gla_inputs(lambda s: (s.B, s.T, s.H)),
         lambda **kw: least_squares(**kw, ridge=1.0), _least_squares_flops,
     ),
+    "least_squares_cg": OpCase("least_squares_cg", _unit_qkv, _least_squares_cg, _least_squares_flops),
     "softmax_attn": OpCase("softmax_attn", _qkv, softmax_attn, _softmax_flops),
     "local_linear_attn": OpCase("local_linear_attn", _unit_qkv,
                                 lambda **kw: local_linear_attn(**kw, qk_norm=True, ridge=1e-2), _local_linear_flops),
