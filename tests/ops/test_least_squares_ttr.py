@@ -96,6 +96,21 @@ def test_rls_recurrence_equals_the_op_with_initial_state_lam_identity(mode, deca
         torch.testing.assert_close(o[0, t, 0], M @ q[0, t, 0], rtol=1e-10, atol=1e-10, msg=f"batch t={t}")
 
 
+def test_with_decay_the_constant_ridge_and_the_decaying_rls_ridge_differ():
+    """Under forgetting the two ridge conventions are different memories: MesaNet's constant ridge keeps
+    lam I in every system, classic RLS (P_0 = I / lam) lets it decay as (prod gamma) lam. They agree with g = None
+    and part ways with decay, most once the decayed ridge has vanished."""
+    T, K, V, lam = 40, 4, 3, 2.0
+    q, k, v = single_head(T, K, V, seed=3)
+    g = torch.full((1, T, 1), -0.5, dtype=torch.float64)
+    constant, _ = least_squares(q, k, v, g, ridge=lam, scale=1.0)
+    decaying, _ = least_squares(q, k, v, g, ridge=0.0, scale=1.0, initial_state=rls_states(lam, K, V))
+    assert (constant - decaying).abs().max() > 1e-2
+    same_without_decay = [least_squares(q, k, v, ridge=lam, scale=1.0)[0],
+                          least_squares(q, k, v, ridge=0.0, scale=1.0, initial_state=rls_states(lam, K, V))[0]]
+    assert_close(*same_without_decay, "g=None: the ridge conventions agree")
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_constant_ridge_without_decay_is_batch_ridge_and_rls(mode):
     """T4: ridge = lam with uniform weights is (sum v k^T)(sum k k^T + lam I)^{-1}, and the RLS loop from I / lam."""

@@ -1,8 +1,9 @@
-"""Peak memory of one op call on CPU: the call runs once in a fresh spawned process, and the peak resident set
-(`ru_maxrss`) after the call minus the peak before it (torch imported, inputs built) is its extra memory.
+"""Peak memory of one op call on CPU: the call runs once in a fresh spawned process (torch imported, inputs
+built), and its extra memory is the peak resident set during the call minus the resident set before it.
 
-A process-wide high-water mark cannot go down, so a call that needs less than the import did reads as 0; the
-numbers are upper bounds on what the op itself allocates at its peak (allocator caching included)."""
+On Linux the high-water mark is reset just before the call (writing 5 to /proc/self/clear_refs) and read from
+VmHWM in /proc/self/status after it. Elsewhere the process-wide `ru_maxrss` is used, which cannot be reset: a
+call that needs less than the import did then reads as 0."""
 
 from __future__ import annotations
 
@@ -15,6 +16,21 @@ def peak_mb(case_name: str, shape, dtype, form: str, pass_: str) -> float:
     """Extra peak resident memory (MiB) of one `pass_` ("fwd" | "fwdbwd") of `case_name` in `form`."""
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         return pool.apply(_measure, (case_name, shape, dtype, form, pass_))
+
+
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith(field + ":"))
+    return int(line.split()[1]) / 2**10  # kB
+
+
+def _reset_peak() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")  # resets VmHWM to the current resident set (Linux >= 4.0)
+        return True
+    except OSError:
+        return False
 
 
 def _maxrss_mb() -> float:
@@ -31,6 +47,10 @@ def _measure(case_name, shape, dtype, form, pass_) -> float:
     inputs = case.make_inputs(shape, dtype, torch.Generator().manual_seed(0))
     kwargs = {"mode": form, **({"chunk_size": shape.chunk_size} if form == "chunk" else {})}
     step = _step(case, inputs, kwargs, pass_)
+    if sys.platform.startswith("linux") and _reset_peak():
+        before = _status_mb("VmRSS")
+        step()
+        return _status_mb("VmHWM") - before
     before = _maxrss_mb()
     step()
     return _maxrss_mb() - before

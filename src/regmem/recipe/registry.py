@@ -155,9 +155,9 @@ register(RecipeEntry(
     "the optimal feature-map memory",
 ))
 register(RecipeEntry(
-    "mesa", Recipe(Weights("scalar_decay"), _LINEAR, Solver("cg")),
+    "mesa", Recipe(Weights("scalar_decay"), _LINEAR, _ANALYTIC),
     "least_squares(q, k, v, g, ridge=lam[H, K])", "L5 + MesaNet (ttr.md A.1)", ("MesaNet",),
-    "regmem's chunk form solves exactly (Cholesky); MesaNet runs conjugate gradient",
+    "exact by Cholesky; MesaNet's conjugate gradient is solver='cg'",
 ))
 register(RecipeEntry(
     "kernel_regression", Recipe(Weights("uniform"), Regressor("kernel"), _ANALYTIC),

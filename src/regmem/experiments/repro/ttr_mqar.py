@@ -110,7 +110,7 @@ def plot_rows(result: dict, path: Path) -> None:
     ax.set_ylim(0, 1.02)
     ax.set_ylabel("MQAR accuracy")
     ax.set_title(f"TTR Fig. 3: one layer + key conv, d_model {result['settings']['d_model']}")
-    ax.legend()
+    ax.legend(loc="lower left")
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     fig.savefig(path)
