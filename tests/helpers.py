@@ -171,3 +171,50 @@ def assert_masked_pairs_equal_removed(op) -> None:
         for name, grad, grad_alone in zip("qkv", grads, grads_alone, strict=True):
             assert_close(grad[b:b + 1, p:], grad_alone, f"row {b} grad_{name}")
             assert (grad[b, :p] == 0).all(), f"row {b} grad_{name}: padded tokens get a gradient"
+
+
+def nonparametric_bad_inputs(B, T, H, K, V, *, key_mask: bool) -> dict:
+    """Bad inputs every op on a KV cache must reject with a ValueError naming the argument: {case: (override,
+    name)} over q, k, v: [B, T, H, K | V] float32, the KVState cache, cu_seqlens, mode and chunk_size; with
+    `key_mask`, the key-mask cases too."""
+    from regmem.ops import KVState
+
+    def cache(S_k=2, S_v=2, B_k=B, B_v=B, K_k=K):
+        return KVState(torch.zeros(B_k, S_k, H, K_k), torch.zeros(B_v, S_v, H, V))
+
+    cases = {
+        "q rank 3": ({"q": torch.randn(B, T, H)}, "q"),
+        "k mismatched K": ({"k": torch.randn(B, T, H, K + 1)}, "k"),
+        "v mismatched T": ({"v": torch.randn(B, T + 1, H, V)}, "v"),
+        "q integer dtype": ({"q": torch.ones(B, T, H, K, dtype=torch.int64)}, "q"),
+        "v other dtype": ({"v": torch.randn(B, T, H, V, dtype=torch.float64)}, "v"),
+        "cache a tuple": ({"initial_state": tuple(cache())}, "initial_state"),
+        "cache a tensor": ({"initial_state": torch.zeros(B, 2, H, K)}, "initial_state"),
+        "cache k wrong K": ({"initial_state": cache(K_k=K + 1)}, "initial_state.k"),
+        "cache v wrong S": ({"initial_state": cache(S_v=3)}, "initial_state.v"),
+        "cache v wrong B": ({"initial_state": cache(B_v=B + 1)}, "initial_state.v"),
+        "cu_seqlens with B > 1": ({"cu_seqlens": torch.tensor([0, 2, T])}, "cu_seqlens"),
+        "mode unknown": ({"mode": "flash"}, "mode"),
+        "chunk_size not a power of two": ({"chunk_size": 48}, "chunk_size"),
+    }
+    if key_mask:
+        packed = {"q": torch.randn(1, T, H, K), "k": torch.randn(1, T, H, K), "v": torch.randn(1, T, H, V),
+                  "cu_seqlens": torch.tensor([0, 2, T])}
+        cases.update({
+            "key_mask wrong shape": ({"key_mask": torch.ones(B, T + 1, dtype=torch.bool)}, "key_mask"),
+            "key_mask not bool": ({"key_mask": torch.ones(B, T)}, "key_mask"),
+            "key_mask without the cache": ({"initial_state": cache(), "key_mask": torch.ones(B, T, dtype=torch.bool)},
+                                           r"key_mask .*\[B, S \+ T\]"),
+            "key_mask with cu_seqlens": ({**packed, "key_mask": torch.ones(1, T, dtype=torch.bool)}, "key_mask"),
+        })
+    return cases
+
+
+def assert_packed_equals_per_sequence(op, bounds, *, T: int, H: int = 2, K: int = 4, V: int = 3) -> None:
+    """An op on a KV cache: a cu_seqlens call over packed sequences returns no state and the outputs of one
+    call per sequence."""
+    q, k, v = random_qkv(1, T, H, K, V)
+    o, state = op(q, k, v, cu_seqlens=torch.tensor(bounds))
+    assert state is None
+    pieces = [op(q[:, a:b], k[:, a:b], v[:, a:b])[0] for a, b in zip(bounds, bounds[1:], strict=False)]
+    assert_close(o, torch.cat(pieces, dim=1), "o")

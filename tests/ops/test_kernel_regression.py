@@ -19,7 +19,9 @@ from helpers import (
     assert_close,
     assert_decoding_equals_full,
     assert_forms_agree,
+    assert_packed_equals_per_sequence,
     assert_split_equals_one_call,
+    nonparametric_bad_inputs,
     random_qkv,
     rel_rms,
     run_with_grads,
@@ -101,13 +103,7 @@ def test_decoding_token_by_token_equals_one_call(prefill, dtype):
 @pytest.mark.parametrize("kernel", ["exp", "linear"])
 def test_cu_seqlens_equals_per_sequence_calls(kernel, mode):
     op = partial(kernel_regression, mode=mode, **KERNELS[kernel])
-    q, k, v = random_qkv(1, 19, 2, 4, 3)
-    bounds = [0, 1, 8, 8, 19]
-    o, state = op(q, k, v, cu_seqlens=torch.tensor(bounds))
-    assert state is None
-    pieces = [op(q[:, a:b], k[:, a:b], v[:, a:b])[0] for a, b in zip(bounds, bounds[1:], strict=False)]
-    expected = torch.cat(pieces, dim=1)  # one call per sequence
-    assert_close(o, expected, "o")
+    assert_packed_equals_per_sequence(op, [0, 1, 8, 8, 19], T=19)
 
 
 @pytest.mark.parametrize("mode", ["reference", "recurrent", "chunk"])
@@ -166,11 +162,7 @@ def test_linear_kernel_is_ridge_regression_dual_equals_primal(mode):
 
 B, T, H, K, V = 2, 6, 2, 4, 3
 BAD = {
-    "q rank 3": ({"q": torch.randn(B, T, H)}, "q"),
-    "k mismatched K": ({"k": torch.randn(B, T, H, K + 1)}, "k"),
-    "v mismatched H": ({"v": torch.randn(B, T, H + 1, V)}, "v"),
-    "q integer dtype": ({"q": torch.ones(B, T, H, K, dtype=torch.int64)}, "q"),
-    "v other dtype": ({"v": torch.randn(B, T, H, V, dtype=torch.float64)}, "v"),
+    **nonparametric_bad_inputs(B, T, H, K, V, key_mask=False),
     "unknown kernel": ({"kernel": "laplace"}, "kernel"),
     "gaussian without bandwidth": ({"kernel": "gaussian"}, "bandwidth"),
     "negative bandwidth": ({"kernel": "gaussian", "bandwidth": -1.0}, "bandwidth"),
@@ -181,14 +173,6 @@ BAD = {
     "negative ridge": ({"ridge": -1e-3}, "ridge"),
     "zero ridge": ({"ridge": 0.0}, "ridge"),
     "callable wrong Gram shape": ({"kernel": lambda a, b: (a @ b.transpose(-1, -2)).sum(-1)}, "kernel"),
-    "cache k wrong K": ({"initial_state": KVState(torch.zeros(B, 2, H, K + 1), torch.zeros(B, 2, H, V))},
-                        "initial_state.k"),
-    "cache v wrong S": ({"initial_state": KVState(torch.zeros(B, 2, H, K), torch.zeros(B, 3, H, V))},
-                        "initial_state.v"),
-    "cache a tuple": ({"initial_state": (torch.zeros(B, 2, H, K), torch.zeros(B, 2, H, V))}, "initial_state"),
-    "cu_seqlens with B > 1": ({"cu_seqlens": torch.tensor([0, 2, T])}, "cu_seqlens"),
-    "mode unknown": ({"mode": "fast"}, "mode"),
-    "chunk_size not a power of two": ({"chunk_size": 48}, "chunk_size"),
 }
 
 

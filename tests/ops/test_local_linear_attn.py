@@ -28,7 +28,9 @@ from helpers import (
     assert_decoding_equals_full,
     assert_forms_agree,
     assert_masked_pairs_equal_removed,
+    assert_packed_equals_per_sequence,
     assert_split_equals_one_call,
+    nonparametric_bad_inputs,
     random_qkv,
     rel_rms,
     run_with_grads,
@@ -116,13 +118,8 @@ def test_decoding_token_by_token_equals_one_call(prefill):
 
 @pytest.mark.parametrize("mode", ["reference", "recurrent", "chunk"])
 def test_cu_seqlens_equals_one_call_per_sequence(mode):
-    bounds = [0, 5, 5, 17, 30]
-    inputs = _inputs(1, 30, 2, 4, 3, 0)
     op = partial(local_linear_attn, mode=mode, chunk_size=8, qk_norm=True)
-    o_packed, state = op(**inputs, cu_seqlens=torch.tensor(bounds))
-    assert state is None
-    pieces = [op(**{n: x[:, a:b] for n, x in inputs.items()})[0] for a, b in zip(bounds, bounds[1:], strict=False)]
-    assert_close(o_packed, torch.cat(pieces, dim=1), "o")
+    assert_packed_equals_per_sequence(op, [0, 5, 5, 17, 30], T=30)
 
 
 # --- key_mask: masked pairs leave every regression but their own query's ---------------------------------------
@@ -323,11 +320,7 @@ def _call(op=local_linear_attn, **override):
 
 
 BAD = {
-    "q rank 3": ({"q": torch.randn(B, T, H)}, "q"),
-    "k mismatched K": ({"k": torch.randn(B, T, H, K + 1)}, "k"),
-    "v mismatched T": ({"v": torch.randn(B, T + 1, H, V)}, "v"),
-    "v other dtype": ({"v": torch.randn(B, T, H, V, dtype=torch.float64)}, "v"),
-    "q integer dtype": ({"q": torch.ones(B, T, H, K, dtype=torch.int64)}, "q"),
+    **nonparametric_bad_inputs(B, T, H, K, V, key_mask=True),
     "ridge zero": ({"ridge": 0.0}, "ridge"),
     "ridge negative": ({"ridge": -1e-3}, "ridge"),
     "ridge a tensor": ({"ridge": torch.tensor(1e-3)}, "ridge"),
@@ -335,23 +328,6 @@ BAD = {
     "scale and bandwidth": ({"scale": 1.0, "bandwidth": 2.0}, "bandwidth"),
     "bandwidth zero": ({"bandwidth": 0.0}, "bandwidth"),
     "qk_norm not a bool": ({"qk_norm": 1}, "qk_norm"),
-    "initial_state a tensor": ({"initial_state": torch.zeros(B, 2, H, K)}, "initial_state"),
-    "initial_state.k wrong K": ({"initial_state": KVState(torch.zeros(B, 2, H, K + 1), torch.zeros(B, 2, H, V))},
-                                "initial_state.k"),
-    "initial_state.v wrong S": ({"initial_state": KVState(torch.zeros(B, 2, H, K), torch.zeros(B, 3, H, V))},
-                                "initial_state.v"),
-    "initial_state.v wrong B": ({"initial_state": KVState(torch.zeros(B, 2, H, K), torch.zeros(B + 1, 2, H, V))},
-                                "initial_state.v"),
-    "cu_seqlens with B > 1": ({"cu_seqlens": torch.tensor([0, 2, T])}, "cu_seqlens"),
-    "mode unknown": ({"mode": "parallel"}, "mode"),
-    "chunk_size not a power of two": ({"chunk_size": 48}, "chunk_size"),
-    "key_mask wrong shape": ({"key_mask": torch.ones(B, T + 1, dtype=torch.bool)}, "key_mask"),
-    "key_mask not bool": ({"key_mask": torch.ones(B, T)}, "key_mask"),
-    "key_mask without the cache": ({"initial_state": KVState(torch.zeros(B, 2, H, K), torch.zeros(B, 2, H, V)),
-                                    "key_mask": torch.ones(B, T, dtype=torch.bool)}, r"key_mask .*\[B, S \+ T\]"),
-    "key_mask with cu_seqlens": ({"q": torch.randn(1, T, H, K), "k": torch.randn(1, T, H, K),
-                                  "v": torch.randn(1, T, H, V), "cu_seqlens": torch.tensor([0, 2, T]),
-                                  "key_mask": torch.ones(1, T, dtype=torch.bool)}, "key_mask"),
 }
 
 

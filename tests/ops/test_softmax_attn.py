@@ -19,7 +19,9 @@ from helpers import (
     assert_decoding_equals_full,
     assert_forms_agree,
     assert_masked_pairs_equal_removed,
+    assert_packed_equals_per_sequence,
     assert_split_equals_one_call,
+    nonparametric_bad_inputs,
     random_qkv,
     run_with_grads,
 )
@@ -95,13 +97,7 @@ def test_decoding_token_by_token_equals_one_call(prefill, dtype):
 @pytest.mark.parametrize("kernel", ["exp", "gaussian-B3"])
 def test_cu_seqlens_equals_per_sequence_calls(kernel, mode):
     op = partial(softmax_attn, mode=mode, **KERNELS[kernel])
-    q, k, v = random_qkv(1, 31, 2, 4, 5)
-    bounds = [0, 1, 13, 13, 31]
-    o, state = op(q, k, v, cu_seqlens=torch.tensor(bounds))
-    assert state is None
-    pieces = [op(q[:, a:b], k[:, a:b], v[:, a:b])[0] for a, b in zip(bounds, bounds[1:], strict=False)]
-    expected = torch.cat(pieces, dim=1)  # one call per sequence
-    assert_close(o, expected, "o")
+    assert_packed_equals_per_sequence(op, [0, 1, 13, 13, 31], T=31, V=5)
 
 
 # --- key_mask: masked pairs leave every regression but their own query's ---------------------------------------
@@ -225,33 +221,12 @@ def test_low_precision_inputs_compute_in_float32():
 
 B, T, H, K, V = 2, 6, 2, 4, 3
 BAD = {
-    "q rank 3": ({"q": torch.randn(B, T, H)}, "q"),
-    "k mismatched K": ({"k": torch.randn(B, T, H, K + 1)}, "k"),
-    "v mismatched T": ({"v": torch.randn(B, T + 1, H, V)}, "v"),
-    "q integer dtype": ({"q": torch.ones(B, T, H, K, dtype=torch.int64)}, "q"),
-    "v other dtype": ({"v": torch.randn(B, T, H, V, dtype=torch.float64)}, "v"),
+    **nonparametric_bad_inputs(B, T, H, K, V, key_mask=True),
     "scale and bandwidth": ({"scale": 0.5, "bandwidth": 2.0}, "bandwidth"),
     "negative bandwidth": ({"bandwidth": -1.0}, "bandwidth"),
     "zero bandwidth": ({"bandwidth": 0.0}, "bandwidth"),
     "scale a tensor": ({"scale": torch.tensor(1.0)}, "scale"),
     "qk_norm not a bool": ({"qk_norm": 1}, "qk_norm"),
-    "cache a tuple": ({"initial_state": (torch.zeros(B, 2, H, K), torch.zeros(B, 2, H, V))}, "initial_state"),
-    "cache k wrong K": ({"initial_state": KVState(torch.zeros(B, 2, H, K + 1), torch.zeros(B, 2, H, V))},
-                        "initial_state.k"),
-    "cache v wrong S": ({"initial_state": KVState(torch.zeros(B, 2, H, K), torch.zeros(B, 3, H, V))},
-                        "initial_state.v"),
-    "cache wrong B": ({"initial_state": KVState(torch.zeros(B + 1, 2, H, K), torch.zeros(B + 1, 2, H, V))},
-                      "initial_state.k"),
-    "cu_seqlens with B > 1": ({"cu_seqlens": torch.tensor([0, 2, T])}, "cu_seqlens"),
-    "mode unknown": ({"mode": "flash"}, "mode"),
-    "chunk_size not a power of two": ({"chunk_size": 48}, "chunk_size"),
-    "key_mask wrong shape": ({"key_mask": torch.ones(B, T + 1, dtype=torch.bool)}, "key_mask"),
-    "key_mask not bool": ({"key_mask": torch.ones(B, T)}, "key_mask"),
-    "key_mask without the cache": ({"initial_state": KVState(torch.zeros(B, 2, H, K), torch.zeros(B, 2, H, V)),
-                                    "key_mask": torch.ones(B, T, dtype=torch.bool)}, r"key_mask .*\[B, S \+ T\]"),
-    "key_mask with cu_seqlens": ({"q": torch.randn(1, T, H, K), "k": torch.randn(1, T, H, K),
-                                  "v": torch.randn(1, T, H, V), "cu_seqlens": torch.tensor([0, 2, T]),
-                                  "key_mask": torch.ones(1, T, dtype=torch.bool)}, "key_mask"),
 }
 
 
