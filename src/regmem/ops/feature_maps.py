@@ -184,3 +184,15 @@ def resolve_feature_map(feature_map: str | FeatureMap | Callable | None, head_di
     if not callable(feature_map):
         raise ValueError(f"feature_map must be a name, a callable or None, got {type(feature_map).__name__}")
     return feature_map
+
+
+def map_queries_and_keys(feature_map, q: torch.Tensor, k: torch.Tensor, scale: float | None, dtype: torch.dtype):
+    """phi(q) * scale and phi(k) in `dtype` for q, k: [B, T, H, K] -> [B, T, H, F] each; `scale=None` means
+    K ** -0.5 (the op contract). Raises ValueError if phi does not map token-wise to one feature dim F."""
+    B, T, H, K = q.shape
+    phi = resolve_feature_map(feature_map, K)
+    fq = phi(q.to(dtype)) * (K**-0.5 if scale is None else scale)  # [B, T, H, F]
+    fk = phi(k.to(dtype))  # [B, T, H, F]
+    if fq.shape[:3] != (B, T, H) or fk.shape != fq.shape:
+        raise ValueError(f"feature_map must map [B, T, H, K] to [B, T, H, F], got {list(fk.shape)}")
+    return fq, fk

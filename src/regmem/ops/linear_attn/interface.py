@@ -24,7 +24,7 @@ from regmem.ops.common import (
     run_core,
     scaled_queries,
 )
-from regmem.ops.feature_maps import Identity, resolve_feature_map
+from regmem.ops.feature_maps import Identity, map_queries_and_keys, resolve_feature_map
 
 
 class NormalizedState(NamedTuple):
@@ -42,14 +42,10 @@ def run_linear_attn(
     B, T, H, K, V = check_qkv(q, k, v)
     check_scale(scale)
     N = num_states(B, T, cu_seqlens)
-    phi = resolve_feature_map(feature_map, K)
-    if normalize and isinstance(phi, Identity):
+    if normalize and isinstance(resolve_feature_map(feature_map, K), Identity):
         raise ValueError("normalize=True divides by phi(q)^T sum phi(k), which needs a non-negative feature_map")
     dtype = compute_dtype(q)
-    fq = phi(q.to(dtype)) * (K**-0.5 if scale is None else scale)  # [B, T, H, F]
-    fk = phi(k.to(dtype))  # [B, T, H, F]
-    if fq.shape[:3] != (B, T, H) or fk.shape != fq.shape:
-        raise ValueError(f"feature_map must map [B, T, H, K] to [B, T, H, F], got {list(fk.shape)}")
+    fq, fk = map_queries_and_keys(feature_map, q, k, scale, dtype)  # [B, T, H, F] each
     F = fq.shape[-1]
     v = v.to(dtype)
     if not normalize:

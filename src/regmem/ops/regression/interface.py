@@ -29,7 +29,7 @@ from regmem.ops.common import (
     num_states,
     run_core,
 )
-from regmem.ops.feature_maps import resolve_feature_map
+from regmem.ops.feature_maps import map_queries_and_keys
 
 
 class LeastSquaresState(NamedTuple):
@@ -95,12 +95,7 @@ def run_least_squares(core, q, k, v, g, *, ridge, feature_map, scale, initial_st
         check_log_gate("g", g, B, T, H, K, ("scalar",))
     check_scale(scale)
     N = num_states(B, T, cu_seqlens)
-    phi = resolve_feature_map(feature_map, K)
-    dtype = compute_dtype(q)
-    fq = phi(q.to(dtype)) * (K**-0.5 if scale is None else scale)  # [B, T, H, F]
-    fk = phi(k.to(dtype))  # [B, T, H, F]
-    if fq.shape[:3] != (B, T, H) or fk.shape != fq.shape:
-        raise ValueError(f"feature_map must map [B, T, H, K] to [B, T, H, F], got {list(fk.shape)}")
+    fq, fk = map_queries_and_keys(feature_map, q, k, scale, compute_dtype(q))  # [B, T, H, F] each
     F = fq.shape[-1]
     check_ls_state(initial_state, N, H, F, V, q)
     ridge = ridge_diagonal(ridge, H, F, q)  # [H, F]
