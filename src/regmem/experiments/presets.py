@@ -50,7 +50,7 @@ def make_preset(name: str, d_model: int) -> Preset:
         eval_every=max(steps // 10, 1),
         # Every mixer gets the short conv (memory mixers have it by default); Mamba-2's state N x P per head is
         # cut to 16 x 2 head_dim so its recurrent state is close to the d_model x 16 of the other memories.
-        mixer_kwargs={"attn": {"short_conv": 4}, "mamba2": {"state_size": 16}},
+        mixer_kwargs={"attn": {"short_conv": 4}, "local_linear": {"short_conv": 4}, "mamba2": {"state_size": 16}},
     )
 
 
