@@ -116,7 +116,8 @@ def _cmd_showcase(args) -> None:
 def _cmd_repro(args) -> None:
     from regmem.experiments.repro import run_repro
 
-    run_repro(args.name, args.out_dir, quick=args.quick, paper_scale=args.paper_scale)
+    overrides = dict(_parse_assignment(text) for text in args.settings)
+    run_repro(args.name, args.out_dir, quick=args.quick, paper_scale=args.paper_scale, overrides=overrides)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -187,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "(about 8 minutes)")
     repro.add_argument("--out-dir", default="results/repro", help="where the report, JSON and plot go")
     repro.add_argument("--quick", action="store_true", help="a seconds-long smoke run, not a reproduction")
+    repro.add_argument("--set", dest="settings", action="append", default=[],
+                       help="override a setting, repeatable, e.g. --set softmax_bandwidth=0.05 (the bandwidths, "
+                            "ridges and forgetting factor the paper leaves open) or --set steps=3000")
     repro.add_argument("--paper-scale", action="store_true",
                        help="ttr-mqar at the paper's d_model 64, P 64/128 (hours on CPU; default: d_model 32, "
                             "P 16/32, about 8 minutes)")

@@ -35,3 +35,11 @@ def test_online_regression_orderings_of_the_paper():
 def test_unknown_repro_raises(tmp_path):
     with pytest.raises(ValueError, match="unknown reproduction"):
         run_repro("fig-99", tmp_path)
+
+
+def test_settings_overrides_reach_the_run_and_unknown_ones_raise(tmp_path):
+    paths = run_repro("ttr-online-regression", tmp_path, quick=True, overrides={"softmax_bandwidth": 0.05},
+                      log=lambda *_: None)
+    assert json.loads(paths["json"].read_text())["settings"]["softmax_bandwidth"] == 0.05
+    with pytest.raises(ValueError, match="unknown settings"):
+        run_repro("ttr-online-regression", tmp_path, quick=True, overrides={"bandwith": 0.05})

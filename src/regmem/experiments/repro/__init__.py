@@ -7,20 +7,22 @@ measured result and writes a markdown report, JSON and a plot.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 
 def run_repro(name: str, out_dir: str | Path = "results/repro", *, quick: bool = False, paper_scale: bool = False,
-              log=print) -> dict:
+              overrides: dict | None = None, log=print) -> dict:
     """Runs reproduction `name`, logs its report and writes its outputs under `out_dir`; returns the paths.
     `quick` shrinks the run to a smoke test (tests and CI), not a reproduction; `paper_scale` runs ttr-mqar at
-    the paper's d_model 64 and P in {64, 128} instead of the 10-minute scaled default."""
+    the paper's d_model 64 and P in {64, 128} instead of the 10-minute scaled default; `overrides` replaces
+    fields of the settings (e.g. {"softmax_bandwidth": 0.05} for ttr-online-regression)."""
     out_dir = Path(out_dir)
     if name == "ttr-online-regression":
         from regmem.experiments.repro import ttr_online as repro
 
         settings = repro.OnlineSettings(num_sequences=2) if quick else repro.OnlineSettings()
-        result = repro.run_online_regression(settings)
+        result = repro.run_online_regression(_replace(settings, overrides))
     elif name == "ttr-mqar":
         from regmem.experiments.repro import ttr_mqar as repro
 
@@ -28,7 +30,7 @@ def run_repro(name: str, out_dir: str | Path = "results/repro", *, quick: bool =
         if quick:
             settings = repro.MQARSettings(cells=((8, 32), (16, 64)), d_model=16, vocab_size=128, steps=4,
                                           batch_size=8, num_eval=8)
-        result = repro.run_mqar(settings, log=log)
+        result = repro.run_mqar(_replace(settings, overrides), log=log)
     else:
         raise ValueError(f"unknown reproduction {name!r}; known: {REPROS}")
     paths = repro.write_outputs(result, out_dir)
@@ -38,3 +40,14 @@ def run_repro(name: str, out_dir: str | Path = "results/repro", *, quick: bool =
 
 
 REPROS = ("ttr-online-regression", "ttr-mqar")
+
+
+def _replace(settings, overrides: dict | None):
+    """settings with the fields in `overrides` replaced; unknown fields raise ValueError naming them."""
+    if not overrides:
+        return settings
+    known = {f.name for f in dataclasses.fields(settings)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(f"unknown settings {unknown}; known: {sorted(known)}")
+    return dataclasses.replace(settings, **overrides)
