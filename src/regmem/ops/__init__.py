@@ -40,6 +40,7 @@ from regmem.ops.gd import (
     multi_step_gd_recurrent,
     multi_step_gd_reference,
 )
+from regmem.ops.hla import HLA2State, hla2, hla2_chunk, hla2_recurrent, hla2_reference
 from regmem.ops.linear_attn import (
     NormalizedState,
     gated_linear_attn,
@@ -84,6 +85,11 @@ from regmem.ops.titans import (
 )
 
 __all__ = [
+    "HLA2State",
+    "hla2",
+    "hla2_chunk",
+    "hla2_recurrent",
+    "hla2_reference",
     "KVState",
     "LeastSquaresState",
     "attention_weights",

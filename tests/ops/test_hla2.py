@@ -1,0 +1,189 @@
+"""Second-order HLA (hla2), masked (eq 3.3) and unmasked (eq 3.1): reference == recurrent == chunk (outputs,
+the 5-tuple final state, every gradient, decay and initial_state included) in float64 and float32; chunk size
+invariance; split + carry == one call; decoding == the parallel forward; cu_seqlens == per-sequence calls; the
+F-form identity S_t C_t - G_t = sum_{j<=t} S_j q_j v_j^T (spec hla.md §1); bad input fails with a ValueError
+naming the argument."""
+
+from functools import partial
+
+import pytest
+import torch
+
+from helpers import (
+    assert_all_close,
+    assert_close,
+    assert_decoding_equals_full,
+    assert_forms_agree,
+    assert_split_equals_one_call,
+    per_sequence,
+    random_qkv,
+    run_with_grads,
+)
+from regmem.ops.hla import HLA2State, hla2
+
+SHAPES = [
+    pytest.param((2, 21, 2, 6, 4, 8), id="B2-T21-H2-K6-V4-C8"),
+    pytest.param((1, 32, 2, 4, 7, 32), id="B1-T32-H2-K4-V7-C32"),
+    pytest.param((1, 1, 1, 3, 2, 64), id="B1-T1-H1-K3-V2-C64"),
+]
+DTYPES = [pytest.param(torch.float64, id="f64"), pytest.param(torch.float32, id="f32")]
+DECAYS = [pytest.param(False, id="gamma1"), pytest.param(True, id="decay")]
+STATES = [pytest.param(False, id="zero-state"), pytest.param(True, id="initial-state")]
+MODES = ["chunk", "recurrent", "reference"]
+
+
+def random_state(N, H, K, V, *, dtype=torch.float64, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    A = torch.randn(N, H, K, K, generator=gen, dtype=dtype) * K**-0.5
+    return HLA2State(A @ A.transpose(-1, -2), *(torch.randn(N, H, *s, generator=gen, dtype=dtype)
+                                                 for s in ((K, V), (K,), (K, V), (K,))))
+
+
+def hla_inputs(B, T, H, K, V, *, dtype=torch.float64, decay=True, with_state=True, seed=0):
+    """Keys of norm ~1 keep S_t ~ t / K, so outputs stay O(T) and float32 comparisons measure the algorithm."""
+    q, k, v = random_qkv(B, T, H, K, V, dtype=dtype, seed=seed)
+    inputs = {"q": q, "k": k * K**-0.5, "v": v}
+    if decay:
+        gen = torch.Generator().manual_seed(seed + 2)
+        inputs["decay"] = -0.3 * torch.rand(H, generator=gen, dtype=dtype)  # gamma in [0.74, 1]
+    if with_state:
+        inputs["initial_state"] = random_state(B, H, K, V, dtype=dtype, seed=seed + 1)
+    return inputs
+
+
+def _op(mode, **fixed):
+    return partial(hla2, mode=mode, chunk_size=16, **fixed) if mode == "chunk" else partial(hla2, mode=mode, **fixed)
+
+
+@pytest.mark.parametrize("with_state", STATES)
+@pytest.mark.parametrize("decay", DECAYS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_hla2_forms_match_reference_with_grads(shape, dtype, decay, with_state):
+    B, T, H, K, V, C = shape
+    inputs = hla_inputs(B, T, H, K, V, dtype=dtype, decay=decay, with_state=with_state)
+    assert_forms_agree(hla2, inputs, chunk_size=C)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 16, 64])
+def test_chunk_size_does_not_change_the_result(chunk_size):
+    inputs = hla_inputs(1, 50, 2, 5, 3)
+    expected = run_with_grads(partial(hla2, mode="chunk", chunk_size=8), inputs)
+    actual = run_with_grads(partial(hla2, mode="chunk", chunk_size=chunk_size), inputs)
+    assert_all_close(actual, expected, f"C={chunk_size} vs C=8")
+
+
+def test_masked_output_is_the_quadratic_form():
+    """gamma = 1, no state: o = ((W W^T) ⊙ L) V with W = L ⊙ (scale Q) K^T (Theorem 3.1), for every form."""
+    q, k, v = random_qkv(2, 21, 2, 4, 3)
+    L = torch.ones(21, 21, dtype=torch.bool).tril()
+    W = torch.einsum("bthk,bshk->bhts", q * 0.5, k).masked_fill(~L, 0.0)
+    expected = torch.einsum("bhts,bshv->bthv", (W @ W.transpose(-1, -2)).masked_fill(~L, 0.0), v)
+    for mode in MODES:
+        o, _ = hla2(q, k, v, scale=0.5, mode=mode, chunk_size=8)
+        assert_close(o, expected, mode)
+
+
+@pytest.mark.parametrize("decay", DECAYS)
+def test_unmasked_forms_match_reference_with_grads(decay):
+    inputs = hla_inputs(2, 37, 2, 5, 3, decay=decay)
+    assert_forms_agree(partial(hla2, masked=False), inputs, chunk_size=16)
+
+
+def test_unmasked_output_is_eq_3_1():
+    """gamma = 1, no state: o_t = q_t^T (sum_{i<=t} k_i k_i^T)(sum_{j<=t} q_j v_j^T), all pairs i, j <= t."""
+    q, k, v = random_qkv(1, 13, 2, 4, 3)
+    S = torch.einsum("bthk,bthj->bthkj", k, k).cumsum(1)  # [B, T, H, K, K]
+    C = torch.einsum("bthk,bthv->bthkv", q, v).cumsum(1)  # [B, T, H, K, V]
+    expected = torch.einsum("bthk,bthkj,bthjv->bthv", q, S, C)
+    for mode in MODES:
+        o, _ = hla2(q, k, v, masked=False, scale=1.0, mode=mode, chunk_size=4)
+        assert_close(o, expected, mode)
+
+
+@pytest.mark.parametrize("decay", DECAYS)
+@pytest.mark.parametrize("mode", MODES)
+def test_split_and_carry_state_equals_one_call(mode, decay):
+    tokens = hla_inputs(2, 50, 2, 4, 3, with_state=False, decay=decay)
+    op = _op(mode, decay=tokens.pop("decay", None))
+    for cuts in ([0, 7], [16, 33, 49]):
+        assert_split_equals_one_call(op, tokens, cuts)
+
+
+@pytest.mark.parametrize("decay", DECAYS)
+def test_step_by_step_decoding_equals_the_parallel_forward(decay):
+    tokens = hla_inputs(1, 40, 2, 5, 4, decay=decay)
+    initial_state = tokens.pop("initial_state")
+    op = partial(hla2, decay=tokens.pop("decay", None))
+    assert_decoding_equals_full(op, tokens, prefill=23, initial_state=initial_state)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_cu_seqlens_equals_per_sequence_calls_with_grads(mode):
+    lengths = [5, 0, 33, 17, 1]
+    T, H, K, V, N = sum(lengths), 2, 4, 3, len(lengths)
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+    tokens = hla_inputs(1, T, H, K, V, with_state=False)
+    op = _op(mode, decay=tokens.pop("decay"))
+    state = random_state(N, H, K, V)
+    packed = run_with_grads(partial(op, cu_seqlens=cu), {**tokens, "initial_state": state})
+    expected = run_with_grads(per_sequence(op, cu), {**tokens, "initial_state": state})
+    assert_all_close(packed, expected, "cu_seqlens vs per-sequence")
+
+
+def test_masked_state_equals_the_f_form():
+    """gamma = 1: S_t C_t - G_t = F_t = sum_{j<=t} S_j q_j v_j^T at every t (spec §1), and o_t = q_t^T F_t."""
+    q, k, v = random_qkv(2, 19, 2, 4, 3)
+    state, F = None, torch.zeros(2, 2, 4, 3, dtype=torch.float64)
+    for t in range(19):
+        o, state = hla2(q[:, t:t + 1], k[:, t:t + 1], v[:, t:t + 1], scale=1.0, initial_state=state,
+                        output_final_state=True, mode="recurrent")
+        Sq = torch.einsum("bhkj,bhj->bhk", state.S, q[:, t])  # [B, H, K]
+        F = F + Sq.unsqueeze(-1) * v[:, t].unsqueeze(-2)  # [B, H, K, V]
+        assert_close(state.S @ state.C - state.G, F, f"F_{t}")
+        assert_close(o[:, 0], torch.einsum("bhk,bhkv->bhv", q[:, t], F), f"o_{t}")
+
+
+def test_zero_length_sequence_keeps_the_state():
+    q, k, v = random_qkv(1, 0, 2, 4, 3)
+    state = random_state(1, 2, 4, 3)
+    for mode in MODES:
+        o, final = hla2(q, k, v, initial_state=state, output_final_state=True, mode=mode)
+        assert o.shape == (1, 0, 2, 3)
+        for name, a, b in zip(state._fields, final, state, strict=True):
+            assert_close(a, b, f"{mode} {name}")
+
+
+B, T, H, K, V = 2, 10, 3, 4, 5
+
+
+def _state(**fields):
+    shapes = {"S": (B, H, K, K), "C": (B, H, K, V), "m": (B, H, K), "G": (B, H, K, V), "h": (B, H, K)}
+    return HLA2State(**{n: fields.get(n, torch.zeros(s)) for n, s in shapes.items()})
+
+
+BAD = {
+    "q rank 3": ({"q": torch.randn(B, T, H)}, "q"),
+    "k mismatched K": ({"k": torch.randn(B, T, H, K + 1)}, "k"),
+    "v mismatched H": ({"v": torch.randn(B, T, H + 1, V)}, "v"),
+    "decay wrong shape": ({"decay": torch.zeros(B, H)}, "decay"),
+    "decay positive": ({"decay": torch.full((H,), 0.1)}, "decay"),
+    "decay integer": ({"decay": torch.zeros(H, dtype=torch.int64)}, "decay"),
+    "masked not a bool": ({"masked": "yes"}, "masked"),
+    "initial_state a tuple": ({"initial_state": tuple(_state())}, "initial_state"),
+    "initial_state.S wrong shape": ({"initial_state": _state(S=torch.zeros(B, H, K, V))}, "initial_state.S"),
+    "initial_state.h wrong shape": ({"initial_state": _state(h=torch.zeros(B, H, V))}, "initial_state.h"),
+    "cu_seqlens with B > 1": ({"cu_seqlens": torch.tensor([0, 4, T])}, "cu_seqlens"),
+    "mode unknown": ({"mode": "parallel"}, "mode"),
+    "chunk_size not a power of two": ({"chunk_size": 48}, "chunk_size"),
+    "scale a tensor": ({"scale": torch.tensor(1.0)}, "scale"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_raises_value_error_naming_the_argument(case):
+    override, name = BAD[case]
+    args = {"q": torch.randn(B, T, H, K), "k": torch.randn(B, T, H, K), "v": torch.randn(B, T, H, V), **override}
+    q, k, v = (args.pop(n) for n in ("q", "k", "v"))
+    with pytest.raises(ValueError, match=name):
+        hla2(q, k, v, **args)
