@@ -40,7 +40,18 @@ from regmem.ops.gd import (
     multi_step_gd_recurrent,
     multi_step_gd_reference,
 )
-from regmem.ops.hla import HLA2State, hla2, hla2_chunk, hla2_recurrent, hla2_reference
+from regmem.ops.hla import (
+    AHLAState,
+    HLA2State,
+    ahla,
+    ahla_chunk,
+    ahla_recurrent,
+    ahla_reference,
+    hla2,
+    hla2_chunk,
+    hla2_recurrent,
+    hla2_reference,
+)
 from regmem.ops.linear_attn import (
     NormalizedState,
     gated_linear_attn,
@@ -85,7 +96,12 @@ from regmem.ops.titans import (
 )
 
 __all__ = [
+    "AHLAState",
     "HLA2State",
+    "ahla",
+    "ahla_chunk",
+    "ahla_recurrent",
+    "ahla_reference",
     "hla2",
     "hla2_chunk",
     "hla2_recurrent",

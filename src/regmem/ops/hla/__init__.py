@@ -1,6 +1,19 @@
-"""Higher-order linear attention (arXiv:2510.27258), second order: reference, recurrent, chunk."""
+"""Higher-order linear attention (arXiv:2510.27258): second order (`hla2`) and asymmetric (`ahla`), each with
+reference, recurrent and chunk forms."""
 
+from regmem.ops.hla.ahla import AHLAState, ahla, ahla_chunk, ahla_recurrent, ahla_reference
 from regmem.ops.hla.api import hla2, hla2_chunk, hla2_recurrent, hla2_reference
 from regmem.ops.hla.interface import HLA2State
 
-__all__ = ["HLA2State", "hla2", "hla2_chunk", "hla2_recurrent", "hla2_reference"]
+__all__ = [
+    "AHLAState",
+    "HLA2State",
+    "ahla",
+    "ahla_chunk",
+    "ahla_recurrent",
+    "ahla_reference",
+    "hla2",
+    "hla2_chunk",
+    "hla2_recurrent",
+    "hla2_reference",
+]

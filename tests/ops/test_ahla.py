@@ -1,0 +1,207 @@
+"""Asymmetric HLA (ahla, spec hla.md §3): reference == recurrent == chunk (outputs, the (P, m, E, n) final state,
+every gradient, decay and initial_state included) in float64 and float32; split + carry == one call; decoding ==
+the parallel forward; cu_seqlens == per-sequence calls; gamma = 1 output == ((A A) ⊙ L) V (eq 6.1); the paper's
+printed chunk formula with the exclusive prefix R_{<t} is wrong while the inclusive R_{<=t} is right; bad input
+fails with a ValueError naming the argument."""
+
+from functools import partial
+
+import pytest
+import torch
+
+from helpers import (
+    assert_all_close,
+    assert_close,
+    assert_decoding_equals_full,
+    assert_forms_agree,
+    assert_split_equals_one_call,
+    per_sequence,
+    random_qkv,
+    rel_rms,
+    run_with_grads,
+)
+from regmem.ops.hla.ahla import AHLAState, ahla
+
+SHAPES = [
+    pytest.param((2, 21, 2, 6, 4, 8), id="B2-T21-H2-K6-V4-C8"),
+    pytest.param((1, 32, 2, 4, 7, 32), id="B1-T32-H2-K4-V7-C32"),
+    pytest.param((1, 1, 1, 3, 2, 64), id="B1-T1-H1-K3-V2-C64"),
+]
+DTYPES = [pytest.param(torch.float64, id="f64"), pytest.param(torch.float32, id="f32")]
+DECAYS = [pytest.param(False, id="gamma1"), pytest.param(True, id="decay")]
+STATES = [pytest.param(False, id="zero-state"), pytest.param(True, id="initial-state")]
+MODES = ["chunk", "recurrent", "reference"]
+
+
+def random_state(N, H, K, V, *, dtype=torch.float64, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    return AHLAState(*(torch.randn(N, H, *s, generator=gen, dtype=dtype) for s in ((K, V), (K,), (K, V), (K,))))
+
+
+def ahla_inputs(B, T, H, K, V, *, dtype=torch.float64, decay=True, with_state=True, seed=0):
+    """Keys of norm ~1 keep P_t ~ t, so outputs stay modest and float32 comparisons measure the algorithm."""
+    q, k, v = random_qkv(B, T, H, K, V, dtype=dtype, seed=seed)
+    inputs = {"q": q, "k": k * K**-0.5, "v": v}
+    if decay:
+        gen = torch.Generator().manual_seed(seed + 2)
+        inputs["decay"] = -0.3 * torch.rand(H, generator=gen, dtype=dtype)  # gamma in [0.74, 1]
+    if with_state:
+        inputs["initial_state"] = random_state(B, H, K, V, dtype=dtype, seed=seed + 1)
+    return inputs
+
+
+def _op(mode, **fixed):
+    return partial(ahla, mode=mode, chunk_size=16, **fixed) if mode == "chunk" else partial(ahla, mode=mode, **fixed)
+
+
+@pytest.mark.parametrize("with_state", STATES)
+@pytest.mark.parametrize("decay", DECAYS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_ahla_forms_match_reference_with_grads(shape, dtype, decay, with_state):
+    B, T, H, K, V, C = shape
+    inputs = ahla_inputs(B, T, H, K, V, dtype=dtype, decay=decay, with_state=with_state)
+    assert_forms_agree(ahla, inputs, chunk_size=C)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 16, 64])
+def test_chunk_size_does_not_change_the_result(chunk_size):
+    inputs = ahla_inputs(1, 50, 2, 5, 3)
+    expected = run_with_grads(partial(ahla, mode="chunk", chunk_size=8), inputs)
+    actual = run_with_grads(partial(ahla, mode="chunk", chunk_size=chunk_size), inputs)
+    assert_all_close(actual, expected, f"C={chunk_size} vs C=8")
+
+
+def _aav(q, k, v):
+    """((A A) ⊙ L) V with A = L ⊙ Q K^T (eq 6.1), q already scaled."""
+    T = q.shape[1]
+    L = torch.ones(T, T, dtype=torch.bool).tril()
+    A = torch.einsum("bthk,bshk->bhts", q, k).masked_fill(~L, 0.0)  # [B, H, T, T]
+    return torch.einsum("bhts,bshv->bthv", (A @ A).masked_fill(~L, 0.0), v)
+
+
+def test_output_is_the_quadratic_form():
+    """gamma = 1, no state: o = ((A A) ⊙ L) V, o_t = sum_{j<=t} sum_{i=j}^{t} (q_t.k_i)(q_i.k_j) v_j, every form."""
+    q, k, v = random_qkv(2, 21, 2, 4, 3)
+    expected = _aav(q * 0.5, k, v)
+    # the double sum of eq 6.1 written out, for one batch / head
+    t, b, h = 13, 1, 0
+    qs = q * 0.5
+    direct = sum((qs[b, t, h] @ k[b, i, h]) * (qs[b, i, h] @ k[b, j, h]) * v[b, j, h]
+                 for j in range(t + 1) for i in range(j, t + 1))
+    assert_close(expected[b, t, h], direct, "eq 6.1 double sum")
+    for mode in MODES:
+        o, _ = ahla(q, k, v, scale=0.5, mode=mode, chunk_size=8)
+        assert_close(o, expected, mode)
+
+
+def _paper_chunk_output(q, k, v, chunk_size, *, inclusive):
+    """gamma = 1: the paper's Fig. 2C chunk read-out o_t = q_t^T (E^{(k-1)} + R^{KQ}_{prefix(t)} P^{(k-1)}) +
+    [(A A) ⊙ L] V, with R_{prefix(t)} = sum_{i in chunk, i<=t (inclusive) or i<t (exclusive)} k_i q_i^T and the
+    states E^{(k-1)}, P^{(k-1)} entering the chunk taken from the op itself."""
+    T, outs, state = q.shape[1], [], None
+    for a in range(0, T, chunk_size):
+        qc, kc, vc = (x[:, a:a + chunk_size] for x in (q, k, v))
+        C = qc.shape[1]
+        P0 = state.P if state is not None else q.new_zeros(q.shape[0], q.shape[2], q.shape[3], v.shape[3])
+        E0 = state.E if state is not None else torch.zeros_like(P0)
+        mask = torch.ones(C, C, dtype=torch.bool).tril(0 if inclusive else -1)
+        Rq = torch.einsum("bthk,bshk->bhts", qc, kc).masked_fill(~mask, 0.0)  # q_t^T k_i for i in the prefix
+        cross = torch.einsum("bhts,bshk,bhkv->bthv", Rq, qc, P0)  # q_t^T R_prefix P0
+        outs.append(torch.einsum("bthk,bhkv->bthv", qc, E0) + cross + _aav(qc, kc, vc))
+        _, state = ahla(qc, kc, vc, scale=1.0, initial_state=state, output_final_state=True, mode="recurrent")
+    return torch.cat(outs, dim=1)
+
+
+def test_paper_chunk_formula_needs_the_inclusive_r_prefix():
+    """Spec §3 erratum: the printed R^{KQ}_{<t} disagrees with the serial definition; R_{<=t} agrees."""
+    q, k, v = random_qkv(1, 24, 2, 4, 3)
+    serial, _ = ahla(q, k, v, scale=1.0, mode="recurrent")
+    assert_close(_paper_chunk_output(q, k, v, 8, inclusive=True), serial, "inclusive R_{<=t}")
+    assert rel_rms(_paper_chunk_output(q, k, v, 8, inclusive=False), serial) > 1e-2
+
+
+def test_state_is_the_summaries_of_theorem_6_1():
+    """gamma = 1: P_T = K^T V, m_T = sum k, E_T = sum_i k_i (q_i^T P_i), n_T = sum_i k_i (q_i^T m_i)."""
+    q, k, v = random_qkv(2, 11, 2, 4, 3)
+    for mode in MODES:
+        _, st = ahla(q, k, v, scale=1.0, output_final_state=True, mode=mode, chunk_size=4)
+        P = torch.einsum("bthk,bthv->bthkv", k, v).cumsum(1)  # [B, T, H, K, V]
+        m = k.cumsum(1)
+        assert_close(st.P, P[:, -1], f"{mode} P")
+        assert_close(st.m, m[:, -1], f"{mode} m")
+        assert_close(st.E, torch.einsum("bthk,bthj,bthjv->bhkv", k, q, P), f"{mode} E")
+        assert_close(st.n, torch.einsum("bthk,bthj,bthj->bhk", k, q, m), f"{mode} n")
+
+
+@pytest.mark.parametrize("decay", DECAYS)
+@pytest.mark.parametrize("mode", MODES)
+def test_split_and_carry_state_equals_one_call(mode, decay):
+    tokens = ahla_inputs(2, 50, 2, 4, 3, with_state=False, decay=decay)
+    op = _op(mode, decay=tokens.pop("decay", None))
+    for cuts in ([0, 7], [16, 33, 49]):
+        assert_split_equals_one_call(op, tokens, cuts)
+
+
+@pytest.mark.parametrize("decay", DECAYS)
+def test_step_by_step_decoding_equals_the_parallel_forward(decay):
+    tokens = ahla_inputs(1, 40, 2, 5, 4, decay=decay)
+    initial_state = tokens.pop("initial_state")
+    op = partial(ahla, decay=tokens.pop("decay", None))
+    assert_decoding_equals_full(op, tokens, prefill=23, initial_state=initial_state)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_cu_seqlens_equals_per_sequence_calls_with_grads(mode):
+    lengths = [5, 0, 33, 17, 1]
+    T, H, K, V, N = sum(lengths), 2, 4, 3, len(lengths)
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+    tokens = ahla_inputs(1, T, H, K, V, with_state=False)
+    op = _op(mode, decay=tokens.pop("decay"))
+    state = random_state(N, H, K, V)
+    packed = run_with_grads(partial(op, cu_seqlens=cu), {**tokens, "initial_state": state})
+    expected = run_with_grads(per_sequence(op, cu), {**tokens, "initial_state": state})
+    assert_all_close(packed, expected, "cu_seqlens vs per-sequence")
+
+
+def test_zero_length_sequence_keeps_the_state():
+    q, k, v = random_qkv(1, 0, 2, 4, 3)
+    state = random_state(1, 2, 4, 3)
+    for mode in MODES:
+        o, final = ahla(q, k, v, initial_state=state, output_final_state=True, mode=mode)
+        assert o.shape == (1, 0, 2, 3)
+        for name, a, b in zip(state._fields, final, state, strict=True):
+            assert_close(a, b, f"{mode} {name}")
+
+
+B, T, H, K, V = 2, 10, 3, 4, 5
+
+
+def _state(**fields):
+    shapes = {"P": (B, H, K, V), "m": (B, H, K), "E": (B, H, K, V), "n": (B, H, K)}
+    return AHLAState(**{n: fields.get(n, torch.zeros(s)) for n, s in shapes.items()})
+
+
+BAD = {
+    "q rank 3": ({"q": torch.randn(B, T, H)}, "q"),
+    "k mismatched K": ({"k": torch.randn(B, T, H, K + 1)}, "k"),
+    "v mismatched H": ({"v": torch.randn(B, T, H + 1, V)}, "v"),
+    "decay wrong shape": ({"decay": torch.zeros(B, H)}, "decay"),
+    "decay positive": ({"decay": torch.full((H,), 0.1)}, "decay"),
+    "initial_state a tuple": ({"initial_state": tuple(_state())}, "initial_state"),
+    "initial_state.P wrong shape": ({"initial_state": _state(P=torch.zeros(B, H, K, K))}, "initial_state.P"),
+    "initial_state.n wrong shape": ({"initial_state": _state(n=torch.zeros(B, H, V))}, "initial_state.n"),
+    "cu_seqlens with B > 1": ({"cu_seqlens": torch.tensor([0, 4, T])}, "cu_seqlens"),
+    "mode unknown": ({"mode": "parallel"}, "mode"),
+    "chunk_size not a power of two": ({"chunk_size": 48}, "chunk_size"),
+    "scale a tensor": ({"scale": torch.tensor(1.0)}, "scale"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_raises_value_error_naming_the_argument(case):
+    override, name = BAD[case]
+    args = {"q": torch.randn(B, T, H, K), "k": torch.randn(B, T, H, K), "v": torch.randn(B, T, H, V), **override}
+    q, k, v = (args.pop(n) for n in ("q", "k", "v"))
+    with pytest.raises(ValueError, match=name):
+        ahla(q, k, v, **args)
