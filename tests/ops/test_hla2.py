@@ -2,7 +2,9 @@
 the 5-tuple final state, every gradient, decay and initial_state included) in float64 and float32; chunk size
 invariance; split + carry == one call; decoding == the parallel forward; cu_seqlens == per-sequence calls; the
 F-form identity S_t C_t - G_t = sum_{j<=t} S_j q_j v_j^T (spec hla.md §1); bad input fails with a ValueError
-naming the argument."""
+naming the argument. Ratio normalisation (eq 3.4) with a sign-safe denominator and the ridge read-out
+(Alg. 1's stabilised S_t + lambda I): forms agree, num / den from the unnormalised op on v and on ones, the sign of
+the guard, ridge = lambda q_t^T C_t per token."""
 
 from functools import partial
 
@@ -177,6 +179,13 @@ BAD = {
     "mode unknown": ({"mode": "parallel"}, "mode"),
     "chunk_size not a power of two": ({"chunk_size": 48}, "chunk_size"),
     "scale a tensor": ({"scale": torch.tensor(1.0)}, "scale"),
+    "normalize not a bool": ({"normalize": 1}, "normalize"),
+    "eps zero": ({"normalize": True, "eps": 0.0}, "eps"),
+    "eps negative": ({"eps": -1e-6}, "eps"),
+    "eps nan": ({"eps": float("nan")}, "eps"),
+    "ridge negative": ({"ridge": -0.1}, "ridge"),
+    "ridge a tensor": ({"ridge": torch.tensor(0.1)}, "ridge"),
+    "ridge inf": ({"ridge": float("inf")}, "ridge"),
 }
 
 
@@ -187,3 +196,138 @@ def test_bad_input_raises_value_error_naming_the_argument(case):
     q, k, v = (args.pop(n) for n in ("q", "k", "v"))
     with pytest.raises(ValueError, match=name):
         hla2(q, k, v, **args)
+
+
+# --- ratio normalisation (eq 3.4) and the ridge read-out (Alg. 1) ---------------------------------------------------
+
+
+def positive_inputs(B, T, H, K, V, *, dtype=torch.float64, decay=True, with_state=True, seed=0):
+    """Non-negative q, k and a state with S, m >= 0 entrywise and h = 0 keep every den_t > 0 and well away from 0,
+    so the ratio is well conditioned and float32 comparisons measure the algorithm."""
+    inputs = hla_inputs(B, T, H, K, V, dtype=dtype, decay=decay, with_state=with_state, seed=seed)
+    inputs["q"], inputs["k"] = inputs["q"].abs(), inputs["k"].abs()
+    if with_state:
+        S, C, m, G, h = inputs["initial_state"]
+        inputs["initial_state"] = HLA2State(S.abs(), C, m.abs(), G, torch.zeros_like(h))
+    return inputs
+
+
+NORM_OPTIONS = [
+    pytest.param({"normalize": True}, id="normalize"),
+    pytest.param({"ridge": 0.3}, id="ridge"),
+    pytest.param({"normalize": True, "ridge": 0.3}, id="normalize-ridge"),
+    pytest.param({"normalize": True, "ridge": 0.3, "masked": False}, id="normalize-ridge-unmasked"),
+]
+
+
+@pytest.mark.parametrize("with_state", STATES)
+@pytest.mark.parametrize("decay", DECAYS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("options", NORM_OPTIONS)
+def test_normalized_and_ridge_forms_match_reference_with_grads(options, dtype, decay, with_state):
+    inputs = positive_inputs(2, 21, 2, 5, 3, dtype=dtype, decay=decay, with_state=with_state)
+    assert_forms_agree(partial(hla2, **options), inputs, chunk_size=8)
+
+
+def _ones_state(state: HLA2State) -> HLA2State:
+    """The state of the ones column: C -> m, G -> h."""
+    return HLA2State(state.S, state.m.unsqueeze(-1), state.m, state.h.unsqueeze(-1), state.h)
+
+
+def _num_den(inputs, **options):
+    """The unnormalised reference op on v (num) and on a ones column (den)."""
+    inputs = dict(inputs)
+    state = inputs.pop("initial_state")
+    v = inputs.pop("v")
+    num, _ = hla2(v=v, initial_state=state, mode="reference", **inputs, **options)
+    den, _ = hla2(v=torch.ones_like(v[..., :1]), initial_state=_ones_state(state), mode="reference", **inputs,
+                  **options)
+    return num, den
+
+
+@pytest.mark.parametrize("masked", [True, False])
+def test_normalized_output_is_num_over_den_of_the_unnormalized_op(masked):
+    """Signed random inputs: den_t takes both signs; o = num / (den + eps sign(den)) for every form."""
+    inputs = hla_inputs(2, 23, 2, 4, 3)
+    eps = 1e-3
+    num, den = _num_den(inputs, masked=masked)
+    assert (den < 0).any() and (den > 0).any()
+    expected = num / torch.where(den >= 0, den + eps, den - eps)
+    for mode in MODES:
+        o, final = _op(mode, masked=masked, normalize=True, eps=eps)(**inputs, output_final_state=True)
+        assert_close(o, expected, mode)
+        _, plain = _op(mode, masked=masked)(**inputs, output_final_state=True)
+        for name, a, b in zip(final._fields, final, plain, strict=True):  # normalisation leaves the state alone
+            assert_close(a, b, f"{mode} state.{name}")
+
+
+def test_negative_denominator_is_pushed_away_from_zero():
+    """Where den_t < 0 the output is num / (den - eps), not num / (den + eps); eps is large so the two differ."""
+    inputs = hla_inputs(1, 30, 2, 4, 3, seed=3)
+    eps = 0.25
+    num, den = _num_den(inputs)
+    neg = den < 0
+    assert neg.sum() >= 3
+    expected = num / (den - eps)
+    wrong = num / (den + eps)
+    for mode in MODES:
+        o, _ = _op(mode, normalize=True, eps=eps)(**inputs)
+        neg_o = neg.expand_as(o)
+        assert_close(o[neg_o], expected.expand_as(o)[neg_o], mode)
+        assert not torch.allclose(o[neg_o], wrong.expand_as(o)[neg_o]), mode
+
+
+@pytest.mark.parametrize("masked", [True, False])
+def test_zero_denominator_gives_num_over_eps(masked):
+    """One token, K = 2, S_0 = I, m_0 = -q_1, h_0 = 0, k_1 = 0: m_1 = 0 so den_1 = 0 exactly, while
+    num_1 = q_1^T (C_1 - G_1) = v_1 = 1. sign(0) := +1, so o_1 = 1 / eps."""
+    q = torch.tensor([1.0, 0.0], dtype=torch.float64).view(1, 1, 1, 2)
+    k, v = torch.zeros_like(q), torch.ones(1, 1, 1, 1, dtype=torch.float64)
+    state = HLA2State(torch.eye(2, dtype=torch.float64).view(1, 1, 2, 2), torch.zeros(1, 1, 2, 1, dtype=torch.float64),
+                      -q[:, 0].clone(), torch.zeros(1, 1, 2, 1, dtype=torch.float64),
+                      torch.zeros(1, 1, 2, dtype=torch.float64))
+    eps = 1e-3
+    for mode in MODES:
+        o, _ = _op(mode, masked=masked, normalize=True, eps=eps)(q, k, v, scale=1.0, initial_state=state)
+        assert_close(o, torch.full_like(o, 1 / eps), mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ridge_zero_is_the_default(mode):
+    inputs = hla_inputs(2, 21, 2, 4, 3)
+    for extra in ({}, {"normalize": True}):
+        default = run_with_grads(_op(mode, **extra), inputs)
+        explicit = run_with_grads(_op(mode, ridge=0.0, **extra), inputs)
+        for name in default:
+            assert torch.equal(default[name], explicit[name]), f"{extra} {name}"
+
+
+def test_ridge_adds_lambda_q_c_per_token():
+    """o(ridge) = o(0) + lambda q_t^T C_t, and normalised (num + lambda q_t^T C_t) / (den + lambda q_t^T m_t),
+    with C_t, m_t by an explicit per-token loop (decay and initial state included)."""
+    inputs = hla_inputs(2, 19, 2, 4, 3, seed=4)
+    q, v, decay, state = inputs["q"] * 0.5, inputs["v"], inputs["decay"], inputs["initial_state"]  # scale 1/sqrt(K)
+    lam, eps = 0.7, 1e-3
+    gamma = decay.exp().view(1, -1, 1)  # [1, H, 1]
+    C, m, qC, qm = state.C, state.m, [], []
+    for t in range(q.shape[1]):
+        C = gamma.unsqueeze(-1) * C + q[:, t].unsqueeze(-1) * v[:, t].unsqueeze(-2)  # [B, H, K, V]
+        m = gamma * m + q[:, t]  # [B, H, K]
+        qC.append(torch.einsum("bhk,bhkv->bhv", q[:, t], C))
+        qm.append(torch.einsum("bhk,bhk->bh", q[:, t], m).unsqueeze(-1))
+    qC, qm = torch.stack(qC, 1), torch.stack(qm, 1)  # [B, T, H, V], [B, T, H, 1]
+    for masked in (True, False):
+        num, den = _num_den(inputs, masked=masked)
+        num_r, den_r = num + lam * qC, den + lam * qm
+        for mode in MODES:
+            o, _ = _op(mode, masked=masked, ridge=lam)(**inputs)
+            assert_close(o, num_r, f"{mode} masked={masked}")
+            o, _ = _op(mode, masked=masked, ridge=lam, normalize=True, eps=eps)(**inputs)
+            assert_close(o, num_r / torch.where(den_r >= 0, den_r + eps, den_r - eps), f"{mode} normalised")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_normalized_split_and_carry_state_equals_one_call(mode):
+    tokens = hla_inputs(1, 40, 2, 4, 3, with_state=False)
+    op = _op(mode, decay=tokens.pop("decay"), normalize=True, ridge=0.2)
+    assert_split_equals_one_call(op, tokens, [9, 25])

@@ -19,10 +19,11 @@ from regmem.ops.hla.reference import hla2_reference_core
 
 def hla2(
     q, k, v, *, masked=True, decay=None, scale=None, initial_state=None, output_final_state=False, mode="chunk",
-    chunk_size=64, cu_seqlens=None,
+    chunk_size=64, cu_seqlens=None, normalize=False, eps=1e-6, ridge=0.0,
 ):
-    """Second-order higher-order linear attention, unnormalised, strictly causal by default: eq 3.3 (Theorem 3.1) of
-    *Higher-order Linear Attention* (arXiv:2510.27258), with the optional decay of sec. 4.3.
+    """Second-order higher-order linear attention, strictly causal by default: eq 3.3 (Theorem 3.1) of
+    *Higher-order Linear Attention* (arXiv:2510.27258), with the optional decay of sec. 4.3; unnormalised unless
+    `normalize` (eq 3.4), optionally with the ridge read-out of Alg. 1.
 
         o_t = q_t^T (S_t C_t - G_t) = sum_{j<=t} sum_{i<=j} (q_t.k_i)(q_j.k_i) v_j     (gamma = 1)
 
@@ -40,6 +41,13 @@ def hla2(
         mode: "reference" | "recurrent" | "chunk".
         chunk_size: chunk length C of the chunk form (a power of two).
         cu_seqlens: [N + 1] integer offsets of packed sequences (B = 1).
+        normalize: the ratio normalisation of eq 3.4, o_t = num_t / den_t with num_t the output above and
+            den_t = q_t^T (S_t m_t - h_t) (unmasked q_t^T S_t m_t), i.e. the output for v = 1. The denominator is
+            sign-safe: num_t / (den_t + eps * sign(den_t)), sign(0) := +1, so a negative den_t becomes den_t - eps.
+        eps: the denominator's guard (> 0; only used with normalize).
+        ridge: lambda >= 0 of the stabilised read-out S_eff = S_t + lambda I (Alg. 1), in the read-out only:
+            adds lambda q_t^T C_t to the output (lambda q_t^T m_t to den_t). The paper calls this a stabilised
+            variant; for lambda > 0 it is not the exact masked operator. The state is unchanged by it.
 
     Returns:
         o: [B, T, H, V] in the input dtype, and the final HLA2State or None.
@@ -48,33 +56,34 @@ def hla2(
     forms = {"reference": hla2_reference, "recurrent": hla2_recurrent, "chunk": hla2_chunk}
     return dispatch(
         mode, forms, chunk_size, q=q, k=k, v=v, masked=masked, decay=decay, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens,
+        output_final_state=output_final_state, cu_seqlens=cu_seqlens, normalize=normalize, eps=eps, ridge=ridge,
     )
 
 
 def hla2_reference(q, k, v, *, masked=True, decay=None, scale=None, initial_state=None, output_final_state=False,
-                   cu_seqlens=None):
+                   cu_seqlens=None, normalize=False, eps=1e-6, ridge=0.0):
     """`hla2` by its definition: ((W W^T) ⊙ L) V, or the decayed summaries of every prefix (O(T^2))."""
     return run_hla2(
         hla2_reference_core, q, k, v, masked=masked, decay=decay, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens,
+        output_final_state=output_final_state, cu_seqlens=cu_seqlens, normalize=normalize, eps=eps, ridge=ridge,
     )
 
 
 def hla2_recurrent(q, k, v, *, masked=True, decay=None, scale=None, initial_state=None, output_final_state=False,
-                   cu_seqlens=None):
+                   cu_seqlens=None, normalize=False, eps=1e-6, ridge=0.0):
     """`hla2` one token at a time by the paper's 5-tuple updates (the decoding form)."""
     return run_hla2(
         hla2_recurrent_core, q, k, v, masked=masked, decay=decay, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens,
+        output_final_state=output_final_state, cu_seqlens=cu_seqlens, normalize=normalize, eps=eps, ridge=ridge,
     )
 
 
 def hla2_chunk(q, k, v, *, masked=True, decay=None, scale=None, initial_state=None, output_final_state=False,
-               chunk_size=64, cu_seqlens=None):
+               chunk_size=64, cu_seqlens=None, normalize=False, eps=1e-6, ridge=0.0):
     """`hla2` chunk-parallel (the training form)."""
     check_chunk_size(chunk_size)
     return run_hla2(
         hla2_chunk_core, q, k, v, masked=masked, decay=decay, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens, chunk_size=chunk_size,
+        output_final_state=output_final_state, cu_seqlens=cu_seqlens, chunk_size=chunk_size, normalize=normalize,
+        eps=eps, ridge=ridge,
     )

@@ -11,7 +11,8 @@ state (S_0, C_0, G_0), with a_t = sum_{s<=t in chunk} log gamma_s and D_ti = e^{
     q_t^T G_t = e^{a_t} q_t^T G_0 + sum_{i<=t} D_ti (q_t.k_i) P_i,       o_t = q_t^T S_t C_t - q_t^T G_t.
 The chunk's summaries follow with weights e^{a_C - a_i} to the chunk end; the G carry is
     G_out = e^{a_C} G_0 + Kbar C_0 + G_loc,   Kbar = sum_i e^{a_C - a_i} e^{a_{i-1}} k_i k_i^T,
-which for gamma = 1 is the undecayed key moment K^T K of erratum 1 (h alike with m).
+which for gamma = 1 is the undecayed key moment K^T K of erratum 1 (h alike with m). The ridge read-out
+(stabilised, Alg. 1) adds lambda q_t^T C_t = lambda (e^{a_t} q_t^T C_0 + sum_{j<=t} D_tj (q_t.q_j) v_j^T).
 
 Legend: B batch, T time, H heads, K key dim, V value dim, N chunks, C chunk size.
 """
@@ -47,10 +48,10 @@ def _chunk_pass(local, Kbar, total, state: HLA2State):
     return stacked, HLA2State(S, C, m, G, h)
 
 
-def hla2_chunk_core(q, k, v, log_gamma, *, initial_state, masked, chunk_size):
+def hla2_chunk_core(q, k, v, log_gamma, *, initial_state, masked, chunk_size, ridge=0.0):
     """q, k: [B, T, H, K] (q already scaled); v: [B, T, H, V]; log_gamma: [B, T, H] or None; initial_state:
-    HLA2State or None; masked: eq 3.3, else eq 3.1 (o_t = q_t^T S_t C_t). Returns o: [B, T, H, V] and
-    the HLA2State after the last token."""
+    HLA2State or None; masked: eq 3.3, else eq 3.1 (o_t = q_t^T S_t C_t); ridge: lambda of the read-out
+    q_t^T (S_t + lambda I). Returns o: [B, T, H, V] and the HLA2State after the last token."""
     B, T, H, K = q.shape
     V = v.shape[-1]
     state = initial_state if initial_state is not None else zero_state(q, V)
@@ -79,6 +80,8 @@ def hla2_chunk_core(q, k, v, log_gamma, *, initial_state, masked, chunk_size):
     # Step 4: outputs, o_t = q_t^T S_t C_t - q_t^T G_t.
     ea = e_a.unsqueeze(-1)  # [B, H, N, C, 1]
     U = ea * (q @ enter.S) + A @ k  # [B, H, N, C, K], rows q_t^T S_t
+    if ridge:
+        U = U + ridge * q  # rows q_t^T (S_t + lambda I), the stabilised read-out
     SC = ea * (U @ enter.C) + ((U @ q.transpose(-1, -2)) * D) @ v  # [B, H, N, C, V]
     P = e_prev.unsqueeze(-1) * (k @ enter.C) + P_loc  # [B, H, N, C, V], rows k_i^T C_{i-1}
     if not masked:

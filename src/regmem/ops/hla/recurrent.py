@@ -6,7 +6,8 @@ arXiv:2510.27258), with the decay of sec. 4.3 (spec hla.md §1). Note G and h us
     S_t = g S_{t-1} + k_t k_t^T          C_t = g C_{t-1} + q_t v_t^T       m_t = g m_{t-1} + q_t
     G_t = g G_{t-1} + k_t (k_t^T C_{t-1})                 h_t = g h_{t-1} + k_t (k_t^T m_{t-1})
     o_t = (q_t^T S_t) C_t - q_t^T G_t                      (g = gamma_t, 1 without decay)
-Unmasked (eq 3.1) the read-out drops the G term: o_t = (q_t^T S_t) C_t; the state is the same.
+Unmasked (eq 3.1) the read-out drops the G term: o_t = (q_t^T S_t) C_t; the state is the same. The ridge read-out
+uses u = q_t^T (S_t + lambda I) (stabilised variant of Alg. 1, not the exact operator); S itself has no ridge.
 
 Legend: B batch, T time, H heads, K key dim, V value dim.
 """
@@ -18,10 +19,10 @@ import torch
 from regmem.ops.hla.interface import HLA2State, zero_state
 
 
-def hla2_recurrent_core(q, k, v, log_gamma, *, initial_state, masked):
+def hla2_recurrent_core(q, k, v, log_gamma, *, initial_state, masked, ridge=0.0):
     """q, k: [B, T, H, K] (q already scaled); v: [B, T, H, V]; log_gamma: [B, T, H] or None; initial_state:
-    HLA2State or None; masked: eq 3.3, else eq 3.1 (o_t = q_t^T S_t C_t). Returns o: [B, T, H, V] and
-    the HLA2State after the last token."""
+    HLA2State or None; masked: eq 3.3, else eq 3.1 (o_t = q_t^T S_t C_t); ridge: lambda of the read-out
+    u = q_t^T (S_t + lambda I) (Alg. 1's stabilised variant). Returns o: [B, T, H, V] and the final HLA2State."""
     B, T, H, K = q.shape
     V = v.shape[-1]
     S, C, m, G, h = initial_state if initial_state is not None else zero_state(q, V)
@@ -40,6 +41,8 @@ def hla2_recurrent_core(q, k, v, log_gamma, *, initial_state, masked):
         G = G + k_t.unsqueeze(-1) * kC.unsqueeze(-2)  # [B, H, K, V]
         h = h + k_t * km  # [B, H, K]
         u = torch.einsum("bhj,bhjk->bhk", q_t, S)  # [B, H, K], q_t^T S_t
+        if ridge:
+            u = u + ridge * q_t  # q_t^T (S_t + lambda I)
         o_t = torch.einsum("bhk,bhkv->bhv", u, C)  # [B, H, V]
         outputs.append(o_t - torch.einsum("bhk,bhkv->bhv", q_t, G) if masked else o_t)
     o = torch.stack(outputs, dim=1) if outputs else v.new_zeros(B, 0, H, V)  # [B, T, H, V]

@@ -10,7 +10,8 @@ form), so the reference evaluates the summaries of every prefix from their defin
     S_t = e^{b_t} S_0 + sum_{i<=t} e^{b_t - b_i} k_i k_i^T     (C_t, m_t alike, b_t = sum_{s<=t} log gamma_s)
     G_t = e^{b_t} G_0 + sum_{i<=t} e^{b_t - b_i} k_i k_i^T C_{i-1}      (h_t alike with m_{i-1})
 and reads out o_t = q_t^T (S_t C_t - G_t). Unmasked (eq 3.1) the output is o_t = q_t^T S_t C_t from the same
-summaries. The final state is always these sums at t = T.
+summaries. The final state is always these sums at t = T. With `ridge` = lambda (the stabilised read-out
+S_eff = S_t + lambda I of Alg. 1, not the exact operator) the output gains lambda q_t^T C_t.
 
 Legend: B batch, T time, H heads, K key dim, V value dim.
 """
@@ -54,10 +55,10 @@ def masked_output(q, k, v, state: HLA2State):
     return torch.einsum("bhts,bshv->bthv", A, v) + torch.einsum("bthk,bhkv->bthv", q, carried)
 
 
-def hla2_reference_core(q, k, v, log_gamma, *, initial_state, masked):
+def hla2_reference_core(q, k, v, log_gamma, *, initial_state, masked, ridge=0.0):
     """q, k: [B, T, H, K] (q already scaled); v: [B, T, H, V]; log_gamma: [B, T, H] or None; initial_state:
-    HLA2State or None; masked: eq 3.3, else eq 3.1 (o_t = q_t^T S_t C_t). Returns o: [B, T, H, V] and
-    the HLA2State after the last token."""
+    HLA2State or None; masked: eq 3.3, else eq 3.1 (o_t = q_t^T S_t C_t); ridge: lambda of the read-out
+    q_t^T (S_t + lambda I). Returns o: [B, T, H, V] and the HLA2State after the last token."""
     B, T, H, K = q.shape
     V = v.shape[-1]
     state = initial_state if initial_state is not None else zero_state(q, V)
@@ -70,4 +71,6 @@ def hla2_reference_core(q, k, v, log_gamma, *, initial_state, masked):
         o = torch.einsum("bthj,bthjk,bthkv->bthv", q, S, C)  # [B, T, H, V], q_t^T S_t C_t (eq 3.1)
         if masked:
             o = o - torch.einsum("bthk,bthkv->bthv", q, G)
+    if ridge:
+        o = o + ridge * torch.einsum("bthk,bthkv->bthv", q, C)  # lambda q_t^T C_t (stabilised read-out)
     return o, HLA2State(S[:, -1], C[:, -1], m[:, -1], G[:, -1], h[:, -1])
