@@ -43,6 +43,8 @@ from regmem.ops.gd import (
 from regmem.ops.hla import (
     AHLAState,
     HLA2State,
+    HLA3PaperState,
+    HLA3State,
     ahla,
     ahla_chunk,
     ahla_recurrent,
@@ -51,6 +53,7 @@ from regmem.ops.hla import (
     hla2_chunk,
     hla2_recurrent,
     hla2_reference,
+    hla3,
 )
 from regmem.ops.linear_attn import (
     NormalizedState,
@@ -98,6 +101,8 @@ from regmem.ops.titans import (
 __all__ = [
     "AHLAState",
     "HLA2State",
+    "HLA3PaperState",
+    "HLA3State",
     "ahla",
     "ahla_chunk",
     "ahla_recurrent",
@@ -106,6 +111,7 @@ __all__ = [
     "hla2_chunk",
     "hla2_recurrent",
     "hla2_reference",
+    "hla3",
     "KVState",
     "LeastSquaresState",
     "attention_weights",
