@@ -93,6 +93,21 @@ def check_state(name: str, state, expected: Sequence[int], doc: str) -> None:
     check_shape(name, state, expected, doc)
 
 
+def check_state_tuple(initial_state, cls, shapes, q: torch.Tensor, *, context: str = "") -> None:
+    """An optional NamedTuple state of type `cls` on the device of q; `shapes` maps each field name to its
+    (expected shape, documented shape), e.g. {"R": ((N, H, K, K), "[N, H, K, K]"), ...}."""
+    if initial_state is None:
+        return
+    if not isinstance(initial_state, cls):
+        fields = ", ".join(f"{name} {doc}" for name, (_, doc) in shapes.items())
+        raise ValueError(f"initial_state must be a {cls.__name__}({fields}){context}, "
+                         f"got {type(initial_state).__name__}")
+    for name, field in zip(cls._fields, initial_state, strict=True):
+        shape, doc = shapes[name]
+        check_state(f"initial_state.{name}", field, shape, doc)
+        check_same_device(q=q, **{f"initial_state.{name}": field})
+
+
 def check_cu_seqlens(cu_seqlens, B: int, T: int) -> int:
     """cu_seqlens: [N + 1] integer offsets into a packed batch (B = 1), from 0 to T; returns N."""
     if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.is_floating_point() or cu_seqlens.ndim != 1:

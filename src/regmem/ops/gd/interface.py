@@ -19,7 +19,7 @@ from regmem.ops.common import (
     check_qkv,
     check_same_device,
     check_scale,
-    check_state,
+    check_state_tuple,
     check_tensor,
     check_token_scalar,
     num_states,
@@ -46,14 +46,8 @@ def run_multi_step_gd(core, q, k, v, beta, *, scale, initial_state, output_final
     check_token_scalar("beta", beta, B, T, H, extra=(beta.shape[-1],), doc="[B, T, H, I]", low=0.0)
     check_scale(scale)
     N = num_states(B, T, cu_seqlens)
-    if initial_state is not None:
-        if not isinstance(initial_state, GDStats):
-            raise ValueError(
-                f"initial_state must be a GDStats(R [N, H, K, K], C [N, H, K, V]), got {type(initial_state).__name__}"
-            )
-        check_state("initial_state.R", initial_state.R, (N, H, K, K), "[N, H, K, K]")
-        check_state("initial_state.C", initial_state.C, (N, H, K, V), "[N, H, K, V]")
-        check_same_device(q=q, R=initial_state.R, C=initial_state.C)
+    shapes = {"R": ((N, H, K, K), "[N, H, K, K]"), "C": ((N, H, K, V), "[N, H, K, V]")}
+    check_state_tuple(initial_state, GDStats, shapes, q)
     q_scaled = scaled_queries(q, scale)  # [B, T, H, K]
     return run_core(
         core, {"q": q_scaled, "k": k, "v": v, "beta": beta}, initial_state, output_final_state=output_final_state,

@@ -32,20 +32,14 @@ from einops import rearrange
 
 from regmem.ops.common import (
     check_chunk_size,
-    check_qkv,
-    check_same_device,
-    check_scale,
-    check_state,
+    check_state_tuple,
     dispatch,
     merge_chunks,
-    num_states,
-    run_core,
-    scaled_queries,
     segsum,
     split_chunks,
     suffix_exclusive,
 )
-from regmem.ops.hla.interface import check_decay
+from regmem.ops.hla.interface import run_decayed
 
 
 class AHLAState(NamedTuple):
@@ -63,15 +57,8 @@ def _zero_state(k: torch.Tensor, V: int) -> AHLAState:
 
 
 def _check_ahla_state(initial_state, N: int, H: int, K: int, V: int, q: torch.Tensor) -> None:
-    if initial_state is None:
-        return
-    if not isinstance(initial_state, AHLAState):
-        raise ValueError("initial_state must be an AHLAState(P [N, H, K, V], m [N, H, K], E [N, H, K, V], "
-                         f"n [N, H, K]), got {type(initial_state).__name__}")
-    kv, kk = ((N, H, K, V), "[N, H, K, V]"), ((N, H, K), "[N, H, K]")
-    for name, field, (shape, doc) in zip(initial_state._fields, initial_state, (kv, kk, kv, kk), strict=True):
-        check_state(f"initial_state.{name}", field, shape, doc)
-        check_same_device(q=q, **{f"initial_state.{name}": field})
+    kv, k = ((N, H, K, V), "[N, H, K, V]"), ((N, H, K), "[N, H, K]")
+    check_state_tuple(initial_state, AHLAState, {"P": kv, "m": k, "E": kv, "n": k}, q)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -184,16 +171,8 @@ def ahla_chunk_core(q, k, v, log_gamma, *, initial_state, chunk_size):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _run_ahla(core, q, k, v, *, decay, scale, initial_state, output_final_state, cu_seqlens, **options):
-    B, T, H, K, V = check_qkv(q, k, v)
-    check_decay(decay, H, q)
-    check_scale(scale)
-    N = num_states(B, T, cu_seqlens)
-    _check_ahla_state(initial_state, N, H, K, V, q)
-    q_scaled = scaled_queries(q, scale)  # [B, T, H, K]
-    log_gamma = None if decay is None else decay.to(q_scaled.dtype).expand(B, T, H)  # [B, T, H]
-    return run_core(core, {"q": q_scaled, "k": k, "v": v, "log_gamma": log_gamma}, initial_state,
-                    output_final_state=output_final_state, cu_seqlens=cu_seqlens, out_dtype=q.dtype, **options)
+def _run_ahla(core, q, k, v, **kwargs):
+    return run_decayed(core, q, k, v, check_initial=_check_ahla_state, **kwargs)
 
 
 def ahla(q, k, v, *, decay=None, scale=None, initial_state=None, output_final_state=False, mode="chunk",

@@ -37,9 +37,8 @@ from regmem.ops.common import (
     check_chunk_size,
     check_mode,
     check_qkv,
-    check_same_device,
     check_scale,
-    check_state,
+    check_state_tuple,
     num_states,
     run_core,
     scaled_queries,
@@ -79,18 +78,9 @@ def _zero_state(variant: str, k: torch.Tensor, V: int):
 
 
 def _check_hla3_state(variant: str, initial_state, N: int, H: int, K: int, V: int, q: torch.Tensor) -> None:
-    if initial_state is None:
-        return
-    cls = _STATE_TYPES[variant]
     kk, kv = ((N, H, K, K), "[N, H, K, K]"), ((N, H, K, V), "[N, H, K, V]")
-    shapes = (kk, kv, kv) if variant == "causal" else (kk, kk, kv, kv)
-    if not isinstance(initial_state, cls):
-        fields = ", ".join(f"{n} {d}" for n, (_, d) in zip(cls._fields, shapes, strict=True))
-        raise ValueError(f"initial_state must be a {cls.__name__}({fields}) for variant={variant!r}, "
-                         f"got {type(initial_state).__name__}")
-    for name, field, (shape, doc) in zip(initial_state._fields, initial_state, shapes, strict=True):
-        check_state(f"initial_state.{name}", field, shape, doc)
-        check_same_device(q=q, **{f"initial_state.{name}": field})
+    shapes = {"S": kk, "P": kv, "F": kv} if variant == "causal" else {"SK": kk, "SQ": kk, "P": kv, "G": kv}
+    check_state_tuple(initial_state, _STATE_TYPES[variant], shapes, q, context=f" for variant={variant!r}")
 
 
 # ---------------------------------------------------------------------------------------------------------------

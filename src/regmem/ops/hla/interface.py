@@ -41,7 +41,7 @@ from regmem.ops.common import (
     check_qkv,
     check_same_device,
     check_scale,
-    check_state,
+    check_state_tuple,
     check_tensor,
     num_states,
     run_core,
@@ -81,19 +81,8 @@ def check_decay(decay, H: int, q: torch.Tensor) -> None:
 
 
 def check_hla2_state(initial_state, N: int, H: int, K: int, V: int, q: torch.Tensor) -> None:
-    if initial_state is None:
-        return
-    if not isinstance(initial_state, HLA2State):
-        raise ValueError(
-            "initial_state must be an HLA2State(S [N, H, K, K], C [N, H, K, V], m [N, H, K], G [N, H, K, V], "
-            f"h [N, H, K]), got {type(initial_state).__name__}"
-        )
-    docs = {"S": ((N, H, K, K), "[N, H, K, K]"), "C": ((N, H, K, V), "[N, H, K, V]"), "m": ((N, H, K), "[N, H, K]"),
-            "G": ((N, H, K, V), "[N, H, K, V]"), "h": ((N, H, K), "[N, H, K]")}
-    for name, field in zip(initial_state._fields, initial_state, strict=True):
-        shape, doc = docs[name]
-        check_state(f"initial_state.{name}", field, shape, doc)
-        check_same_device(q=q, **{f"initial_state.{name}": field})
+    kk, kv, k = ((N, H, K, K), "[N, H, K, K]"), ((N, H, K, V), "[N, H, K, V]"), ((N, H, K), "[N, H, K]")
+    check_state_tuple(initial_state, HLA2State, {"S": kk, "C": kv, "m": k, "G": kv, "h": k}, q)
 
 
 def check_real(name: str, x, *, positive: bool) -> None:
@@ -137,14 +126,25 @@ def run_hla2(core, q, k, v, *, masked, decay, scale, initial_state, output_final
     ridge = float(ridge)
     if normalize:
         core = partial(normalized_core, core, eps=float(eps))
+    return run_decayed(
+        core, q, k, v, decay=decay, scale=scale, initial_state=initial_state, check_initial=check_hla2_state,
+        output_final_state=output_final_state, cu_seqlens=cu_seqlens, masked=masked, ridge=ridge, **options,
+    )
+
+
+def run_decayed(core, q, k, v, *, decay, scale, initial_state, check_initial, output_final_state, cu_seqlens,
+                **options):
+    """The frame shared by the HLA ops with a constant per-head decay: validates q, k, v, decay, scale and the
+    state (by `check_initial(initial_state, N, H, K, V, q)`), scales q, spreads the decay [H] to a per-token log
+    gate [B, T, H] (so zero-gate padding is neutral), and runs
+    core(q, k, v, log_gamma, *, initial_state, **options) in the common frame."""
+    B, T, H, K, V = check_qkv(q, k, v)
     check_decay(decay, H, q)
     check_scale(scale)
-    N = num_states(B, T, cu_seqlens)
-    check_hla2_state(initial_state, N, H, K, V, q)
+    check_initial(initial_state, num_states(B, T, cu_seqlens), H, K, V, q)
     q_scaled = scaled_queries(q, scale)  # [B, T, H, K]
     log_gamma = None if decay is None else decay.to(q_scaled.dtype).expand(B, T, H)  # [B, T, H]
     return run_core(
         core, {"q": q_scaled, "k": k, "v": v, "log_gamma": log_gamma}, initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens, out_dtype=q.dtype, masked=masked,
-        ridge=ridge, **options,
+        output_final_state=output_final_state, cu_seqlens=cu_seqlens, out_dtype=q.dtype, **options,
     )

@@ -24,7 +24,7 @@ from regmem.ops.common import (
     check_qkv,
     check_same_device,
     check_scale,
-    check_state,
+    check_state_tuple,
     compute_dtype,
     num_states,
     run_core,
@@ -71,16 +71,8 @@ def ridge_diagonal(ridge, H: int, F: int, q: torch.Tensor) -> torch.Tensor:
 
 
 def check_ls_state(initial_state, N: int, H: int, F: int, V: int, q: torch.Tensor) -> None:
-    if initial_state is None:
-        return
-    if not isinstance(initial_state, LeastSquaresState):
-        raise ValueError(
-            "initial_state must be a LeastSquaresState(R [N, H, F, F], S [N, H, F, V]), "
-            f"got {type(initial_state).__name__}"
-        )
-    check_state("initial_state.R", initial_state.R, (N, H, F, F), "[N, H, F, F]")
-    check_state("initial_state.S", initial_state.S, (N, H, F, V), "[N, H, F, V]")
-    check_same_device(q=q, R=initial_state.R, S=initial_state.S)
+    shapes = {"R": ((N, H, F, F), "[N, H, F, F]"), "S": ((N, H, F, V), "[N, H, F, V]")}
+    check_state_tuple(initial_state, LeastSquaresState, shapes, q)
 
 
 def run_least_squares(core, q, k, v, g, *, ridge, feature_map, scale, initial_state, output_final_state, cu_seqlens,

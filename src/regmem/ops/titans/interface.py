@@ -22,7 +22,7 @@ from regmem.ops.common import (
     check_qkv,
     check_same_device,
     check_scale,
-    check_state,
+    check_state_tuple,
     check_tensor,
     check_token_scalar,
     compute_dtype,
@@ -54,15 +54,8 @@ def run_momentum_delta_rule(
     check_token_scalar("beta", beta, B, T, H, low=0.0)
     check_scale(scale)
     N = num_states(B, T, cu_seqlens)
-    if initial_state is not None:
-        if not isinstance(initial_state, MomentumState):
-            raise ValueError(
-                f"initial_state must be a MomentumState(S, P) of two [N, H, K, V] tensors, got "
-                f"{type(initial_state).__name__}"
-            )
-        check_state("initial_state.S", initial_state.S, (N, H, K, V), "[N, H, K, V]")
-        check_state("initial_state.P", initial_state.P, (N, H, K, V), "[N, H, K, V]")
-        check_same_device(q=q, S=initial_state.S, P=initial_state.P)
+    kv = ((N, H, K, V), "[N, H, K, V]")
+    check_state_tuple(initial_state, MomentumState, {"S": kv, "P": kv}, q)
     dtype = compute_dtype(q)
     q_scaled = scaled_queries(q, scale)  # [B, T, H, K]
     live = torch.ones_like(beta, dtype=dtype) if cu_seqlens is not None else None  # [B, T, H], 0 on padding
