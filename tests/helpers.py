@@ -218,3 +218,17 @@ def assert_packed_equals_per_sequence(op, bounds, *, T: int, H: int = 2, K: int 
     assert state is None
     pieces = [op(q[:, a:b], k[:, a:b], v[:, a:b])[0] for a, b in zip(bounds, bounds[1:], strict=False)]
     assert_close(o, torch.cat(pieces, dim=1), "o")
+
+
+def kv_cache_inputs(B, T, H, K, V, S, dtype=torch.float64, seed=0) -> dict:
+    """q, k, v: [B, T, H, K | V] N(0, 1), drawn in float64 so every dtype sees the same data, and for S > 0 a
+    KVState cache of S random pairs as initial_state (the inputs of an op on a KV cache)."""
+    from regmem.ops import KVState
+
+    q, k, v = (x.to(dtype) for x in random_qkv(B, T, H, K, V, seed=seed))
+    inputs = {"q": q, "k": k, "v": v}
+    if S:
+        gen = torch.Generator().manual_seed(seed + 1)
+        inputs["initial_state"] = KVState(torch.randn(B, S, H, K, generator=gen, dtype=torch.float64).to(dtype),
+                                          torch.randn(B, S, H, V, generator=gen, dtype=torch.float64).to(dtype))
+    return inputs

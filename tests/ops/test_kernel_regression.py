@@ -21,6 +21,7 @@ from helpers import (
     assert_forms_agree,
     assert_packed_equals_per_sequence,
     assert_split_equals_one_call,
+    kv_cache_inputs,
     nonparametric_bad_inputs,
     random_qkv,
     rel_rms,
@@ -54,14 +55,6 @@ SHAPES = [  # (B, T, H, K, V, S)
 ]
 
 
-def _inputs(B, T, H, K, V, S, dtype, seed=0):
-    q, k, v = random_qkv(B, T, H, K, V, dtype=dtype, seed=seed)
-    inputs = {"q": q, "k": k, "v": v}
-    if S:
-        gen = torch.Generator().manual_seed(seed + 1)
-        inputs["initial_state"] = KVState(torch.randn(B, S, H, K, generator=gen, dtype=dtype),
-                                          torch.randn(B, S, H, V, generator=gen, dtype=dtype))
-    return inputs
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -69,14 +62,14 @@ def _inputs(B, T, H, K, V, S, dtype, seed=0):
 @pytest.mark.parametrize("kernel", list(KERNELS))
 def test_forms_match_reference_with_grads(kernel, shape, dtype):
     op = partial(kernel_regression, ridge=RIDGE[dtype], **KERNELS[kernel])
-    assert_forms_agree(op, _inputs(*shape, dtype), chunk_size=16)
+    assert_forms_agree(op, kv_cache_inputs(*shape, dtype), chunk_size=16)
 
 
 @settings(max_examples=12)
 @given(B=st.integers(1, 2), T=st.integers(1, 12), H=st.integers(1, 2), K=st.integers(1, 6), V=st.integers(1, 6),
        S=st.integers(0, 4), kernel=st.sampled_from(list(KERNELS)))
 def test_chunk_and_recurrent_match_reference_property(B, T, H, K, V, S, kernel):
-    inputs = _inputs(B, T, H, K, V, S, torch.float64)
+    inputs = kv_cache_inputs(B, T, H, K, V, S, torch.float64)
     op = partial(kernel_regression, **KERNELS[kernel])
     expected = run_with_grads(partial(op, mode="reference"), inputs)
     assert_all_close(run_with_grads(partial(op, mode="chunk"), inputs), expected, "chunk vs reference")
@@ -85,7 +78,7 @@ def test_chunk_and_recurrent_match_reference_property(B, T, H, K, V, S, kernel):
 
 @pytest.mark.parametrize("mode", ["reference", "recurrent", "chunk"])
 def test_split_and_carry_cache_equals_one_call(mode):
-    tokens = _inputs(2, 17, 2, 4, 3, 0, torch.float64)
+    tokens = kv_cache_inputs(2, 17, 2, 4, 3, 0, torch.float64)
     op = partial(kernel_regression, kernel="gaussian", bandwidth=3.0, mode=mode)
     assert_split_equals_one_call(op, tokens, cuts=[1, 6, 12])
 
@@ -93,7 +86,7 @@ def test_split_and_carry_cache_equals_one_call(mode):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("prefill", [0, 5])
 def test_decoding_token_by_token_equals_one_call(prefill, dtype):
-    inputs = _inputs(2, 12, 2, 4, 3, 3, dtype)
+    inputs = kv_cache_inputs(2, 12, 2, 4, 3, 3, dtype)
     state = inputs.pop("initial_state")
     op = partial(kernel_regression, ridge=RIDGE[dtype])
     assert_decoding_equals_full(op, inputs, prefill=prefill, initial_state=state)
@@ -149,7 +142,7 @@ def test_T15_kernel_regression_tends_to_unnormalised_softmax_attention_as_the_gr
 def test_linear_kernel_is_ridge_regression_dual_equals_primal(mode):
     """V_p^T (K_p K_p^T + lambda I)^{-1} K_p q = q^T (K_p^T K_p + lambda I)^{-1} K_p^T V_p for every prefix p."""
     B, T, H, K, V, S, ridge = 2, 14, 2, 4, 3, 3, 0.05
-    inputs = _inputs(B, T, H, K, V, S, torch.float64)
+    inputs = kv_cache_inputs(B, T, H, K, V, S, torch.float64)
     o = kernel_regression(**inputs, kernel="linear", ridge=ridge, mode=mode)[0]
     keys = torch.cat([inputs["initial_state"].k, inputs["k"]], dim=1).transpose(1, 2)  # [B, H, S + T, K]
     values = torch.cat([inputs["initial_state"].v, inputs["v"]], dim=1).transpose(1, 2)  # [B, H, S + T, V]

@@ -30,12 +30,12 @@ from helpers import (
     assert_masked_pairs_equal_removed,
     assert_packed_equals_per_sequence,
     assert_split_equals_one_call,
+    kv_cache_inputs,
     nonparametric_bad_inputs,
     random_qkv,
     rel_rms,
     run_with_grads,
 )
-from regmem.ops.nonparametric.frame import KVState
 from regmem.ops.nonparametric.local_linear import local_linear_attn
 from regmem.ops.nonparametric.local_polynomial import local_polynomial_reference
 
@@ -59,15 +59,6 @@ def _gen(seed):
     return torch.Generator().manual_seed(seed)
 
 
-def _inputs(B, T, H, K, V, S, dtype=torch.float64, seed=0):
-    """N(0, 1) q, k, v drawn in float64 (so both dtypes see the same data) and an S-pair cache (None if S = 0)."""
-    q, k, v = (x.to(dtype) for x in random_qkv(B, T, H, K, V, seed=seed))
-    inputs = {"q": q, "k": k, "v": v}
-    if S:
-        g = _gen(seed + 1)
-        inputs["initial_state"] = KVState(torch.randn(B, S, H, K, generator=g, dtype=torch.float64).to(dtype),
-                                          torch.randn(B, S, H, V, generator=g, dtype=torch.float64).to(dtype))
-    return inputs
 
 
 # --- forms agree ---------------------------------------------------------------------------------------------
@@ -79,7 +70,7 @@ def _inputs(B, T, H, K, V, S, dtype=torch.float64, seed=0):
 def test_forms_match_reference_with_grads(shape, kernel, dtype):
     *dims, C = shape
     op = partial(local_linear_attn, ridge=RIDGE[dtype], **KERNELS[kernel])
-    assert_forms_agree(op, _inputs(*dims, dtype=dtype), chunk_size=C)
+    assert_forms_agree(op, kv_cache_inputs(*dims, dtype=dtype), chunk_size=C)
 
 
 @settings(max_examples=12)
@@ -88,12 +79,12 @@ def test_forms_match_reference_with_grads(shape, kernel, dtype):
     S=st.sampled_from([0, 3]), chunk_size=st.sampled_from([8, 16, 32]), kernel=st.sampled_from(list(KERNELS)),
 )
 def test_forms_match_reference_property(B, T, H, K, V, S, chunk_size, kernel):
-    assert_forms_agree(partial(local_linear_attn, **KERNELS[kernel]), _inputs(B, T, H, K, V, S),
+    assert_forms_agree(partial(local_linear_attn, **KERNELS[kernel]), kv_cache_inputs(B, T, H, K, V, S),
                        chunk_size=chunk_size)
 
 
 def test_chunk_size_does_not_change_the_result():
-    inputs = _inputs(2, 50, 2, 5, 4, 3)
+    inputs = kv_cache_inputs(2, 50, 2, 5, 4, 3)
     expected = run_with_grads(partial(local_linear_attn, chunk_size=64), inputs)
     for C in (1, 8, 16):
         assert_all_close(run_with_grads(partial(local_linear_attn, chunk_size=C), inputs), expected, f"C={C}")
@@ -104,13 +95,13 @@ def test_chunk_size_does_not_change_the_result():
 
 @pytest.mark.parametrize("mode", ["reference", "recurrent", "chunk"])
 def test_split_and_carried_state_equal_one_call(mode):
-    inputs = _inputs(2, 30, 2, 4, 3, 0)
+    inputs = kv_cache_inputs(2, 30, 2, 4, 3, 0)
     assert_split_equals_one_call(partial(local_linear_attn, mode=mode, chunk_size=8), inputs, cuts=[1, 9, 17])
 
 
 @pytest.mark.parametrize("prefill", [0, 7])
 def test_decoding_token_by_token_equals_one_call(prefill):
-    inputs = _inputs(2, 20, 2, 4, 3, 2)
+    inputs = kv_cache_inputs(2, 20, 2, 4, 3, 2)
     cache = inputs.pop("initial_state")
     assert_decoding_equals_full(partial(local_linear_attn, bandwidth=3.0), inputs, prefill=prefill,
                                 initial_state=cache, chunk_size=8)
@@ -127,7 +118,7 @@ def test_cu_seqlens_equals_one_call_per_sequence(mode):
 
 @pytest.mark.parametrize("mode", ["reference", "recurrent", "chunk"])
 def test_all_true_key_mask_equals_no_key_mask(mode):
-    inputs = _inputs(2, 11, 2, 4, 3, 5, torch.float64)
+    inputs = kv_cache_inputs(2, 11, 2, 4, 3, 5, torch.float64)
     op = partial(local_linear_attn, mode=mode, chunk_size=8)
     expected = run_with_grads(op, inputs)
     all_true = torch.ones(2, 5 + 11, dtype=torch.bool)  # [B, S + T]
@@ -145,7 +136,7 @@ def test_masked_pairs_equal_removed_pairs_with_grads(mode):
                                    pytest.param((2, 17, 2, 4, 3, 6), id="B2-T17-H2-K4-V3-S6")])
 def test_forms_agree_with_a_random_key_mask(shape, kernel):
     B, T, *_, S = shape
-    inputs = _inputs(*shape, torch.float64)
+    inputs = kv_cache_inputs(*shape, torch.float64)
     inputs["key_mask"] = torch.rand(B, S + T, generator=torch.Generator().manual_seed(7)) > 0.3  # [B, S + T]
     assert_forms_agree(partial(local_linear_attn, **KERNELS[kernel]), inputs, chunk_size=8)
 
@@ -315,7 +306,7 @@ B, T, H, K, V = 2, 6, 2, 4, 3
 
 
 def _call(op=local_linear_attn, **override):
-    args = {**_inputs(B, T, H, K, V, 0, dtype=torch.float32), **override}
+    args = {**kv_cache_inputs(B, T, H, K, V, 0, dtype=torch.float32), **override}
     return op(**args)
 
 

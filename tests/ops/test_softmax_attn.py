@@ -21,6 +21,7 @@ from helpers import (
     assert_masked_pairs_equal_removed,
     assert_packed_equals_per_sequence,
     assert_split_equals_one_call,
+    kv_cache_inputs,
     nonparametric_bad_inputs,
     random_qkv,
     run_with_grads,
@@ -43,28 +44,20 @@ KERNELS = {
 }
 
 
-def _inputs(B, T, H, K, V, S, dtype, seed=0):
-    q, k, v = random_qkv(B, T, H, K, V, dtype=dtype, seed=seed)
-    inputs = {"q": q, "k": k, "v": v}
-    if S:
-        gen = torch.Generator().manual_seed(seed + 1)
-        inputs["initial_state"] = KVState(torch.randn(B, S, H, K, generator=gen, dtype=dtype),
-                                          torch.randn(B, S, H, V, generator=gen, dtype=dtype))
-    return inputs
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("kernel", list(KERNELS))
 def test_forms_match_reference_with_grads(kernel, shape, dtype):
-    assert_forms_agree(partial(softmax_attn, **KERNELS[kernel]), _inputs(*shape, dtype), chunk_size=16)
+    assert_forms_agree(partial(softmax_attn, **KERNELS[kernel]), kv_cache_inputs(*shape, dtype), chunk_size=16)
 
 
 @settings(max_examples=15)
 @given(B=st.integers(1, 2), T=st.integers(1, 24), H=st.integers(1, 2), K=st.integers(1, 9), V=st.integers(1, 9),
        S=st.integers(0, 6), kernel=st.sampled_from(list(KERNELS)))
 def test_chunk_and_recurrent_match_reference_property(B, T, H, K, V, S, kernel):
-    inputs = _inputs(B, T, H, K, V, S, torch.float64)
+    inputs = kv_cache_inputs(B, T, H, K, V, S, torch.float64)
     op = partial(softmax_attn, **KERNELS[kernel])
     expected = run_with_grads(partial(op, mode="reference"), inputs)
     assert_all_close(run_with_grads(partial(op, mode="chunk"), inputs), expected, "chunk vs reference")
@@ -72,7 +65,7 @@ def test_chunk_and_recurrent_match_reference_property(B, T, H, K, V, S, kernel):
 
 
 def test_final_state_is_the_cache_followed_by_the_new_pairs():
-    inputs = _inputs(1, 5, 2, 3, 4, 3, torch.float64)
+    inputs = kv_cache_inputs(1, 5, 2, 3, 4, 3, torch.float64)
     _, state = softmax_attn(**inputs, output_final_state=True)
     assert_close(state.k, torch.cat([inputs["initial_state"].k, inputs["k"]], dim=1), "state.k")
     assert_close(state.v, torch.cat([inputs["initial_state"].v, inputs["v"]], dim=1), "state.v")
@@ -81,14 +74,14 @@ def test_final_state_is_the_cache_followed_by_the_new_pairs():
 @pytest.mark.parametrize("mode", ["reference", "recurrent", "chunk"])
 @pytest.mark.parametrize("kernel", ["exp", "gaussian-B3"])
 def test_split_and_carry_cache_equals_one_call(kernel, mode):
-    tokens = _inputs(2, 29, 2, 6, 4, 0, torch.float64)
+    tokens = kv_cache_inputs(2, 29, 2, 6, 4, 0, torch.float64)
     assert_split_equals_one_call(partial(softmax_attn, mode=mode, **KERNELS[kernel]), tokens, cuts=[1, 9, 20])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("prefill", [0, 7])
 def test_decoding_token_by_token_equals_one_call(prefill, dtype):
-    inputs = _inputs(2, 15, 2, 5, 3, 4, dtype)
+    inputs = kv_cache_inputs(2, 15, 2, 5, 3, 4, dtype)
     state = inputs.pop("initial_state")
     assert_decoding_equals_full(partial(softmax_attn, qk_norm=True), inputs, prefill=prefill, initial_state=state)
 
@@ -105,7 +98,7 @@ def test_cu_seqlens_equals_per_sequence_calls(kernel, mode):
 
 @pytest.mark.parametrize("mode", ["reference", "recurrent", "chunk"])
 def test_all_true_key_mask_equals_no_key_mask(mode):
-    inputs = _inputs(2, 11, 2, 4, 3, 5, torch.float64)
+    inputs = kv_cache_inputs(2, 11, 2, 4, 3, 5, torch.float64)
     op = partial(softmax_attn, mode=mode)
     expected = run_with_grads(op, inputs)
     all_true = torch.ones(2, 5 + 11, dtype=torch.bool)  # [B, S + T]
@@ -123,7 +116,7 @@ def test_masked_pairs_equal_removed_pairs_with_grads(mode):
                                    pytest.param((2, 17, 2, 4, 3, 6), id="B2-T17-H2-K4-V3-S6")])
 def test_forms_agree_with_a_random_key_mask(shape, kernel):
     B, T, *_, S = shape
-    inputs = _inputs(*shape, torch.float64)
+    inputs = kv_cache_inputs(*shape, torch.float64)
     inputs["key_mask"] = torch.rand(B, S + T, generator=torch.Generator().manual_seed(7)) > 0.3  # [B, S + T]
     assert_forms_agree(partial(softmax_attn, **KERNELS[kernel]), inputs, chunk_size=16)
 
@@ -205,13 +198,13 @@ def test_gaussian_bandwidth_is_exact_for_keys_of_any_norm():
 
 
 def test_chunk_size_does_not_change_the_result():
-    inputs = _inputs(1, 40, 2, 4, 4, 3, torch.float64)
+    inputs = kv_cache_inputs(1, 40, 2, 4, 4, 3, torch.float64)
     o16 = softmax_attn(**inputs, chunk_size=16)[0]
     assert_close(softmax_attn(**inputs, chunk_size=128)[0], o16, "o")
 
 
 def test_low_precision_inputs_compute_in_float32():
-    inputs = _inputs(1, 9, 2, 8, 8, 2, torch.bfloat16)
+    inputs = kv_cache_inputs(1, 9, 2, 8, 8, 2, torch.bfloat16)
     o, state = softmax_attn(**inputs, output_final_state=True)
     assert o.dtype == torch.bfloat16 and state.k.dtype == torch.float32
     expected = softmax_attn(**{n: KVState(*(s.float() for s in x)) if isinstance(x, KVState) else x.float()
