@@ -232,3 +232,16 @@ def kv_cache_inputs(B, T, H, K, V, S, dtype=torch.float64, seed=0) -> dict:
         inputs["initial_state"] = KVState(torch.randn(B, S, H, K, generator=gen, dtype=torch.float64).to(dtype),
                                           torch.randn(B, S, H, V, generator=gen, dtype=torch.float64).to(dtype))
     return inputs
+
+
+def unit_key_inputs(B, T, H, K, V, *, state=None, decay=False, dtype=torch.float64, seed=0) -> dict:
+    """q, v N(0, 1) and keys of norm ~1 (k / sqrt(K)), so the higher-order sums stay modest and float32
+    comparisons measure the algorithm; with `decay` a per-head log decay [H] in [-0.3, 0] (gamma in [0.74, 1]);
+    with `state` (a callable (N, H, K, V, dtype, seed) -> state) an initial_state."""
+    q, k, v = random_qkv(B, T, H, K, V, dtype=dtype, seed=seed)
+    inputs = {"q": q, "k": k * K**-0.5, "v": v}
+    if decay:
+        inputs["decay"] = -0.3 * torch.rand(H, generator=torch.Generator().manual_seed(seed + 2), dtype=dtype)
+    if state is not None:
+        inputs["initial_state"] = state(B, H, K, V, dtype, seed + 1)
+    return inputs

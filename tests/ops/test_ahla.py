@@ -19,6 +19,7 @@ from helpers import (
     random_qkv,
     rel_rms,
     run_with_grads,
+    unit_key_inputs,
 )
 from regmem.ops.hla.ahla import AHLAState, ahla
 
@@ -33,21 +34,16 @@ STATES = [pytest.param(False, id="zero-state"), pytest.param(True, id="initial-s
 MODES = ["chunk", "recurrent", "reference"]
 
 
-def random_state(N, H, K, V, *, dtype=torch.float64, seed=1):
+def random_state(N, H, K, V, dtype=torch.float64, seed=1):
     gen = torch.Generator().manual_seed(seed)
     return AHLAState(*(torch.randn(N, H, *s, generator=gen, dtype=dtype) for s in ((K, V), (K,), (K, V), (K,))))
 
 
 def ahla_inputs(B, T, H, K, V, *, dtype=torch.float64, decay=True, with_state=True, seed=0):
-    """Keys of norm ~1 keep P_t ~ t, so outputs stay modest and float32 comparisons measure the algorithm."""
-    q, k, v = random_qkv(B, T, H, K, V, dtype=dtype, seed=seed)
-    inputs = {"q": q, "k": k * K**-0.5, "v": v}
-    if decay:
-        gen = torch.Generator().manual_seed(seed + 2)
-        inputs["decay"] = -0.3 * torch.rand(H, generator=gen, dtype=dtype)  # gamma in [0.74, 1]
-    if with_state:
-        inputs["initial_state"] = random_state(B, H, K, V, dtype=dtype, seed=seed + 1)
-    return inputs
+    state = random_state if with_state else None
+    return unit_key_inputs(B, T, H, K, V, state=state, decay=decay, dtype=dtype, seed=seed)
+
+
 
 
 def _op(mode, **fixed):

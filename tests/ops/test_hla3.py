@@ -19,6 +19,7 @@ from helpers import (
     random_qkv,
     rel_rms,
     run_with_grads,
+    unit_key_inputs,
 )
 from regmem.ops.hla.hla3 import HLA3PaperState, HLA3State, hla3
 
@@ -31,7 +32,7 @@ VARIANTS = ["causal", "paper"]
 STATES = [pytest.param(False, id="zero-state"), pytest.param(True, id="initial-state")]
 
 
-def random_state(variant, N, H, K, V, *, dtype=torch.float64, seed=1):
+def random_state(variant, N, H, K, V, dtype=torch.float64, seed=1):
     gen = torch.Generator().manual_seed(seed)
     cls, shapes = (HLA3State, ((K, K), (K, V), (K, V))) if variant == "causal" else (
         HLA3PaperState, ((K, K), (K, K), (K, V), (K, V)))
@@ -39,12 +40,10 @@ def random_state(variant, N, H, K, V, *, dtype=torch.float64, seed=1):
 
 
 def hla3_inputs(B, T, H, K, V, *, variant, dtype=torch.float64, with_state=True, seed=0):
-    """Keys of norm ~1 keep the third-order sums modest, so float32 comparisons measure the algorithm."""
-    q, k, v = random_qkv(B, T, H, K, V, dtype=dtype, seed=seed)
-    inputs = {"q": q, "k": k * K**-0.5, "v": v}
-    if with_state:
-        inputs["initial_state"] = random_state(variant, B, H, K, V, dtype=dtype, seed=seed + 1)
-    return inputs
+    state = partial(random_state, variant) if with_state else None
+    return unit_key_inputs(B, T, H, K, V, state=state, dtype=dtype, seed=seed)
+
+
 
 
 @pytest.mark.parametrize("with_state", STATES)
