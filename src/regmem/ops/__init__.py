@@ -41,7 +41,9 @@ from regmem.ops.gd import (
     multi_step_gd_reference,
 )
 from regmem.ops.hla import (
+    AHLASegment,
     AHLAState,
+    HLA2Segment,
     HLA2State,
     HLA3PaperState,
     HLA3State,
@@ -49,10 +51,13 @@ from regmem.ops.hla import (
     ahla_chunk,
     ahla_recurrent,
     ahla_reference,
+    ahla_scan_states,
     hla2,
     hla2_chunk,
+    hla2_combine,
     hla2_recurrent,
     hla2_reference,
+    hla2_scan_states,
     hla3,
 )
 from regmem.ops.linear_attn import (
@@ -99,7 +104,9 @@ from regmem.ops.titans import (
 )
 
 __all__ = [
+    "AHLASegment",
     "AHLAState",
+    "HLA2Segment",
     "HLA2State",
     "HLA3PaperState",
     "HLA3State",
@@ -107,10 +114,13 @@ __all__ = [
     "ahla_chunk",
     "ahla_recurrent",
     "ahla_reference",
+    "ahla_scan_states",
     "hla2",
     "hla2_chunk",
+    "hla2_combine",
     "hla2_recurrent",
     "hla2_reference",
+    "hla2_scan_states",
     "hla3",
     "KVState",
     "LeastSquaresState",
