@@ -1,13 +1,17 @@
-"""Asymmetric HLA (ahla, spec hla.md §3): reference == recurrent == chunk (outputs, the (P, m, E, n) final state,
-every gradient, decay and initial_state included) in float64 and float32; split + carry == one call; decoding ==
-the parallel forward; cu_seqlens == per-sequence calls; gamma = 1 output == ((A A) ⊙ L) V (eq 6.1); the paper's
-printed chunk formula with the exclusive prefix R_{<t} is wrong while the inclusive R_{<=t} is right; bad input
-fails with a ValueError naming the argument."""
+"""Asymmetric HLA (ahla, spec hla.md §3): reference == recurrent == chunk (outputs, the (P, m, E, n) final state, every
+gradient, decay and initial_state included) in float64 and float32; the three forms agree over random shapes
+(hypothesis); split + carry == one call; decoding == the parallel forward; cu_seqlens == per-sequence calls; gamma = 1
+output == ((A A) ⊙ L) V (eq 6.1); the paper's printed chunk formula with the exclusive prefix R_{<t} is wrong while the
+inclusive R_{<=t} is right; bad input fails with a ValueError naming the argument. Normalised read-out (Theorem 6.1)
+with a sign-safe denominator: forms agree, num / den from the unnormalised op on v and on ones, the sign of the guard,
+the state is unchanged."""
 
 from functools import partial
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from helpers import (
     assert_all_close,
@@ -191,6 +195,10 @@ BAD = {
     "mode unknown": ({"mode": "parallel"}, "mode"),
     "chunk_size not a power of two": ({"chunk_size": 48}, "chunk_size"),
     "scale a tensor": ({"scale": torch.tensor(1.0)}, "scale"),
+    "normalize not a bool": ({"normalize": 1}, "normalize"),
+    "eps zero": ({"normalize": True, "eps": 0.0}, "eps"),
+    "eps negative": ({"eps": -1e-6}, "eps"),
+    "eps nan": ({"eps": float("nan")}, "eps"),
 }
 
 
@@ -201,3 +209,110 @@ def test_bad_input_raises_value_error_naming_the_argument(case):
     q, k, v = (args.pop(n) for n in ("q", "k", "v"))
     with pytest.raises(ValueError, match=name):
         ahla(q, k, v, **args)
+
+
+# --- normalised read-out (Theorem 6.1): o_t = q_t^T E_t / (q_t^T n_t ± eps) -----------------------------------------
+
+
+def positive_inputs(B, T, H, K, V, *, dtype=torch.float64, decay=True, with_state=True, seed=0):
+    """Non-negative q, k and a state with m, n >= 0 entrywise keep every den_t = q_t^T n_t > 0 and away from 0, so
+    the ratio is well conditioned and float32 comparisons measure the algorithm."""
+    inputs = ahla_inputs(B, T, H, K, V, dtype=dtype, decay=decay, with_state=with_state, seed=seed)
+    inputs["q"], inputs["k"] = inputs["q"].abs(), inputs["k"].abs()
+    if with_state:
+        P, m, E, n = inputs["initial_state"]
+        inputs["initial_state"] = AHLAState(P, m.abs(), E, n.abs())
+    return inputs
+
+
+@pytest.mark.parametrize("with_state", STATES)
+@pytest.mark.parametrize("decay", DECAYS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_normalized_forms_match_reference_with_grads(dtype, decay, with_state):
+    inputs = positive_inputs(2, 21, 2, 5, 3, dtype=dtype, decay=decay, with_state=with_state)
+    assert_forms_agree(partial(ahla, normalize=True), inputs, chunk_size=8)
+
+
+def _ones_state(state: AHLAState) -> AHLAState:
+    """The state of the ones column: P -> m, E -> n."""
+    return AHLAState(state.m.unsqueeze(-1), state.m, state.n.unsqueeze(-1), state.n)
+
+
+def _num_den(inputs):
+    """The unnormalised reference op on v (num) and on a ones column (den)."""
+    inputs = dict(inputs)
+    state = inputs.pop("initial_state")
+    v = inputs.pop("v")
+    num, _ = ahla(v=v, initial_state=state, mode="reference", **inputs)
+    den, _ = ahla(v=torch.ones_like(v[..., :1]), initial_state=_ones_state(state), mode="reference", **inputs)
+    return num, den
+
+
+def test_normalized_output_is_num_over_den_of_the_unnormalized_op():
+    """Signed random inputs: den_t takes both signs; o = num / (den + eps sign(den)) for every form, and the state
+    is that of the unnormalised op."""
+    inputs = ahla_inputs(2, 23, 2, 4, 3)
+    eps = 1e-3
+    num, den = _num_den(inputs)
+    assert (den < 0).any() and (den > 0).any()
+    expected = num / torch.where(den >= 0, den + eps, den - eps)
+    for mode in MODES:
+        o, final = _op(mode, normalize=True, eps=eps)(**inputs, output_final_state=True)
+        assert_close(o, expected, mode)
+        _, plain = _op(mode)(**inputs, output_final_state=True)
+        for name, a, b in zip(final._fields, final, plain, strict=True):
+            assert_close(a, b, f"{mode} state.{name}")
+
+
+def test_denominator_is_q_n_of_the_summaries():
+    """The ones column's numerator is Theorem 6.1's denominator: gamma = 1, no state, den_t = q_t^T n_t with
+    n_t = sum_{i<=t} k_i (q_i^T m_i), m_i = sum_{j<=i} k_j."""
+    inputs = ahla_inputs(1, 13, 2, 4, 3, decay=False, with_state=False)
+    q, k = inputs["q"] * 0.5, inputs["k"]  # scale K^-0.5
+    m = k.cumsum(1)  # [B, T, H, K]
+    n = (k * (q * m).sum(-1, keepdim=True)).cumsum(1)  # [B, T, H, K]
+    zero = AHLAState(*(torch.zeros(1, 2, *s, dtype=torch.float64) for s in ((4, 3), (4,), (4, 3), (4,))))
+    _, den = _num_den({**inputs, "initial_state": zero})
+    assert_close(den[..., 0], (q * n).sum(-1), "den")
+
+
+def test_negative_denominator_is_pushed_away_from_zero():
+    """Where den_t < 0 the output is num / (den - eps), not num / (den + eps); eps is large so the two differ."""
+    inputs = ahla_inputs(1, 30, 2, 4, 3, seed=3)
+    eps = 0.25
+    num, den = _num_den(inputs)
+    neg = den < 0
+    assert neg.sum() >= 3
+    expected = num / (den - eps)
+    wrong = num / (den + eps)
+    for mode in MODES:
+        o, _ = _op(mode, normalize=True, eps=eps)(**inputs)
+        neg_o = neg.expand_as(o)
+        assert_close(o[neg_o], expected.expand_as(o)[neg_o], mode)
+        assert not torch.allclose(o[neg_o], wrong.expand_as(o)[neg_o]), mode
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_normalized_split_and_carry_state_equals_one_call(mode):
+    tokens = ahla_inputs(1, 40, 2, 4, 3, with_state=False)
+    op = _op(mode, decay=tokens.pop("decay"), normalize=True)
+    assert_split_equals_one_call(op, tokens, [9, 25])
+
+
+@given(
+    B=st.integers(1, 2),
+    T=st.integers(1, 70),
+    H=st.integers(1, 2),
+    K=st.integers(1, 7),
+    V=st.integers(1, 7),
+    chunk_size=st.sampled_from([16, 32, 64]),
+    decay=st.booleans(),
+    with_state=st.booleans(),
+    normalize=st.booleans(),
+)
+def test_forms_match_reference_property(B, T, H, K, V, chunk_size, decay, with_state, normalize):
+    """Random shapes, float64: recurrent == reference and chunk == reference (outputs, state, every gradient).
+    Normalised runs use the positive inputs, so den_t stays away from zero."""
+    make = positive_inputs if normalize else ahla_inputs
+    inputs = make(B, T, H, K, V, decay=decay, with_state=with_state)
+    assert_forms_agree(partial(ahla, normalize=normalize), inputs, chunk_size=chunk_size)

@@ -1,15 +1,17 @@
-"""Second-order HLA (hla2), masked (eq 3.3) and unmasked (eq 3.1): reference == recurrent == chunk (outputs,
-the 5-tuple final state, every gradient, decay and initial_state included) in float64 and float32; chunk size
-invariance; split + carry == one call; decoding == the parallel forward; cu_seqlens == per-sequence calls; the
-F-form identity S_t C_t - G_t = sum_{j<=t} S_j q_j v_j^T (spec hla.md §1); bad input fails with a ValueError
-naming the argument. Ratio normalisation (eq 3.4) with a sign-safe denominator and the ridge read-out
-(Alg. 1's stabilised S_t + lambda I): forms agree, num / den from the unnormalised op on v and on ones, the sign of
-the guard, ridge = lambda q_t^T C_t per token."""
+"""Second-order HLA (hla2), masked (eq 3.3) and unmasked (eq 3.1): reference == recurrent == chunk (outputs, the 5-tuple
+final state, every gradient, decay and initial_state included) in float64 and float32; chunk size invariance; the three
+forms agree over random shapes (hypothesis); split + carry == one call; decoding == the parallel forward; cu_seqlens ==
+per-sequence calls; the F-form identity S_t C_t - G_t = sum_{j<=t} S_j q_j v_j^T (spec hla.md §1); bad input fails with
+a ValueError naming the argument. Ratio normalisation (eq 3.4) with a sign-safe denominator and the ridge read-out (Alg.
+1's stabilised S_t + lambda I): forms agree, num / den from the unnormalised op on v and on ones, the sign of the guard,
+ridge = lambda q_t^T C_t per token."""
 
 from functools import partial
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from helpers import (
     assert_all_close,
@@ -327,3 +329,23 @@ def test_normalized_split_and_carry_state_equals_one_call(mode):
     tokens = hla_inputs(1, 40, 2, 4, 3, with_state=False)
     op = _op(mode, decay=tokens.pop("decay"), normalize=True, ridge=0.2)
     assert_split_equals_one_call(op, tokens, [9, 25])
+
+
+@given(
+    B=st.integers(1, 2),
+    T=st.integers(1, 70),
+    H=st.integers(1, 2),
+    K=st.integers(1, 7),
+    V=st.integers(1, 7),
+    chunk_size=st.sampled_from([16, 32, 64]),
+    decay=st.booleans(),
+    with_state=st.booleans(),
+    masked=st.booleans(),
+    normalize=st.booleans(),
+)
+def test_forms_match_reference_property(B, T, H, K, V, chunk_size, decay, with_state, masked, normalize):
+    """Random shapes, float64: recurrent == reference and chunk == reference (outputs, state, every gradient).
+    Normalised runs use the positive inputs, so den_t stays away from zero."""
+    make = positive_inputs if normalize else hla_inputs
+    inputs = make(B, T, H, K, V, decay=decay, with_state=with_state)
+    assert_forms_agree(partial(hla2, masked=masked, normalize=normalize), inputs, chunk_size=chunk_size)

@@ -1,19 +1,24 @@
-"""Third-order HLA (hla3, spec hla.md §4, erratum 5 of §6, claim 7 of §7): reference == recurrent for both variants
-(outputs, final state, every gradient, initial_state included) in float64 and float32; split + carry == one call;
-cu_seqlens == per-sequence calls; the causal variant equals the literal causal triple sum and ((W W^T) ⊙ L) W V;
-the paper's printed recurrence equals the "maximum attained at least twice" triple sum and differs from the causal
-definition (the erratum); the unmasked identity q_T^T S^K S^Q P == (A A^T A V)_T; bad input raises ValueError
-naming the argument, mode="chunk" included."""
+"""Third-order HLA (hla3, spec hla.md §4, erratum 5 of §6, claim 7 of §7): reference == recurrent for both variants and
+chunk == reference for the causal one (outputs, final state, every gradient, initial_state included) in float64 and
+float32, also over random shapes (hypothesis); chunk size invariance; split + carry == one call; decoding == the
+parallel forward; cu_seqlens == per-sequence calls; the causal variant equals the literal causal triple sum and ((W W^T)
+⊙ L) W V; the paper's printed recurrence equals the "maximum attained at least twice" triple sum and differs from the
+causal definition (the erratum); the unmasked identity q_T^T S^K S^Q P == (A A^T A V)_T; bad input raises ValueError
+naming the argument, mode="chunk" with variant="paper" included."""
 
 import itertools
 from functools import partial
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from helpers import (
     assert_all_close,
     assert_close,
+    assert_decoding_equals_full,
+    assert_forms_agree,
     assert_split_equals_one_call,
     per_sequence,
     random_qkv,
@@ -44,6 +49,68 @@ def hla3_inputs(B, T, H, K, V, *, variant, dtype=torch.float64, with_state=True,
     return unit_key_inputs(B, T, H, K, V, state=state, dtype=dtype, seed=seed)
 
 
+CHUNK_SHAPES = [
+    pytest.param((2, 21, 2, 6, 4, 8), id="B2-T21-H2-K6-V4-C8"),
+    pytest.param((1, 32, 2, 4, 7, 32), id="B1-T32-H2-K4-V7-C32"),
+    pytest.param((1, 1, 1, 3, 2, 64), id="B1-T1-H1-K3-V2-C64"),
+]
+CAUSAL_MODES = ["chunk", "recurrent", "reference"]
+
+
+def _op(variant, mode, **fixed):
+    """hla3 of one variant and mode; the chunk form with chunk_size 8."""
+    if mode == "chunk":
+        return partial(hla3, variant=variant, mode=mode, chunk_size=8, **fixed)
+    return partial(hla3, variant=variant, mode=mode, **fixed)
+
+
+def _modes(variant):
+    return CAUSAL_MODES if variant == "causal" else ["recurrent", "reference"]
+
+
+@pytest.mark.parametrize("with_state", STATES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", CHUNK_SHAPES)
+def test_causal_forms_match_reference_with_grads(shape, dtype, with_state):
+    B, T, H, K, V, C = shape
+    inputs = hla3_inputs(B, T, H, K, V, variant="causal", dtype=dtype, with_state=with_state)
+    assert_forms_agree(partial(hla3, variant="causal"), inputs, chunk_size=C)
+
+
+@given(
+    B=st.integers(1, 2),
+    T=st.integers(1, 70),
+    H=st.integers(1, 2),
+    K=st.integers(1, 7),
+    V=st.integers(1, 7),
+    chunk_size=st.sampled_from([16, 32, 64]),
+    with_state=st.booleans(),
+)
+def test_causal_forms_match_reference_property(B, T, H, K, V, chunk_size, with_state):
+    """Random shapes, float64: recurrent == reference and chunk == reference (outputs, state, every gradient)."""
+    inputs = hla3_inputs(B, T, H, K, V, variant="causal", with_state=with_state)
+    assert_forms_agree(partial(hla3, variant="causal"), inputs, chunk_size=chunk_size)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 16, 64])
+def test_chunk_size_does_not_change_the_result(chunk_size):
+    inputs = hla3_inputs(1, 50, 2, 5, 3, variant="causal")
+    expected = run_with_grads(partial(hla3, mode="chunk", chunk_size=8), inputs)
+    actual = run_with_grads(partial(hla3, mode="chunk", chunk_size=chunk_size), inputs)
+    assert_all_close(actual, expected, f"C={chunk_size} vs C=8")
+
+
+def test_chunk_padding_tokens_are_neutral():
+    """T = 5, C = 8: three zero tokens pad the chunk; S, P, F and the outputs equal those of C = 1 (no padding)."""
+    inputs = hla3_inputs(2, 5, 2, 4, 3, variant="causal")
+    padded = run_with_grads(partial(hla3, mode="chunk", chunk_size=8), inputs)
+    assert_all_close(padded, run_with_grads(partial(hla3, mode="chunk", chunk_size=1), inputs), "C=8 vs C=1")
+
+
+def test_step_by_step_decoding_equals_the_parallel_forward():
+    tokens = hla3_inputs(1, 40, 2, 5, 4, variant="causal")
+    initial_state = tokens.pop("initial_state")
+    assert_decoding_equals_full(partial(hla3, mode="chunk"), tokens, prefill=23, initial_state=initial_state)
 
 
 @pytest.mark.parametrize("with_state", STATES)
@@ -57,21 +124,22 @@ def test_recurrent_equals_reference_with_grads(variant, shape, dtype, with_state
     assert_all_close(actual, expected, f"{variant}: recurrent vs reference")
 
 
-@pytest.mark.parametrize("mode", ["recurrent", "reference"])
-@pytest.mark.parametrize("variant", VARIANTS)
+VARIANT_MODES = [(variant, mode) for variant in VARIANTS for mode in _modes(variant)]
+
+
+@pytest.mark.parametrize(("variant", "mode"), VARIANT_MODES)
 def test_split_and_carry_equals_one_call(variant, mode):
-    tokens = hla3_inputs(2, 11, 2, 4, 3, variant=variant, with_state=False)
-    assert_split_equals_one_call(partial(hla3, variant=variant, mode=mode), tokens, [1, 4, 9])
+    tokens = hla3_inputs(2, 19, 2, 4, 3, variant=variant, with_state=False)
+    assert_split_equals_one_call(_op(variant, mode), tokens, [1, 4, 9, 17])
 
 
-@pytest.mark.parametrize("mode", ["recurrent", "reference"])
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize(("variant", "mode"), VARIANT_MODES)
 def test_cu_seqlens_equals_per_sequence_calls_with_grads(variant, mode):
-    lengths = [3, 0, 7, 1]
+    lengths = [3, 0, 11, 1]
     T, H, K, V, N = sum(lengths), 2, 3, 2, len(lengths)
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
     tokens = hla3_inputs(1, T, H, K, V, variant=variant, with_state=False)
-    op = partial(hla3, variant=variant, mode=mode)
+    op = _op(variant, mode)
     state = random_state(variant, N, H, K, V)
     packed = run_with_grads(partial(op, cu_seqlens=cu), {**tokens, "initial_state": state})
     expected = run_with_grads(per_sequence(op, cu), {**tokens, "initial_state": state})
@@ -103,10 +171,10 @@ def _one_head(T=6, K=3, V=2, seed=3):
     return q, k, v, q[0, :, 0], k[0, :, 0], v[0, :, 0]
 
 
-@pytest.mark.parametrize("mode", ["recurrent", "reference"])
+@pytest.mark.parametrize("mode", CAUSAL_MODES)
 def test_causal_variant_is_the_natural_causal_triple_sum(mode):
     q, k, v, qh, kh, vh = _one_head()
-    o, _ = hla3(q, k, v, scale=1.0, mode=mode)
+    o, _ = hla3(q, k, v, scale=1.0, mode=mode, chunk_size=4)
     assert_close(o[0, :, 0], _triple_sum(qh, kh, vh, _causal), "causal vs literal triple sum")
     W = (qh @ kh.T).tril()
     assert_close(o[0, :, 0], ((W @ W.T).tril() @ W) @ vh, "causal vs ((W W^T) ⊙ L) W V")
@@ -145,7 +213,7 @@ def test_unmasked_identity_at_the_last_token():
 def test_zero_length_sequence_keeps_the_state(variant):
     q, k, v = random_qkv(1, 0, 2, 4, 3)
     state = random_state(variant, 1, 2, 4, 3)
-    for mode in ("recurrent", "reference"):
+    for mode in _modes(variant):
         o, final = hla3(q, k, v, variant=variant, initial_state=state, output_final_state=True, mode=mode)
         assert o.shape == (1, 0, 2, 3)
         for a, b in zip(final, state, strict=True):
@@ -166,7 +234,8 @@ def _bad_inputs():
     causal_state = random_state("causal", B, H, K, V, dtype=torch.float32)
     paper_state = random_state("paper", B, H, K, V, dtype=torch.float32)
     return good, {
-        "chunk-mode": ({"mode": "chunk"}, "chunk"),
+        "chunk-mode-paper": ({"mode": "chunk", "variant": "paper"}, "chunk"),
+        "chunk_size-chunk-mode": ({"mode": "chunk", "chunk_size": 12}, "chunk_size"),
         "unknown-mode": ({"mode": "parallel"}, "mode"),
         "variant": ({"variant": "masked"}, "variant"),
         "q-rank": ({"q": q[0]}, "q"),
@@ -192,7 +261,7 @@ def test_bad_input_raises_value_error_naming_the_argument(case):
         hla3(**{**good, **override})
 
 
-def test_chunk_mode_message_says_not_implemented():
+def test_paper_chunk_mode_message_says_not_implemented():
     q, k, v = random_qkv(1, 4, 1, 3, 2)
-    with pytest.raises(ValueError, match="chunk form of hla3 is not implemented"):
-        hla3(q, k, v, mode="chunk")
+    with pytest.raises(ValueError, match="chunk form of the paper's recurrence is not implemented"):
+        hla3(q, k, v, variant="paper", mode="chunk")

@@ -1,14 +1,20 @@
 """Asymmetric higher-order linear attention (AHLA, "A A V"): reference, recurrent and chunk forms, one module.
 
 Implements sec. 6 of *Higher-order Linear Attention* (Zhang, Qin, Wang, Gu; arXiv:2510.27258; spec hla.md §3),
-unnormalised and strictly causal. Without decay, with A = L ⊙ Q K^T,
+strictly causal, unnormalised or normalised. Without decay, with A = L ⊙ Q K^T,
     O = ((A A) ⊙ L) V,   o_t = sum_{j<=t} sum_{i=j}^{t} (q_t.k_i)(q_i.k_j) v_j^T            (eq 6.1)
 and Theorem 6.1 reads it out of the prefix summaries (state `AHLAState(P, m, E, n)`, per head):
     P_t = g P_{t-1} + k_t v_t^T            m_t = g m_{t-1} + k_t
     E_t = g E_{t-1} + k_t (q_t^T P_t)      n_t = g n_{t-1} + k_t (q_t^T m_t)       (INCLUSIVE P_t, m_t)
     o_t = q_t^T E_t                                                                  (g = gamma_t, 1 without decay)
-With decay the op is *defined* by this recurrence. m and n only enter the normalised read-out
-q_t^T E_t / (q_t^T n_t + eps), which is not implemented; they are carried so the state is the paper's tuple.
+With decay the op is *defined* by this recurrence. m and n only enter the normalised read-out (`normalize=True`,
+Theorem 6.1)
+    o_t = q_t^T E_t / (q_t^T n_t + eps * sign(q_t^T n_t)),  sign(0) := +1,
+sign-safe as in hla2 (a negative denominator moves away from zero, never through it). The denominator is the
+numerator with v replaced by a ones column: m_t, n_t are exactly P_t, E_t of that column (m_t = sum k_i * 1,
+n_t = sum k_i (q_i^T m_i), same weights in every form). So `_normalized_core` runs the unchanged core on
+v' = [v, 1] with the state ([P, m], m, [E, n], n), splits the last column off as den (and off the final P', E' as
+m, n), and divides in the compute dtype.
 
 Chunk form (Fig. 2C, corrected as in spec §3): for a chunk entering with (P_0, E_0), a_t = sum_{s<=t in chunk}
 log gamma_s, D_ti = e^{a_t - a_i} (i <= t) and A = (Q K^T) ⊙ D (inclusive diagonal),
@@ -25,6 +31,7 @@ number of sequences with cu_seqlens); in the chunk form N chunks, C chunk size.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -39,7 +46,7 @@ from regmem.ops.common import (
     split_chunks,
     suffix_exclusive,
 )
-from regmem.ops.hla.interface import run_decayed
+from regmem.ops.hla.interface import check_real, run_decayed, sign_safe_divide
 
 
 class AHLAState(NamedTuple):
@@ -171,14 +178,33 @@ def ahla_chunk_core(q, k, v, log_gamma, *, initial_state, chunk_size):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _run_ahla(core, q, k, v, **kwargs):
+def _normalized_core(core, q, k, v, log_gamma, *, initial_state, eps, **options):
+    """The normalised read-out of Theorem 6.1 from an unnormalised core: run it on v' = [v, 1] with P' = [P, m],
+    E' = [E, n] (m, n are P, E of the ones column), split num / den and divide sign-safely."""
+    B, T, H, _ = q.shape
+    V = v.shape[-1]
+    P, m, E, n = initial_state if initial_state is not None else _zero_state(k, V)
+    v_aug = torch.cat([v, v.new_ones(B, T, H, 1)], dim=-1)  # [B, T, H, V + 1]
+    aug = AHLAState(torch.cat([P, m.unsqueeze(-1)], -1), m, torch.cat([E, n.unsqueeze(-1)], -1), n)
+    o_aug, final = core(q, k, v_aug, log_gamma, initial_state=aug, **options)  # [B, T, H, V + 1]
+    o = sign_safe_divide(o_aug[..., :V], o_aug[..., V:], eps)  # [B, T, H, V]
+    return o, AHLAState(final.P[..., :V], final.P[..., V], final.E[..., :V], final.E[..., V])
+
+
+def _run_ahla(core, q, k, v, *, normalize, eps, **kwargs):
+    if not isinstance(normalize, bool):
+        raise ValueError(f"normalize must be a bool, got {type(normalize).__name__}")
+    check_real("eps", eps, positive=True)
+    if normalize:
+        core = partial(_normalized_core, core, eps=float(eps))
     return run_decayed(core, q, k, v, check_initial=_check_ahla_state, **kwargs)
 
 
 def ahla(q, k, v, *, decay=None, scale=None, initial_state=None, output_final_state=False, mode="chunk",
-         chunk_size=64, cu_seqlens=None):
-    """Asymmetric HLA, unnormalised, strictly causal: o_t = q_t^T E_t (Theorem 6.1 of arXiv:2510.27258), i.e.
-    o = ((A A) ⊙ L) V with A = L ⊙ Q K^T for gamma = 1 (eq 6.1); with decay defined by the serial recurrence.
+         chunk_size=64, cu_seqlens=None, normalize=False, eps=1e-6):
+    """Asymmetric HLA, strictly causal: o_t = q_t^T E_t (Theorem 6.1 of arXiv:2510.27258), i.e.
+    o = ((A A) ⊙ L) V with A = L ⊙ Q K^T for gamma = 1 (eq 6.1); with decay defined by the serial recurrence;
+    with `normalize` o_t = q_t^T E_t / (q_t^T n_t ± eps) (Theorem 6.1's normalised form, sign-safe).
 
     Args:
         q, k: [B, T, H, K]; v: [B, T, H, V], one floating dtype (bf16/fp16 compute in float32).
@@ -189,6 +215,8 @@ def ahla(q, k, v, *, decay=None, scale=None, initial_state=None, output_final_st
         mode: "reference" | "recurrent" | "chunk".
         chunk_size: chunk length of the chunk form (a power of two).
         cu_seqlens: [N + 1] integer offsets of packed sequences (B = 1).
+        normalize: divide by q_t^T n_t (the module docstring); the state is the same either way.
+        eps: the denominator guard (> 0), added with the sign of the denominator (sign(0) := +1).
 
     Returns:
         o: [B, T, H, V] in the input dtype, and the final AHLAState or None.
@@ -196,26 +224,27 @@ def ahla(q, k, v, *, decay=None, scale=None, initial_state=None, output_final_st
     check_chunk_size(chunk_size)
     forms = {"reference": ahla_reference, "recurrent": ahla_recurrent, "chunk": ahla_chunk}
     return dispatch(mode, forms, chunk_size, q=q, k=k, v=v, decay=decay, scale=scale, initial_state=initial_state,
-                    output_final_state=output_final_state, cu_seqlens=cu_seqlens)
+                    output_final_state=output_final_state, cu_seqlens=cu_seqlens, normalize=normalize, eps=eps)
 
 
 def ahla_reference(q, k, v, *, decay=None, scale=None, initial_state=None, output_final_state=False,
-                   cu_seqlens=None):
+                   cu_seqlens=None, normalize=False, eps=1e-6):
     """`ahla` from the decayed prefix sums of its summaries (O(T^2))."""
     return _run_ahla(ahla_reference_core, q, k, v, decay=decay, scale=scale, initial_state=initial_state,
-                     output_final_state=output_final_state, cu_seqlens=cu_seqlens)
+                     output_final_state=output_final_state, cu_seqlens=cu_seqlens, normalize=normalize, eps=eps)
 
 
 def ahla_recurrent(q, k, v, *, decay=None, scale=None, initial_state=None, output_final_state=False,
-                   cu_seqlens=None):
+                   cu_seqlens=None, normalize=False, eps=1e-6):
     """`ahla` one token at a time by Theorem 6.1's updates (the decoding form)."""
     return _run_ahla(ahla_recurrent_core, q, k, v, decay=decay, scale=scale, initial_state=initial_state,
-                     output_final_state=output_final_state, cu_seqlens=cu_seqlens)
+                     output_final_state=output_final_state, cu_seqlens=cu_seqlens, normalize=normalize, eps=eps)
 
 
 def ahla_chunk(q, k, v, *, decay=None, scale=None, initial_state=None, output_final_state=False, chunk_size=64,
-               cu_seqlens=None):
+               cu_seqlens=None, normalize=False, eps=1e-6):
     """`ahla` chunk-parallel (the training form)."""
     check_chunk_size(chunk_size)
     return _run_ahla(ahla_chunk_core, q, k, v, decay=decay, scale=scale, initial_state=initial_state,
-                     output_final_state=output_final_state, cu_seqlens=cu_seqlens, chunk_size=chunk_size)
+                     output_final_state=output_final_state, cu_seqlens=cu_seqlens, chunk_size=chunk_size,
+                     normalize=normalize, eps=eps)

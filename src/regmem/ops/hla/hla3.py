@@ -1,4 +1,4 @@
-"""Third-order higher-order linear attention (hla3): reference and recurrent forms, one module.
+"""Third-order higher-order linear attention (hla3): reference, recurrent and (causal) chunk forms, one module.
 
 Implements sec. 7 of *Higher-order Linear Attention* (Zhang, Qin, Wang, Gu; arXiv:2510.27258; spec hla.md §4 and
 erratum 5 of §6), unnormalised, per head, without decay. With A = Q K^T (q scaled) and W = L ⊙ A:
@@ -18,12 +18,22 @@ only the triples whose maximum index is unique, so it computes
 With an initial state the state enters as a pseudo-token 0 before all others (S^K_0, S^Q_0, P_0 in place of
 k k^T, q q^T, k v^T) and o_t = q_t^T (sum over triples in {0..t}^3 of that rule - G_0).
 
-Not implemented: the chunk form (mode="chunk" raises ValueError; hence the default mode is "recurrent"), decay
-(there is no decay argument; the paper does not work out third-order decay, spec §6 item 6) and the normalised
-read-out (the m / h denominators are therefore not carried in the state).
+Chunk form (variant="causal" only): the reference's masked matrix form applied per chunk of C tokens. For a chunk
+entering with (S_0, P_0, F_0), Q, K, V of the chunk, L the inclusive lower-triangular [C, C] mask and W = L ⊙ Q K^T,
+    R = Q P_0 + W V          (row u = q_u^T P_u,     P_u = P_0 + sum_{i<=u in chunk} k_i v_i^T)
+    Y = Q S_0^T + W K        (row u = (S_u q_u)^T,   S_u = S_0 + sum_{i<=u in chunk} k_i k_i^T)
+    M = (Q Y^T) ⊙ L          (M_tu = q_t^T S_u q_u for u <= t)
+    O = Q F_0 + M R          (o_t = q_t^T F_0 + sum_{u<=t in chunk} (q_t^T S_u q_u)(q_u^T P_u) = q_t^T F_t)
+and the carry S += K^T K, P += K^T V, F += Y^T R (F_C = F_0 + sum_u (S_u q_u)(q_u^T P_u)). Without decay every
+carry is a plain sum, so the states entering all chunks are prefix sums over chunks and nothing runs serially. The
+paper variant has no chunk form (mode="chunk" raises ValueError): its sec. 7.3 segment maps M^{KQP}[Z] are
+O(K^3 V) per segment if dense.
+
+Not implemented: decay (there is no decay argument; the paper does not work out third-order decay, spec §6 item 6)
+and the normalised read-out (the m / h denominators are therefore not carried in the state).
 
 Legend: B batch, T time, H heads, K key dim, V value dim, N states (B, or the number of sequences with
-cu_seqlens).
+cu_seqlens); in the chunk form N chunks, C chunk size.
 """
 
 from __future__ import annotations
@@ -39,9 +49,11 @@ from regmem.ops.common import (
     check_qkv,
     check_scale,
     check_state_tuple,
+    merge_chunks,
     num_states,
     run_core,
     scaled_queries,
+    split_chunks,
 )
 
 VARIANTS = ("causal", "paper")
@@ -190,12 +202,58 @@ def hla3_paper_recurrent_core(q, k, v, *, initial_state):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Chunk form (causal variant): every chunk's pieces batched; the carry is a prefix sum over chunks.
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _entering(x0: torch.Tensor, per_chunk: torch.Tensor) -> torch.Tensor:
+    """x0: [B, H, ...] the state before chunk 1; per_chunk: [B, H, N, ...] each chunk's increment -> the state
+    entering every chunk, x0 + the exclusive prefix sum over chunks: [B, H, N, ...]."""
+    shifted = torch.cat([torch.zeros_like(per_chunk[:, :, :1]), per_chunk[:, :, :-1]], dim=2)  # chunk n-1 at n
+    return x0.unsqueeze(2) + shifted.cumsum(2)
+
+
+def hla3_causal_chunk_core(q, k, v, *, initial_state, chunk_size):
+    """Same contract as hla3_causal_reference_core; chunk-parallel (the training form). The reference's masked
+    matrix form per chunk: for a chunk entering with (S_0, P_0, F_0) and W = L ⊙ Q K^T of the chunk,
+        Y = Q S_0^T + W K   (row u = (S_u q_u)^T),      R = Q P_0 + W V   (row u = q_u^T P_u),
+        M = (Q Y^T) ⊙ L     (M_tu = q_t^T S_u q_u),     O = Q F_0 + M R,
+    carry S += K^T K, P += K^T V, F += Y^T R. Without decay the carries are plain sums, so S_0, P_0 entering
+    every chunk are prefix sums of the chunks' K^T K, K^T V; then Y, R of every chunk, then F_0 entering every
+    chunk is the prefix sum of their Y^T R: no serial pass over chunks."""
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    S0, P0, F0 = initial_state if initial_state is not None else _zero_state("causal", k, V)
+    if T == 0:
+        return v.new_zeros(B, 0, H, V), HLA3State(S0, P0, F0)
+    # Step 0: pad T to N * C with zero tokens (they add nothing to S, P, F; their outputs are dropped), split.
+    q, k, v = (split_chunks(x, chunk_size) for x in (q, k, v))  # [B, H, N, C, K|V]
+    # Step 1: each chunk's increments of S and P, and the S, P entering every chunk.
+    dS, dP = k.transpose(-1, -2) @ k, k.transpose(-1, -2) @ v  # [B, H, N, K, K], [B, H, N, K, V]
+    S, P = _entering(S0, dS), _entering(P0, dP)  # [B, H, N, K, K], [B, H, N, K, V]
+    # Step 2: intra-chunk scores and the rows (S_u q_u)^T, q_u^T P_u of every token.
+    L = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=q.device).tril()
+    W = (q @ k.transpose(-1, -2)).masked_fill(~L, 0)  # [B, H, N, C, C]
+    Y = q @ S.transpose(-1, -2) + W @ k  # [B, H, N, C, K]
+    R = q @ P + W @ v  # [B, H, N, C, V]
+    # Step 3: each chunk's increment of F and the F entering every chunk.
+    dF = Y.transpose(-1, -2) @ R  # [B, H, N, K, V]
+    F = _entering(F0, dF)  # [B, H, N, K, V]
+    # Step 4: outputs, o_t = q_t^T F_0 + sum_{u<=t in chunk} (q_t^T S_u q_u)(q_u^T P_u).
+    M = (q @ Y.transpose(-1, -2)).masked_fill(~L, 0)  # [B, H, N, C(t), C(u)]
+    o = q @ F + M @ R  # [B, H, N, C, V]
+    final = HLA3State(S0 + dS.sum(2), P0 + dP.sum(2), F0 + dF.sum(2))
+    return merge_chunks(o, T), final
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Public op.
 # ---------------------------------------------------------------------------------------------------------------
 
 _CORES = {
     ("causal", "reference"): hla3_causal_reference_core,
     ("causal", "recurrent"): hla3_causal_recurrent_core,
+    ("causal", "chunk"): hla3_causal_chunk_core,
     ("paper", "reference"): hla3_paper_reference_core,
     ("paper", "recurrent"): hla3_paper_recurrent_core,
 }
@@ -214,9 +272,10 @@ def hla3(q, k, v, *, variant="causal", scale=None, initial_state=None, output_fi
             HLA3PaperState(SK [N, H, K, K], SQ [N, H, K, K], P [N, H, K, V], G [N, H, K, V]) for "paper",
             or None for zeros.
         output_final_state: return the state after the last token (float32, or float64 for float64 input).
-        mode: "reference" | "recurrent". The default is "recurrent" because "chunk" (the chunk-parallel form)
-            is not implemented yet and raises ValueError.
-        chunk_size: validated (a power of two) for signature parity with the other ops; unused.
+        mode: "reference" | "recurrent" | "chunk". "chunk" (chunk-parallel, the training form) exists for
+            variant="causal" only; with variant="paper" it raises ValueError. The default is "recurrent", the
+            one fast form both variants have, so a default call never depends on the variant.
+        chunk_size: chunk length of the chunk form (a power of two); validated and unused by the other forms.
         cu_seqlens: [N + 1] integer offsets of packed sequences (B = 1).
 
     Returns:
@@ -225,14 +284,16 @@ def hla3(q, k, v, *, variant="causal", scale=None, initial_state=None, output_fi
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     check_mode(mode)
-    if mode == "chunk":
-        raise ValueError("mode='chunk': the chunk form of hla3 is not implemented yet; "
-                         "use mode='recurrent' (the default) or mode='reference'")
+    if (variant, mode) == ("paper", "chunk"):
+        raise ValueError("mode='chunk' with variant='paper': the chunk form of the paper's recurrence is not "
+                         "implemented (its sec. 7.3 segment maps are O(K^3 V) per chunk); use mode='recurrent' "
+                         "or mode='reference'")
     check_chunk_size(chunk_size)
     B, T, H, K, V = check_qkv(q, k, v)
     check_scale(scale)
     N = num_states(B, T, cu_seqlens)
     _check_hla3_state(variant, initial_state, N, H, K, V, q)
     q_scaled = scaled_queries(q, scale)  # [B, T, H, K]
+    options = {"chunk_size": chunk_size} if mode == "chunk" else {}
     return run_core(_CORES[variant, mode], {"q": q_scaled, "k": k, "v": v}, initial_state,
-                    output_final_state=output_final_state, cu_seqlens=cu_seqlens, out_dtype=q.dtype)
+                    output_final_state=output_final_state, cu_seqlens=cu_seqlens, out_dtype=q.dtype, **options)
