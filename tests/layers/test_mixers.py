@@ -31,6 +31,11 @@ VARIANTS = {
     "rls": {"qk_norm": False, "ridge_init": 2.0},
     "local_linear": {},
     "local_linear-gqa-conv": {"n_kv_heads": 2, "short_conv": 3, "qk_norm": False},
+    "hla": {},
+    "hla-normalized-gqa-conv": {"normalize": True, "n_kv_heads": 2, "short_conv": 3},
+    "hla-nodecay": {"decay": False},
+    "ahla": {},
+    "ahla-gqa": {"n_kv_heads": 2},
 }
 
 
@@ -121,4 +126,5 @@ def test_unknown_mixer_and_bad_input_raise():
 
 def test_registry_covers_the_issue_mixers():
     assert set(MIXERS) == {"attn", "linear", "retnet", "mamba2", "gla", "deltanet", "gated_deltanet", "longhorn",
-                           "nlms", "delta_product", "titans", "local_linear", "mesa", "rls"}
+                           "nlms", "delta_product", "titans", "local_linear", "mesa", "rls", "hla",
+                           "ahla"}

@@ -6,6 +6,7 @@ from regmem.layers.conv import ShortConvolution
 from regmem.layers.delta_product import DeltaProduct
 from regmem.layers.deltanet import NLMS, DeltaNet, GatedDeltaNet, Longhorn
 from regmem.layers.gla import GLA
+from regmem.layers.hla import AHLA, HLA
 from regmem.layers.linear_attention import LinearAttention
 from regmem.layers.local_linear import LocalLinearAttention
 from regmem.layers.mamba2 import Mamba2
@@ -18,7 +19,9 @@ from regmem.layers.rotary import RotaryEmbedding
 from regmem.layers.titans import TitansLinear
 
 __all__ = [
+    "AHLA",
     "GLA",
+    "HLA",
     "NLMS",
     "DeltaNet",
     "DeltaProduct",

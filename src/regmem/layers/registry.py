@@ -7,6 +7,7 @@ from regmem.layers.base import Mixer
 from regmem.layers.delta_product import DeltaProduct
 from regmem.layers.deltanet import NLMS, DeltaNet, GatedDeltaNet, Longhorn
 from regmem.layers.gla import GLA
+from regmem.layers.hla import AHLA, HLA
 from regmem.layers.linear_attention import LinearAttention
 from regmem.layers.local_linear import LocalLinearAttention
 from regmem.layers.mamba2 import Mamba2
@@ -29,6 +30,8 @@ MIXERS: dict[str, type[Mixer]] = {
     "mesa": Mesa,
     "rls": RLS,
     "local_linear": LocalLinearAttention,
+    "hla": HLA,
+    "ahla": AHLA,
 }
 
 

@@ -178,3 +178,19 @@ register(RecipeEntry(
     "local_polynomial", Recipe(Weights("query_similarity"), Regressor("local_polynomial", degree=2), _ANALYTIC),
     "local_polynomial_reference(q, k, v, degree=2)", "eq. (48)-(49); L19", (), "reference only (small K)",
 ))
+
+# Higher-order linear attention (arXiv:2510.27258) is not one of the TTR paper's layers; these rows say how close
+# it comes (spec hla.md, ttr.md) rather than forcing it into a category.
+register(RecipeEntry(
+    "hla2", Recipe(Weights("constant_decay"), _LINEAR, Solver("metric_gd_step")),
+    "hla2(q, k, v, decay=log_gamma)", "not in TTR; HLA eq. (3.3), sec. 4.3", ("HLA",),
+    "unmasked o_t = C_t^T S_t q_t is one GD step from 0 on the regression of v_j on the QUERIES q_j, with the key "
+    "second moment S_t = sum k k^T as a data-adaptive metric where least squares would use an inverse second "
+    "moment; masked, pair j is written under the key S_j q_j; with decay the op is its serial recurrence",
+))
+register(RecipeEntry(
+    "ahla", Recipe(Weights("constant_decay"), _LINEAR, _GD_STEP),
+    "ahla(q, k, v, decay=log_gamma)", "not in TTR; HLA Theorem 6.1", ("AHLA",),
+    "linear attention over the pairs (k_i, r_i) whose values r_i = P_i^T q_i are a first linear-attention "
+    "memory's own answers: two stacked GD-step memories sharing keys, not a single regression",
+))
