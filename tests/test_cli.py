@@ -66,6 +66,19 @@ def test_every_bench_case_runs_in_every_form(tmp_path):
     assert {r["op"] for r in rows} == set(CASES) and all(r["ms"] > 0 for r in rows)
 
 
+def test_bench_decode_times_a_step_per_context_and_sees_the_kv_cache_grow(tmp_path, capsys):
+    main(["bench", "decode", "--context-lens", "16,64", "--heads", "1", "--head-dim", "8", "--min-run-time", "0.001",
+          "--ops", "hla2,ahla,softmax_attn", "--out-dir", str(tmp_path)])
+    (json_file,) = tmp_path.glob("*-decode.json")
+    rows = json.loads(json_file.read_text())["rows"]
+    floats = {(r["op"], r["context"]): r["state_floats"] for r in rows}
+    assert len(rows) == 6 and all(r["ms"] > 0 for r in rows)
+    assert floats["hla2", 16] == floats["hla2", 64] == 8 * 8 + 2 * 8 * 8 + 2 * 8  # S, C, G; m, h
+    assert floats["ahla", 16] == floats["ahla", 64] == 2 * 8 * 8 + 2 * 8  # P, E; m, n
+    assert floats["softmax_attn", 64] == 4 * floats["softmax_attn", 16] == 64 * 16  # the KV cache
+    assert "| hla2 | 208 |" in (tmp_path / json_file.name.replace(".json", ".md")).read_text()
+
+
 def test_bench_memory_reports_a_peak_per_row(tmp_path):
     main(["bench", "ops", "--seq-lens", "32", "--heads", "1", "--head-dim", "8", "--chunk-size", "16",
           "--min-run-time", "0.001", "--forms", "chunk", "--ops", "local_linear_attn", "--memory",

@@ -55,6 +55,20 @@ def _cmd_bench_ops(args) -> None:
     print(f"\n{targets_table(result)}\n\nwrote {json_path} and {md_path}")
 
 
+def _cmd_bench_decode(args) -> None:
+    from regmem.bench import CASES, decode_table, run_decode, write
+
+    unknown = [c for c in args.ops if c not in CASES]
+    if unknown:
+        raise SystemExit(f"--ops: unknown {unknown}; known: {sorted(CASES)}")
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    result = run_decode(args.ops, args.context_lens, batch=args.batch, heads=args.heads, head_dim=args.head_dim,
+                        dtype=DTYPES[args.dtype], min_run_time=args.min_run_time)
+    table = decode_table(result)
+    json_path, md_path = write(result, Path(args.out_dir), f"{datetime.date.today().isoformat()}-decode", table)
+    print(f"\n{table}\n\nwrote {json_path} and {md_path}")
+
+
 def _preset(name: str):
     from regmem.experiments.presets import PRESETS
 
@@ -138,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "gla_scalar, gla_diagonal, delta_rule, gated_delta_rule, gated_delta_rule_diagonal, "
                           "longhorn, nlms, delta_product, momentum_delta_rule, multi_step_gd, least_squares, "
                           "weighted_least_squares, least_squares_cg, softmax_attn, local_linear_attn, "
-                          "kernel_regression")
+                          "kernel_regression, hla2, ahla")
     ops.add_argument("--forms", type=_name_list, default=["chunk", "recurrent"],
                      help="comma-separated forms: chunk, recurrent, reference (reference is O(T^2) memory)")
     ops.add_argument("--seq-lens", type=_int_list, default=[1024, 4096, 16384], help="comma-separated T values")
@@ -153,6 +167,20 @@ def build_parser() -> argparse.ArgumentParser:
     ops.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     ops.add_argument("--out-dir", default="benchmarks/results", help="where the JSON and markdown go")
     ops.set_defaults(func=_cmd_bench_ops)
+    decode = bench_kinds.add_parser(
+        "decode", help="time one decoding step (recurrent form, one token) after contexts of growing length")
+    decode.add_argument("--ops", type=_name_list, default=["hla2", "ahla", "linear_attn", "softmax_attn"],
+                        help="comma-separated cases of `bench ops` (kernel_regression's prefill is O(T^3))")
+    decode.add_argument("--context-lens", type=_int_list, default=[1024, 4096, 16384],
+                        help="comma-separated context lengths T")
+    decode.add_argument("--batch", type=int, default=1, help="batch size B")
+    decode.add_argument("--heads", type=int, default=4, help="heads H")
+    decode.add_argument("--head-dim", type=int, default=64, help="key and value dim per head (K = V)")
+    decode.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="input dtype")
+    decode.add_argument("--min-run-time", type=float, default=1.0, help="seconds of timed runs per measurement")
+    decode.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
+    decode.add_argument("--out-dir", default="benchmarks/results", help="where the JSON and markdown go")
+    decode.set_defaults(func=_cmd_bench_decode)
 
     compare = commands.add_parser("compare", help="train several mixers with one budget; write a leaderboard")
     compare.add_argument("task", help="task name, e.g. mqar")

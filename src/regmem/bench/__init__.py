@@ -1,6 +1,8 @@
-"""Benchmarks: `regmem bench ops` times ops and forms; results go to benchmarks/results/."""
+"""Benchmarks: `regmem bench ops` times ops and forms, `regmem bench decode` one decoding step against the context
+length; results go to benchmarks/results/."""
 
+from regmem.bench.decode import decode_table, run_decode
 from regmem.bench.ops import CASES, DEFAULT_CASES, run
 from regmem.bench.report import markdown_table, targets_table, write
 
-__all__ = ["CASES", "DEFAULT_CASES", "markdown_table", "run", "targets_table", "write"]
+__all__ = ["CASES", "DEFAULT_CASES", "decode_table", "markdown_table", "run", "run_decode", "targets_table", "write"]

@@ -12,10 +12,12 @@ import torch
 
 from regmem.bench.timing import matmul_gflops, median_seconds
 from regmem.ops import (
+    ahla,
     delta_product,
     delta_rule,
     gated_delta_rule,
     gated_linear_attn,
+    hla2,
     kernel_regression,
     least_squares,
     least_squares_chunk,
@@ -125,6 +127,36 @@ def _kernel_regression_flops(form: str, s: Shape) -> float:
     return 2 * s.T * s.K + 2 * s.T * s.T / 3 + 2 * s.T * (s.T + s.V) + 2 * s.T * s.V
 
 
+def _hla2_flops(form: str, s: Shape) -> float:
+    """hla2 (masked, eq 3.3). Recurrent: S, C, G updates (k^T C_{t-1} and its outer product), q^T S, u C, q^T G.
+    Chunk: Q K^T, K Q^T, Q (S + A K) rows U, U Q^T; the score-times-value products A P, (U Q^T) V, Bk V; the
+    chunk summaries K^T K, Kbar, Q^T V, K^T P; the entering-state reads q S, U C, k C, q G; the carry Kbar C_0
+    once per chunk (K^2 V / C per token)."""
+    if form == "recurrent":
+        return 2 * (2 * s.K * s.K + 5 * s.K * s.V)
+    if form == "chunk":
+        C = s.chunk_size
+        return 2 * (4 * C * s.K + 3 * C * s.V + 3 * s.K * s.K + 5 * s.K * s.V + s.K * s.K * s.V / C)
+    return 2 * s.T * (2 * s.K + s.V)  # reference: W W^T (T^2 K) and the T x T matrix times V, per token
+
+
+def _ahla_flops(form: str, s: Shape) -> float:
+    """ahla (Theorem 6.1). Recurrent: P update, q^T P, E update, q^T E. Chunk: Q K^T, A V, A r; the summaries
+    K^T V, K^T r, K^T Q; the entering-state reads q P, q E; the carry R P once per chunk."""
+    if form == "recurrent":
+        return 2 * 4 * s.K * s.V
+    if form == "chunk":
+        C = s.chunk_size
+        return 2 * (C * s.K + 2 * C * s.V + s.K * s.K + 4 * s.K * s.V + s.K * s.K * s.V / C)
+    return 2 * s.T * (s.K + 2 * s.V)  # reference: the decayed prefix sums of the summaries
+
+
+def _per_head_decay(s: Shape, dtype, gen):
+    """Unit keys, scaled queries and a per-head constant retention gamma in [0.9, 0.999] (HLA sec. 4.3)."""
+    gamma = torch.linspace(0.9, 0.999, s.H)
+    return {**_qkv(s, dtype, gen, unit_keys=True), "decay": gamma.log().to(dtype)}
+
+
 def _least_squares_cg(*, mode, chunk_size=64, **kw):
     """least_squares whose chunk form solves by 30 conjugate-gradient steps (MesaNet; approximate)."""
     if mode != "chunk":
@@ -188,6 +220,8 @@ CASES = {
     "local_linear_attn": OpCase("local_linear_attn", _unit_qkv,
                                 lambda **kw: local_linear_attn(**kw, qk_norm=True, ridge=1e-2), _local_linear_flops),
     "kernel_regression": OpCase("kernel_regression", _unit_qkv, kernel_regression, _kernel_regression_flops),
+    "hla2": OpCase("hla2", _per_head_decay, hla2, _hla2_flops),
+    "ahla": OpCase("ahla", _per_head_decay, ahla, _ahla_flops),
 }
 DEFAULT_CASES = ("linear_attn", "gla_scalar", "gla_diagonal")
 

@@ -50,10 +50,13 @@ def targets_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def write(result: dict, out_dir: Path, stem: str) -> tuple[Path, Path]:
+def write(result: dict, out_dir: Path, stem: str, markdown: str | None = None) -> tuple[Path, Path]:
+    """Writes <stem>.json and <stem>.md; the markdown is the ops table and its targets unless given."""
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path = out_dir / f"{stem}.json"
     md_path = out_dir / f"{stem}.md"
     json_path.write_text(json.dumps(result, indent=1))
-    md_path.write_text(f"# {stem}\n\n{markdown_table(result)}\n\n## Targets\n\n{targets_table(result)}\n")
+    if markdown is None:
+        markdown = f"{markdown_table(result)}\n\n## Targets\n\n{targets_table(result)}"
+    md_path.write_text(f"# {stem}\n\n{markdown}\n")
     return json_path, md_path
