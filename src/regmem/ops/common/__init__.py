@@ -3,6 +3,7 @@
 from regmem.ops.common.chunking import merge_chunks, pad_time, split_chunks
 from regmem.ops.common.decay import segsum, suffix_exclusive
 from regmem.ops.common.frame import compute_dtype, dispatch, map_state, run_core, scaled_queries
+from regmem.ops.common.scan import associative_scan, map_fields
 from regmem.ops.common.scores import decayed_scores
 from regmem.ops.common.validate import (
     MODES,
@@ -26,6 +27,7 @@ from regmem.ops.common.varlen import Packing
 __all__ = [
     "MODES",
     "Packing",
+    "associative_scan",
     "check_chunk_size",
     "check_cu_seqlens",
     "check_initial_state",
@@ -42,6 +44,7 @@ __all__ = [
     "compute_dtype",
     "decayed_scores",
     "dispatch",
+    "map_fields",
     "map_state",
     "merge_chunks",
     "num_states",

@@ -39,12 +39,12 @@ N segments, L the longest segment.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
 
-from regmem.ops.common import check_qkv, check_scale, check_state_tuple, scaled_queries
+from regmem.ops.common import associative_scan, check_qkv, check_scale, check_state_tuple, map_fields, scaled_queries
 from regmem.ops.hla.ahla import AHLAState
 from regmem.ops.hla.interface import HLA2State, check_decay, check_hla2_state
 
@@ -149,42 +149,6 @@ def ahla_combine(a: AHLASegment, b: AHLASegment) -> AHLASegment:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _map(fn, elems):
-    return type(elems)(*(fn(x) for x in elems))
-
-
-def associative_scan(combine: Callable, elems: NamedTuple, dim: int, *, exclusive: bool = False, identity=None):
-    """Prefix combines of `elems` (a NamedTuple of tensors sharing their leading dims) along the leading `dim`:
-    inclusive y_i = x_0 ⊕ ... ⊕ x_i, or exclusive y_i = x_0 ⊕ ... ⊕ x_{i-1} with y_0 the identity.
-
-    Hillis-Steele: ceil(log2 n) rounds, each one vectorised `combine(earlier, later)` over all positions (so
-    `combine` must work elementwise over leading dims); O(n log n) work. `combine` must be associative; it need not
-    commute. identity: the neutral element with size 1 along `dim` (broadcast to one slice), None for all zeros.
-    """
-    if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim < min(x.ndim for x in elems):
-        raise ValueError(f"dim must be a non-negative leading dim shared by every field, got {dim!r}")
-    n = elems[0].shape[dim]
-    if any(x.shape[dim] != n for x in elems):
-        raise ValueError(f"every field of elems must have the same size along dim {dim}")
-    x, offset = elems, 1
-    while offset < n:
-        earlier = _map(lambda f, o=offset: f.narrow(dim, 0, n - o), x)
-        later = _map(lambda f, o=offset: f.narrow(dim, o, n - o), x)
-        merged = combine(earlier, later)  # position i gets x[i - offset] ⊕ x[i]
-        x = type(x)(*(torch.cat([f.narrow(dim, 0, offset), g], dim) for f, g in zip(x, merged, strict=True)))
-        offset *= 2
-    if not exclusive or n == 0:
-        return x
-    first = _map(lambda f: f.narrow(dim, 0, 1), elems)
-    identity = _map(torch.zeros_like, first) if identity is None else identity
-    return type(x)(
-        *(
-            torch.cat([e.expand_as(f0), f.narrow(dim, 0, n - 1)], dim)
-            for e, f0, f in zip(identity, first, x, strict=True)
-        )
-    )
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # States after every token, the paper's way.
 # ---------------------------------------------------------------------------------------------------------------
@@ -216,19 +180,20 @@ def _scan_states(tokens, combine, initial, lengths: list[int]):
     gather = torch.tensor(
         [s + j if j < n else T for s, n in zip(starts, lengths, strict=True) for j in range(L)], device=device
     )  # [N * L], T points at the zero token
-    padded = _map(lambda f: torch.cat([f, torch.zeros_like(f[:, :1])], 1).index_select(1, gather), tokens)
-    segments = _map(lambda f: f.unflatten(1, (N, L)), padded)  # [B, N, L, H, ...]
+    padded = map_fields(lambda f: torch.cat([f, torch.zeros_like(f[:, :1])], 1).index_select(1, gather), tokens)
+    segments = map_fields(lambda f: f.unflatten(1, (N, L)), padded)  # [B, N, L, H, ...]
     # Step 1: local inclusive scan inside every segment; its last element (padding is neutral) is the summary.
     local = associative_scan(combine, segments, dim=2)  # [B, N, L, H, ...]
-    summaries = _map(lambda f: f[:, :, L - 1 :], local)  # [B, N, 1, H, ...]
+    summaries = map_fields(lambda f: f[:, :, L - 1 :], local)  # [B, N, 1, H, ...]
     # Step 2: exclusive scan over [initial, summaries]: position c + 1 is what enters segment c.
-    first = _map(lambda f: f[:, None, None], initial)  # [B, 1, 1, H, ...]
+    first = map_fields(lambda f: f[:, None, None], initial)  # [B, 1, 1, H, ...]
     elems = type(local)(*(torch.cat([i, s], 1) for i, s in zip(first, summaries, strict=True)))  # [B, N + 1, 1, ..]
-    prefix = _map(lambda f: f[:, 1:], associative_scan(combine, elems, dim=1, exclusive=True))  # [B, N, 1, H, ...]
+    exclusive = associative_scan(combine, elems, dim=1, exclusive=True)  # [B, N + 1, 1, H, ...]
+    prefix = map_fields(lambda f: f[:, 1:], exclusive)  # [B, N, 1, H, ...]
     # Step 3: state_t = prefix of its segment ⊕ local_t, then drop the padding.
-    states = _map(lambda f: f.flatten(1, 2), combine(prefix, local))  # [B, N * L, H, ...]
+    states = map_fields(lambda f: f.flatten(1, 2), combine(prefix, local))  # [B, N * L, H, ...]
     keep = torch.tensor([c * L + j for c, n in enumerate(lengths) for j in range(n)], device=device)  # [T]
-    return _map(lambda f: f.index_select(1, keep), states)  # [B, T, H, ...]
+    return map_fields(lambda f: f.index_select(1, keep), states)  # [B, T, H, ...]
 
 
 def hla2_scan_states(q, k, v, *, decay=None, scale=None, segment_lengths, initial_state=None) -> HLA2State:
