@@ -4,6 +4,7 @@
     regmem train mqar ...       train one mixer (also under torchrun: DDP)
     regmem recipes              the design space: each op / model with its test-time-regression recipe
     regmem bench ops            time ops and forms; write benchmarks/results/<date>-ops.{json,md}
+    regmem bench decode         one decoding step's latency against the context length
     regmem repro NAME           reproduce a seed's figure (ttr-online-regression, ttr-mqar): claim beside result
     regmem showcase             a short tour: every op, its three forms agreeing, and their speed
 """
