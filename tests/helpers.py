@@ -4,6 +4,7 @@ cotangents through both the output and the final state."""
 from __future__ import annotations
 
 import torch
+from hypothesis import strategies as st
 
 # float64: absolute + relative 1e-10; float32: relative RMS error 1e-4 (DESIGN.md, op contract).
 TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-4}
@@ -245,3 +246,29 @@ def unit_key_inputs(B, T, H, K, V, *, state=None, decay=False, dtype=torch.float
     if state is not None:
         inputs["initial_state"] = state(B, H, K, V, dtype, seed + 1)
     return inputs
+
+
+def assert_negative_denominator_moves_away_from_zero(normalized_output, num, den, eps, modes):
+    """Sign-safe normalisation: where den_t < 0 the output is num / (den - eps), not num / (den + eps).
+    normalized_output(mode) -> o; num, den: the unnormalised read-outs, broadcastable to o; eps large enough
+    that the two differ."""
+    neg = den < 0
+    assert neg.sum() >= 3, "the inputs must give some negative denominators"
+    expected, wrong = num / (den - eps), num / (den + eps)
+    for mode in modes:
+        o = normalized_output(mode)
+        neg_o = neg.expand_as(o)
+        assert_close(o[neg_o], expected.expand_as(o)[neg_o], mode)
+        assert not torch.allclose(o[neg_o], wrong.expand_as(o)[neg_o]), mode
+
+
+# Hypothesis strategies over the shapes every op's property test draws: @given(**QKV_SHAPES, CHUNK_SIZES, ...).
+QKV_SHAPES = {
+    "B": st.integers(1, 2),
+    "T": st.integers(1, 70),
+    "H": st.integers(1, 2),
+    "K": st.integers(1, 7),
+    "V": st.integers(1, 7),
+    "chunk_size": st.sampled_from([16, 32, 64]),
+}
+

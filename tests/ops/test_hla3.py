@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from helpers import (
+    QKV_SHAPES,
     assert_all_close,
     assert_close,
     assert_decoding_equals_full,
@@ -78,12 +79,7 @@ def test_causal_forms_match_reference_with_grads(shape, dtype, with_state):
 
 
 @given(
-    B=st.integers(1, 2),
-    T=st.integers(1, 70),
-    H=st.integers(1, 2),
-    K=st.integers(1, 7),
-    V=st.integers(1, 7),
-    chunk_size=st.sampled_from([16, 32, 64]),
+    **QKV_SHAPES,
     with_state=st.booleans(),
 )
 def test_causal_forms_match_reference_property(B, T, H, K, V, chunk_size, with_state):
