@@ -3,6 +3,8 @@ cotangents through both the output and the final state."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from hypothesis import strategies as st
 
@@ -131,8 +133,6 @@ def assert_decoding_equals_full(op, tokens: dict, *, prefill: int, initial_state
 
 def assert_forms_agree(op, inputs: dict, chunk_size: int) -> None:
     """recurrent == reference and chunk == reference: outputs, state fields and every gradient."""
-    from functools import partial
-
     expected = run_with_grads(partial(op, mode="reference"), inputs)
     assert_all_close(run_with_grads(partial(op, mode="recurrent"), inputs), expected, "recurrent vs reference")
     chunk = partial(op, mode="chunk", chunk_size=chunk_size)
@@ -271,4 +271,14 @@ QKV_SHAPES = {
     "V": st.integers(1, 7),
     "chunk_size": st.sampled_from([16, 32, 64]),
 }
+
+
+def assert_cu_seqlens_equals_per_sequence(op, tokens: dict, lengths, initial_state, label: str = "") -> None:
+    """A state-carrying op: one cu_seqlens call over the packed sequences of `lengths` (tokens [1, sum, ...], one
+    initial state per sequence) equals one call per sequence — outputs, final states and every gradient."""
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+    inputs = {**tokens, "initial_state": initial_state}
+    packed = run_with_grads(partial(op, cu_seqlens=cu), inputs)
+    expected = run_with_grads(per_sequence(op, cu), inputs)
+    assert_all_close(packed, expected, f"{label}cu_seqlens vs per-sequence")
 

@@ -17,11 +17,11 @@ from helpers import (
     QKV_SHAPES,
     assert_all_close,
     assert_close,
+    assert_cu_seqlens_equals_per_sequence,
     assert_decoding_equals_full,
     assert_forms_agree,
     assert_negative_denominator_moves_away_from_zero,
     assert_split_equals_one_call,
-    per_sequence,
     random_qkv,
     run_with_grads,
     unit_key_inputs,
@@ -123,14 +123,9 @@ def test_step_by_step_decoding_equals_the_parallel_forward(decay):
 @pytest.mark.parametrize("mode", MODES)
 def test_cu_seqlens_equals_per_sequence_calls_with_grads(mode):
     lengths = [5, 0, 33, 17, 1]
-    T, H, K, V, N = sum(lengths), 2, 4, 3, len(lengths)
-    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
-    tokens = hla_inputs(1, T, H, K, V, with_state=False)
+    tokens = hla_inputs(1, sum(lengths), 2, 4, 3, with_state=False)
     op = _op(mode, decay=tokens.pop("decay"))
-    state = random_state(N, H, K, V)
-    packed = run_with_grads(partial(op, cu_seqlens=cu), {**tokens, "initial_state": state})
-    expected = run_with_grads(per_sequence(op, cu), {**tokens, "initial_state": state})
-    assert_all_close(packed, expected, "cu_seqlens vs per-sequence")
+    assert_cu_seqlens_equals_per_sequence(op, tokens, lengths, random_state(len(lengths), 2, 4, 3))
 
 
 def test_masked_state_equals_the_f_form():

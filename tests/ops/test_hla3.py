@@ -18,10 +18,10 @@ from helpers import (
     QKV_SHAPES,
     assert_all_close,
     assert_close,
+    assert_cu_seqlens_equals_per_sequence,
     assert_decoding_equals_full,
     assert_forms_agree,
     assert_split_equals_one_call,
-    per_sequence,
     random_qkv,
     rel_rms,
     run_with_grads,
@@ -132,14 +132,9 @@ def test_split_and_carry_equals_one_call(variant, mode):
 @pytest.mark.parametrize(("variant", "mode"), VARIANT_MODES)
 def test_cu_seqlens_equals_per_sequence_calls_with_grads(variant, mode):
     lengths = [3, 0, 11, 1]
-    T, H, K, V, N = sum(lengths), 2, 3, 2, len(lengths)
-    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
-    tokens = hla3_inputs(1, T, H, K, V, variant=variant, with_state=False)
-    op = _op(variant, mode)
-    state = random_state(variant, N, H, K, V)
-    packed = run_with_grads(partial(op, cu_seqlens=cu), {**tokens, "initial_state": state})
-    expected = run_with_grads(per_sequence(op, cu), {**tokens, "initial_state": state})
-    assert_all_close(packed, expected, f"{variant}: cu_seqlens vs per-sequence")
+    tokens = hla3_inputs(1, sum(lengths), 2, 3, 2, variant=variant, with_state=False)
+    state = random_state(variant, len(lengths), 2, 3, 2)
+    assert_cu_seqlens_equals_per_sequence(_op(variant, mode), tokens, lengths, state, f"{variant}: ")
 
 
 def _triple_sum(q, k, v, keep):
