@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from functools import partial
 
+import pytest
 import torch
 from hypothesis import strategies as st
+
+# Parameter lists shared by the op tests.
+DTYPES = [pytest.param(torch.float64, id="f64"), pytest.param(torch.float32, id="f32")]
+STATES = [pytest.param(False, id="zero-state"), pytest.param(True, id="initial-state")]
+DECAYS = [pytest.param(False, id="gamma1"), pytest.param(True, id="decay")]
+MODES = ["chunk", "recurrent", "reference"]
 
 # float64: absolute + relative 1e-10; float32: relative RMS error 1e-4 (DESIGN.md, op contract).
 TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-4}

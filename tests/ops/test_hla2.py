@@ -14,7 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from helpers import (
+    DECAYS,
+    DTYPES,
+    MODES,
     QKV_SHAPES,
+    STATES,
     assert_all_close,
     assert_close,
     assert_cu_seqlens_equals_per_sequence,
@@ -33,10 +37,6 @@ SHAPES = [
     pytest.param((1, 32, 2, 4, 7, 32), id="B1-T32-H2-K4-V7-C32"),
     pytest.param((1, 1, 1, 3, 2, 64), id="B1-T1-H1-K3-V2-C64"),
 ]
-DTYPES = [pytest.param(torch.float64, id="f64"), pytest.param(torch.float32, id="f32")]
-DECAYS = [pytest.param(False, id="gamma1"), pytest.param(True, id="decay")]
-STATES = [pytest.param(False, id="zero-state"), pytest.param(True, id="initial-state")]
-MODES = ["chunk", "recurrent", "reference"]
 
 
 def random_state(N, H, K, V, dtype=torch.float64, seed=1):

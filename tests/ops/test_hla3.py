@@ -15,7 +15,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from helpers import (
+    DTYPES,
+    MODES,
     QKV_SHAPES,
+    STATES,
     assert_all_close,
     assert_close,
     assert_cu_seqlens_equals_per_sequence,
@@ -33,9 +36,7 @@ SHAPES = [
     pytest.param((2, 9, 2, 4, 3), id="B2-T9-H2-K4-V3"),
     pytest.param((1, 1, 1, 3, 2), id="B1-T1-H1-K3-V2"),
 ]
-DTYPES = [pytest.param(torch.float64, id="f64"), pytest.param(torch.float32, id="f32")]
 VARIANTS = ["causal", "paper"]
-STATES = [pytest.param(False, id="zero-state"), pytest.param(True, id="initial-state")]
 
 
 def random_state(variant, N, H, K, V, dtype=torch.float64, seed=1):
@@ -55,7 +56,7 @@ CHUNK_SHAPES = [
     pytest.param((1, 32, 2, 4, 7, 32), id="B1-T32-H2-K4-V7-C32"),
     pytest.param((1, 1, 1, 3, 2, 64), id="B1-T1-H1-K3-V2-C64"),
 ]
-CAUSAL_MODES = ["chunk", "recurrent", "reference"]
+CAUSAL_MODES = MODES  # the causal variant has every form
 
 
 def _op(variant, mode, **fixed):

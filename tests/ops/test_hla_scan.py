@@ -11,7 +11,7 @@ from typing import NamedTuple
 import pytest
 import torch
 
-from helpers import assert_close, random_qkv, rel_rms
+from helpers import STATES, assert_close, random_qkv, rel_rms
 from regmem.ops.hla import HLA2State, ahla, hla2
 from regmem.ops.hla.ahla import AHLAState
 from regmem.ops.hla.scan import (
@@ -28,7 +28,6 @@ from regmem.ops.hla.scan import (
 
 B, T, H, K, V = 2, 13, 2, 3, 2
 DECAYS = [pytest.param(None, id="gamma1"), pytest.param((-0.4, -0.05), id="decay")]
-STATES = [pytest.param(False, id="zero-state"), pytest.param(True, id="initial-state")]
 
 
 def segmentations(seed: int) -> list[list[int]]:
