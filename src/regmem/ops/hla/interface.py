@@ -132,18 +132,25 @@ def run_hla2(core, q, k, v, *, masked, decay, scale, initial_state, output_final
     )
 
 
+def decayed_inputs(q, k, v, decay, scale):
+    """Validates q, k, v, decay and scale; returns q scaled [B, T, H, K] (compute dtype) and the decay spread to a
+    per-token log gate [B, T, H] (None without decay)."""
+    B, T, H, _, _ = check_qkv(q, k, v)
+    check_decay(decay, H, q)
+    check_scale(scale)
+    q_scaled = scaled_queries(q, scale)  # [B, T, H, K]
+    return q_scaled, None if decay is None else decay.to(q_scaled.dtype).expand(B, T, H)
+
+
 def run_decayed(core, q, k, v, *, decay, scale, initial_state, check_initial, output_final_state, cu_seqlens,
                 **options):
     """The frame shared by the HLA ops with a constant per-head decay: validates q, k, v, decay, scale and the
     state (by `check_initial(initial_state, N, H, K, V, q)`), scales q, spreads the decay [H] to a per-token log
     gate [B, T, H] (so zero-gate padding is neutral), and runs
     core(q, k, v, log_gamma, *, initial_state, **options) in the common frame."""
-    B, T, H, K, V = check_qkv(q, k, v)
-    check_decay(decay, H, q)
-    check_scale(scale)
-    check_initial(initial_state, num_states(B, T, cu_seqlens), H, K, V, q)
-    q_scaled = scaled_queries(q, scale)  # [B, T, H, K]
-    log_gamma = None if decay is None else decay.to(q_scaled.dtype).expand(B, T, H)  # [B, T, H]
+    q_scaled, log_gamma = decayed_inputs(q, k, v, decay, scale)
+    B, T, H, K = q.shape
+    check_initial(initial_state, num_states(B, T, cu_seqlens), H, K, v.shape[-1], q)
     return run_core(
         core, {"q": q_scaled, "k": k, "v": v, "log_gamma": log_gamma}, initial_state,
         output_final_state=output_final_state, cu_seqlens=cu_seqlens, out_dtype=q.dtype, **options,

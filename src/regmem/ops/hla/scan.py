@@ -44,9 +44,9 @@ from typing import NamedTuple
 
 import torch
 
-from regmem.ops.common import associative_scan, check_qkv, check_scale, check_state_tuple, map_fields, scaled_queries
+from regmem.ops.common import associative_scan, check_qkv, check_state_tuple, map_fields
 from regmem.ops.hla.ahla import AHLAState
-from regmem.ops.hla.interface import HLA2State, check_decay, check_hla2_state
+from regmem.ops.hla.interface import HLA2State, check_hla2_state, decayed_inputs
 
 
 class HLA2Segment(NamedTuple):
@@ -89,13 +89,9 @@ def _matvec(M: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 def _prepare(q, k, v, decay, scale):
     """Validates and returns q (scaled), k, v in the compute dtype and the log gate [B, T, H] (zeros for None)."""
-    B, T, H, K, V = check_qkv(q, k, v)
-    check_decay(decay, H, q)
-    check_scale(scale)
-    q_scaled = scaled_queries(q, scale)  # [B, T, H, K]
+    q_scaled, g = decayed_inputs(q, k, v, decay, scale)
     k, v = k.to(q_scaled.dtype), v.to(q_scaled.dtype)
-    g = q_scaled.new_zeros(B, T, H) if decay is None else decay.to(q_scaled.dtype).expand(B, T, H)  # [B, T, H]
-    return q_scaled, k, v, g
+    return q_scaled, k, v, q_scaled.new_zeros(q.shape[:3]) if g is None else g
 
 
 def hla2_token_segments(q, k, v, *, decay=None, scale=None) -> HLA2Segment:
