@@ -31,7 +31,7 @@ from helpers import (
     run_with_grads,
     unit_key_inputs,
 )
-from regmem.ops.hla.ahla import AHLAState, ahla
+from regmem.ops import AHLAState, ahla
 
 SHAPES = [
     pytest.param((2, 21, 2, 6, 4, 8), id="B2-T21-H2-K6-V4-C8"),

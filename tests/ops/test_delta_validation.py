@@ -9,7 +9,6 @@ from regmem.ops import (
     delta_rule,
     delta_rule_multistep,
     gated_delta_rule,
-    gated_delta_rule_chunk,
     leaky_lms,
     longhorn,
     nlms,
@@ -65,7 +64,7 @@ def test_error_message_repeats_the_documented_shape():
 def test_named_gated_form_needs_a_gate():
     x = _good()
     with pytest.raises(ValueError, match="use delta_rule"):
-        gated_delta_rule_chunk(x["q"], x["k"], x["v"], None, x["beta"])
+        gated_delta_rule.chunk(x["q"], x["k"], x["v"], None, x["beta"])
 
 
 def test_delta_rule_and_initial_state_count_with_cu_seqlens():

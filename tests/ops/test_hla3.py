@@ -1,10 +1,10 @@
-"""Third-order HLA (hla3, spec hla.md §4, erratum 5 of §6, claim 7 of §7): reference == recurrent for both variants and
-chunk == reference for the causal one (outputs, final state, every gradient, initial_state included) in float64 and
-float32, also over random shapes (hypothesis); chunk size invariance; split + carry == one call; decoding == the
-parallel forward; cu_seqlens == per-sequence calls; the causal variant equals the literal causal triple sum and ((W W^T)
-⊙ L) W V; the paper's printed recurrence equals the "maximum attained at least twice" triple sum and differs from the
-causal definition (the erratum); the unmasked identity q_T^T S^K S^Q P == (A A^T A V)_T; bad input raises ValueError
-naming the argument, mode="chunk" with variant="paper" included."""
+"""Third-order HLA (arXiv:2510.27258, sec. 7; ops/hla/DERIVATION.md, erratum 5): for `hla3` (the causal triple sum)
+and `hla3_paper` (the paper's printed recurrence), reference == recurrent == chunk (outputs, final state, every
+gradient, initial_state included) in float64 and float32, also over random shapes (hypothesis); chunk size
+invariance; split + carry == one call; decoding == the parallel forward; cu_seqlens == per-sequence calls; hla3 equals
+the literal causal triple sum and ((W W^T) ⊙ L) W V; the paper's recurrence equals the "maximum attained at least
+twice" triple sum and differs from the causal definition (the erratum); the unmasked identity
+q_T^T S^K S^Q P == (A A^T A V)_T; bad input raises ValueError naming the argument."""
 
 import itertools
 from functools import partial
@@ -30,13 +30,14 @@ from helpers import (
     run_with_grads,
     unit_key_inputs,
 )
-from regmem.ops.hla.hla3 import HLA3PaperState, HLA3State, hla3
+from regmem.ops import HLA3PaperState, HLA3State, hla3, hla3_paper
 
 SHAPES = [
     pytest.param((2, 9, 2, 4, 3), id="B2-T9-H2-K4-V3"),
     pytest.param((1, 1, 1, 3, 2), id="B1-T1-H1-K3-V2"),
 ]
 VARIANTS = ["causal", "paper"]
+OPS = {"causal": hla3, "paper": hla3_paper}  # the causal triple sum, and the paper's printed recurrence
 
 
 def random_state(variant, N, H, K, V, dtype=torch.float64, seed=1):
@@ -56,37 +57,35 @@ CHUNK_SHAPES = [
     pytest.param((1, 32, 2, 4, 7, 32), id="B1-T32-H2-K4-V7-C32"),
     pytest.param((1, 1, 1, 3, 2, 64), id="B1-T1-H1-K3-V2-C64"),
 ]
-CAUSAL_MODES = MODES  # the causal variant has every form
 
 
 def _op(variant, mode, **fixed):
-    """hla3 of one variant and mode; the chunk form with chunk_size 8."""
+    """hla3 or hla3_paper in one mode; the chunk form with chunk_size 8."""
     if mode == "chunk":
-        return partial(hla3, variant=variant, mode=mode, chunk_size=8, **fixed)
-    return partial(hla3, variant=variant, mode=mode, **fixed)
-
-
-def _modes(variant):
-    return CAUSAL_MODES if variant == "causal" else ["recurrent", "reference"]
+        return partial(OPS[variant], mode=mode, chunk_size=8, **fixed)
+    return partial(OPS[variant], mode=mode, **fixed)
 
 
 @pytest.mark.parametrize("with_state", STATES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", CHUNK_SHAPES)
-def test_causal_forms_match_reference_with_grads(shape, dtype, with_state):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_forms_match_reference_with_grads(variant, shape, dtype, with_state):
     B, T, H, K, V, C = shape
-    inputs = hla3_inputs(B, T, H, K, V, variant="causal", dtype=dtype, with_state=with_state)
-    assert_forms_agree(partial(hla3, variant="causal"), inputs, chunk_size=C)
+    inputs = hla3_inputs(B, T, H, K, V, variant=variant, dtype=dtype, with_state=with_state)
+    assert_forms_agree(OPS[variant], inputs, chunk_size=C)
 
 
 @given(
     **QKV_SHAPES,
     with_state=st.booleans(),
+    variant=st.sampled_from(VARIANTS),
 )
-def test_causal_forms_match_reference_property(B, T, H, K, V, chunk_size, with_state):
+def test_forms_match_reference_property(B, T, H, K, V, chunk_size, with_state, variant):
     """Random shapes, float64: recurrent == reference and chunk == reference (outputs, state, every gradient)."""
-    inputs = hla3_inputs(B, T, H, K, V, variant="causal", with_state=with_state)
-    assert_forms_agree(partial(hla3, variant="causal"), inputs, chunk_size=chunk_size)
+    T = min(T, 24) if variant == "paper" else T  # the paper variant's reference is O(T^4)
+    inputs = hla3_inputs(B, T, H, K, V, variant=variant, with_state=with_state)
+    assert_forms_agree(OPS[variant], inputs, chunk_size=chunk_size)
 
 
 @pytest.mark.parametrize("chunk_size", [1, 16, 64])
@@ -116,12 +115,12 @@ def test_step_by_step_decoding_equals_the_parallel_forward():
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_recurrent_equals_reference_with_grads(variant, shape, dtype, with_state):
     inputs = hla3_inputs(*shape, variant=variant, dtype=dtype, with_state=with_state)
-    expected = run_with_grads(partial(hla3, variant=variant, mode="reference"), inputs)
-    actual = run_with_grads(partial(hla3, variant=variant, mode="recurrent"), inputs)
+    expected = run_with_grads(partial(OPS[variant], mode="reference"), inputs)
+    actual = run_with_grads(partial(OPS[variant], mode="recurrent"), inputs)
     assert_all_close(actual, expected, f"{variant}: recurrent vs reference")
 
 
-VARIANT_MODES = [(variant, mode) for variant in VARIANTS for mode in _modes(variant)]
+VARIANT_MODES = [(variant, mode) for variant in VARIANTS for mode in MODES]
 
 
 @pytest.mark.parametrize(("variant", "mode"), VARIANT_MODES)
@@ -163,7 +162,7 @@ def _one_head(T=6, K=3, V=2, seed=3):
     return q, k, v, q[0, :, 0], k[0, :, 0], v[0, :, 0]
 
 
-@pytest.mark.parametrize("mode", CAUSAL_MODES)
+@pytest.mark.parametrize("mode", MODES)
 def test_causal_variant_is_the_natural_causal_triple_sum(mode):
     q, k, v, qh, kh, vh = _one_head()
     o, _ = hla3(q, k, v, scale=1.0, mode=mode, chunk_size=4)
@@ -172,12 +171,12 @@ def test_causal_variant_is_the_natural_causal_triple_sum(mode):
     assert_close(o[0, :, 0], ((W @ W.T).tril() @ W) @ vh, "causal vs ((W W^T) ⊙ L) W V")
 
 
-@pytest.mark.parametrize("mode", ["recurrent", "reference"])
+@pytest.mark.parametrize("mode", MODES)
 def test_paper_recurrence_is_the_repeated_max_triple_sum_not_the_causal_operator(mode):
     """Erratum 5: the printed masked kernel sums the triples whose maximum index is attained at least twice; it is
     neither the causal third order nor ((W W^T W) ⊙ L) V."""
     q, k, v, qh, kh, vh = _one_head()
-    o, _ = hla3(q, k, v, scale=1.0, variant="paper", mode=mode)
+    o, _ = hla3_paper(q, k, v, scale=1.0, mode=mode, chunk_size=4)
     o = o[0, :, 0]
     assert_close(o, _triple_sum(qh, kh, vh, _paper), "paper vs repeated-max triple sum")
     causal = _triple_sum(qh, kh, vh, _causal)
@@ -191,7 +190,7 @@ def test_unmasked_identity_at_the_last_token():
     """Spec §4: q_t^T S^K_t S^Q_t P_t is row t of the unmasked (A A^T A) V over tokens <= t; at t = T the paper's
     output plus q_T^T G_T is that row."""
     q, k, v, qh, kh, vh = _one_head(T=7)
-    o, state = hla3(q, k, v, scale=1.0, variant="paper", output_final_state=True)
+    o, state = hla3_paper(q, k, v, scale=1.0, output_final_state=True)
     A = qh @ kh.T
     full = (A @ A.T @ A @ vh)[-1]
     SK, SQ, P, G = (s[0, 0] for s in state)
@@ -205,18 +204,19 @@ def test_unmasked_identity_at_the_last_token():
 def test_zero_length_sequence_keeps_the_state(variant):
     q, k, v = random_qkv(1, 0, 2, 4, 3)
     state = random_state(variant, 1, 2, 4, 3)
-    for mode in _modes(variant):
-        o, final = hla3(q, k, v, variant=variant, initial_state=state, output_final_state=True, mode=mode)
+    for mode in MODES:
+        o, final = OPS[variant](q, k, v, initial_state=state, output_final_state=True, mode=mode)
         assert o.shape == (1, 0, 2, 3)
         for a, b in zip(final, state, strict=True):
             assert torch.equal(a, b)
 
 
-def test_default_mode_is_recurrent_and_state_is_dropped_unless_asked():
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_default_mode_is_chunk_and_state_is_dropped_unless_asked(variant):
     q, k, v = random_qkv(1, 5, 1, 3, 2)
-    o, state = hla3(q, k, v)
+    o, state = OPS[variant](q, k, v)
     assert state is None
-    torch.testing.assert_close(o, hla3(q, k, v, mode="recurrent")[0], rtol=0, atol=0)
+    torch.testing.assert_close(o, OPS[variant](q, k, v, mode="chunk")[0], rtol=0, atol=0)
 
 
 def _bad_inputs():
@@ -226,10 +226,8 @@ def _bad_inputs():
     causal_state = random_state("causal", B, H, K, V, dtype=torch.float32)
     paper_state = random_state("paper", B, H, K, V, dtype=torch.float32)
     return good, {
-        "chunk-mode-paper": ({"mode": "chunk", "variant": "paper"}, "chunk"),
         "chunk_size-chunk-mode": ({"mode": "chunk", "chunk_size": 12}, "chunk_size"),
         "unknown-mode": ({"mode": "parallel"}, "mode"),
-        "variant": ({"variant": "masked"}, "variant"),
         "q-rank": ({"q": q[0]}, "q"),
         "k-shape": ({"k": k[:, :, :, :2]}, "k"),
         "v-dtype": ({"v": v.double()}, "v"),
@@ -237,7 +235,6 @@ def _bad_inputs():
         "scale": ({"scale": "1"}, "scale"),
         "chunk_size": ({"chunk_size": 3}, "chunk_size"),
         "state-type": ({"initial_state": paper_state}, "initial_state"),
-        "state-type-paper": ({"initial_state": causal_state, "variant": "paper"}, "initial_state"),
         "state-shape": ({"initial_state": causal_state._replace(S=causal_state.S[:1])}, "initial_state.S"),
         "state-tensor": ({"initial_state": causal_state.P}, "initial_state"),
         "cu_seqlens-batch": ({"cu_seqlens": torch.tensor([0, 5])}, "cu_seqlens"),
@@ -253,7 +250,8 @@ def test_bad_input_raises_value_error_naming_the_argument(case):
         hla3(**{**good, **override})
 
 
-def test_paper_chunk_mode_message_says_not_implemented():
-    q, k, v = random_qkv(1, 4, 1, 3, 2)
-    with pytest.raises(ValueError, match="chunk form of the paper's recurrence is not implemented"):
-        hla3(q, k, v, variant="paper", mode="chunk")
+def test_paper_op_takes_its_own_state_type():
+    good, _ = _bad_inputs()
+    B, H, K, V = 2, 2, 3, 4
+    with pytest.raises(ValueError, match="initial_state"):
+        hla3_paper(**good, initial_state=random_state("causal", B, H, K, V, dtype=torch.float32))

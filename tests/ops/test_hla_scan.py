@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from helpers import STATES, assert_close, random_qkv, rel_rms
+from regmem.ops import AHLAState
 from regmem.ops.hla import HLA2State, ahla, hla2
-from regmem.ops.hla.ahla import AHLAState
 from regmem.ops.hla.scan import (
     AHLASegment,
     HLA2Segment,

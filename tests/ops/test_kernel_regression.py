@@ -27,9 +27,7 @@ from helpers import (
     rel_rms,
     run_with_grads,
 )
-from regmem.ops.nonparametric.frame import KVState
-from regmem.ops.nonparametric.kernel_regression import kernel_regression
-from regmem.ops.nonparametric.softmax import softmax_attn
+from regmem.ops import KVState, kernel_regression, softmax_attn
 
 
 def _poly2(a, b):

@@ -1,4 +1,4 @@
-"""The conjugate-gradient solver of least_squares_chunk (MesaNet, ttr.md Appendix A.1) converges to the exact
+"""The conjugate-gradient solver of least_squares.chunk (MesaNet, ttr.md Appendix A.1) converges to the exact
 Cholesky solve: in exact arithmetic CG solves an F x F system in F steps, so F + 2 steps reach float64 rounding."""
 
 from functools import partial
@@ -8,7 +8,7 @@ import torch
 from test_least_squares_forms import ls_inputs
 
 from helpers import run_with_grads
-from regmem.ops.regression import LeastSquaresState, least_squares_chunk
+from regmem.ops.regression import LeastSquaresState, least_squares
 
 
 @pytest.mark.parametrize("gate", [pytest.param(None, id="uniform"), pytest.param(1.0, id="decay")])
@@ -16,8 +16,8 @@ from regmem.ops.regression import LeastSquaresState, least_squares_chunk
 def test_cg_converges_to_the_cholesky_solve(gate, T):
     K = 8
     inputs = ls_inputs(2, T, 2, K, 5, gate=gate, ridge="per_channel")
-    exact = run_with_grads(partial(least_squares_chunk, chunk_size=16), inputs)
-    cg = run_with_grads(partial(least_squares_chunk, chunk_size=16, solver="cg", cg_steps=K + 2), inputs)
+    exact = run_with_grads(partial(least_squares.chunk, chunk_size=16), inputs)
+    cg = run_with_grads(partial(least_squares.chunk, chunk_size=16, solver="cg", cg_steps=K + 2), inputs)
     for name, expected in exact.items():
         err = (cg[name] - expected).abs().max() / expected.abs().max().clamp_min(1.0)
         assert err < 1e-8, f"{name}: CG error {err:.3g}"
@@ -25,8 +25,8 @@ def test_cg_converges_to_the_cholesky_solve(gate, T):
 
 def test_cg_error_shrinks_with_the_number_of_steps():
     inputs = ls_inputs(1, 60, 2, 16, 4, gate=0.5, ridge="scalar")
-    exact, _ = least_squares_chunk(**inputs, chunk_size=16)
-    errors = [(least_squares_chunk(**inputs, chunk_size=16, solver="cg", cg_steps=n)[0] - exact).abs().max()
+    exact, _ = least_squares.chunk(**inputs, chunk_size=16)
+    errors = [(least_squares.chunk(**inputs, chunk_size=16, solver="cg", cg_steps=n)[0] - exact).abs().max()
               for n in (0, 2, 4, 8)]
     assert all(b < a for a, b in zip(errors, errors[1:], strict=False)), errors
     assert errors[-1] < 1e-2 * errors[0]  # half of F = 16 steps: two orders of magnitude on this well-posed system
@@ -40,7 +40,7 @@ def test_cg_error_shrinks_with_the_number_of_steps():
 def test_bad_solver_arguments_raise(override, name):
     inputs = ls_inputs(1, 5, 1, 3, 2, with_state=False)
     with pytest.raises(ValueError, match=name):
-        least_squares_chunk(**inputs, **override)
+        least_squares.chunk(**inputs, **override)
 
 
 def test_cg_handles_an_exactly_solved_system():
@@ -51,8 +51,8 @@ def test_cg_handles_an_exactly_solved_system():
     v = torch.ones(1, 3, 1, 2, dtype=torch.float64)
     R0 = torch.eye(K, dtype=torch.float64).expand(1, 1, K, K)
     state = LeastSquaresState(R0, torch.zeros(1, 1, K, 2, dtype=torch.float64))
-    o_cg, _ = least_squares_chunk(q, k, v, ridge=0.0, initial_state=state, solver="cg", cg_steps=5)
-    o, _ = least_squares_chunk(q, k, v, ridge=0.0, initial_state=state)
+    o_cg, _ = least_squares.chunk(q, k, v, ridge=0.0, initial_state=state, solver="cg", cg_steps=5)
+    o, _ = least_squares.chunk(q, k, v, ridge=0.0, initial_state=state)
     torch.testing.assert_close(o_cg, o, rtol=1e-12, atol=1e-12)
 
 
@@ -63,9 +63,9 @@ def test_cg_gradients_stay_finite_where_tokens_converge_early():
     q, k, v = (torch.nn.functional.normalize(torch.randn(2, 100, 1, 64, generator=gen), dim=-1).requires_grad_()
                for _ in range(3))
     ridge = torch.full((1, 64), 0.3, requires_grad=True)
-    o, _ = least_squares_chunk(q, k, v, ridge=ridge, solver="cg", cg_steps=30)
+    o, _ = least_squares.chunk(q, k, v, ridge=ridge, solver="cg", cg_steps=30)
     o.sum().backward()
     for name, t in (("q", q), ("k", k), ("v", v), ("ridge", ridge)):
         assert torch.isfinite(t.grad).all(), f"grad_{name} is not finite"
-    exact, _ = least_squares_chunk(q, k, v, ridge=ridge.detach())
+    exact, _ = least_squares.chunk(q, k, v, ridge=ridge.detach())
     assert (o - exact).abs().max() < 1e-5

@@ -1,4 +1,4 @@
-"""local_linear_attn and local_polynomial_reference: *Test-time regression* (arXiv:2501.12352), Sec. 4
+"""local_linear_attn and local_polynomial: *Test-time regression* (arXiv:2501.12352), Sec. 4
 Vignette 4, eqs. (48)-(54); ttr.md §5.1 T18, T19.
 
 - reference == recurrent == chunk (outputs, final KVState, every gradient) for the exponential kernel, the
@@ -36,8 +36,7 @@ from helpers import (
     rel_rms,
     run_with_grads,
 )
-from regmem.ops.nonparametric.local_linear import local_linear_attn
-from regmem.ops.nonparametric.local_polynomial import local_polynomial_reference
+from regmem.ops import local_linear_attn, local_polynomial
 
 KERNELS = {
     "exp": {},
@@ -194,11 +193,11 @@ def test_t19_local_linear_reproduces_affine_maps(mode):
 def test_t19_softmax_does_not_reproduce_affine_maps_but_reproduces_constants():
     q, k, A, c = _affine_data()
     v = torch.einsum("hvk,bthk->bthv", A, k) + c
-    o = local_polynomial_reference(q, k, v, degree=0, scale=0.3)
+    o = local_polynomial.reference(q, k, v, degree=0, scale=0.3)[0]
     error = (o - (torch.einsum("hvk,bthk->bthv", A, q) + c))[:, 6:].abs().max()
     assert error > 1.0, f"softmax attention reproduced an affine map (max error {error:.3g})"
     constant = c.expand_as(v)
-    torch.testing.assert_close(local_polynomial_reference(q, k, constant, degree=0), constant, rtol=0, atol=1e-12)
+    torch.testing.assert_close(local_polynomial.reference(q, k, constant, degree=0)[0], constant, rtol=0, atol=1e-12)
     torch.testing.assert_close(local_linear_attn(q, k, constant)[0], constant, rtol=0, atol=1e-12)
 
 
@@ -210,27 +209,27 @@ def test_qk_norm_regresses_in_the_normalised_key_space():
     torch.testing.assert_close(o[:, 6:], expected[:, 6:], rtol=0, atol=1e-8)
 
 
-# --- local_polynomial_reference: degrees 0, 1, 2 ------------------------------------------------------------------
+# --- local_polynomial: degrees 0, 1, 2 ------------------------------------------------------------------
 
 
 def test_degree0_is_softmax_attention_and_gaussian_nadaraya_watson():
     q, k, v = random_qkv(2, 25, 2, 4, 3, seed=3)
     to_bhtd = partial(torch.movedim, source=1, destination=2)  # [B, T, H, D] -> [B, H, T, D]
     sdpa = F.scaled_dot_product_attention(to_bhtd(q), to_bhtd(k), to_bhtd(v), is_causal=True, scale=0.7)
-    assert_close(local_polynomial_reference(q, k, v, degree=0, scale=0.7), sdpa.transpose(1, 2), "exp kernel")
+    assert_close(local_polynomial.reference(q, k, v, degree=0, scale=0.7)[0], sdpa.transpose(1, 2), "exp kernel")
     # exp(-||k_i - q_t||^2 / B) normalised over i <= t, written out
     sq_dist = (q.unsqueeze(2) - k.unsqueeze(1)).pow(2).sum(-1)  # [B, T, T, H]
     causal = torch.ones(25, 25, dtype=torch.bool).tril()[None, :, :, None]
     s = torch.exp(-sq_dist / 3.0) * causal  # [B, T, T, H]
     nw = torch.einsum("btih,bihv->bthv", s, v) / s.sum(2).unsqueeze(-1)
-    assert_close(local_polynomial_reference(q, k, v, degree=0, bandwidth=3.0), nw, "Gaussian kernel")
+    assert_close(local_polynomial.reference(q, k, v, degree=0, bandwidth=3.0)[0], nw, "Gaussian kernel")
 
 
 @pytest.mark.parametrize("kernel", ["exp", "gauss-B4", "qknorm"])
 def test_degree1_is_local_linear_attn(kernel):
     q, k, v = random_qkv(2, 25, 2, 4, 3, seed=4)
     expected, _ = local_linear_attn(q, k, v, mode="chunk", chunk_size=8, ridge=0.01, **KERNELS[kernel])
-    assert_close(local_polynomial_reference(q, k, v, degree=1, ridge=0.01, **KERNELS[kernel]), expected, "o")
+    assert_close(local_polynomial.reference(q, k, v, degree=1, ridge=0.01, **KERNELS[kernel])[0], expected, "o")
 
 
 def test_degree2_reproduces_quadratic_maps_and_degree1_does_not():
@@ -243,9 +242,9 @@ def test_degree2_reproduces_quadratic_maps_and_degree1_does_not():
     def f(x):  # [B, T, H, K] -> [B, T, H, V], a quadratic map
         return torch.einsum("hvxy,bthx,bthy->bthv", Q, x, x) + torch.einsum("hvk,bthk->bthv", A, x) + 1.0
 
-    o2 = local_polynomial_reference(q, k, f(k), degree=2, ridge=1e-14, scale=0.3)
+    o2 = local_polynomial.reference(q, k, f(k), degree=2, ridge=1e-14, scale=0.3)[0]
     torch.testing.assert_close(o2[:, 20:], f(q)[:, 20:], rtol=0, atol=1e-9)  # residual O(ridge)
-    o1 = local_polynomial_reference(q, k, f(k), degree=1, ridge=1e-14, scale=0.3)
+    o1 = local_polynomial.reference(q, k, f(k), degree=1, ridge=1e-14, scale=0.3)[0]
     assert (o1 - f(q))[:, 20:].abs().max() > 1.0
 
 
@@ -344,4 +343,4 @@ BAD_POLYNOMIAL = {
 def test_local_polynomial_bad_input_raises_value_error_naming_the_argument(case):
     override, name = BAD_POLYNOMIAL[case]
     with pytest.raises(ValueError, match=name):
-        _call(local_polynomial_reference, **override)
+        _call(local_polynomial.reference, **override)

@@ -26,8 +26,7 @@ from helpers import (
     random_qkv,
     run_with_grads,
 )
-from regmem.ops.nonparametric.frame import KVState
-from regmem.ops.nonparametric.softmax import attention_weights, softmax_attn
+from regmem.ops import KVState, attention_weights, softmax_attn
 
 DTYPES = [pytest.param(torch.float64, id="f64"), pytest.param(torch.float32, id="f32")]
 SHAPES = [  # (B, T, H, K, V, S)

@@ -20,7 +20,6 @@ from regmem.ops import (
     hla2,
     kernel_regression,
     least_squares,
-    least_squares_chunk,
     linear_attn,
     local_linear_attn,
     longhorn,
@@ -161,7 +160,7 @@ def _least_squares_cg(*, mode, chunk_size=64, **kw):
     """least_squares whose chunk form solves by 30 conjugate-gradient steps (MesaNet; approximate)."""
     if mode != "chunk":
         return least_squares(**kw, ridge=1.0, mode=mode)
-    return least_squares_chunk(**kw, ridge=1.0, chunk_size=chunk_size, solver="cg", cg_steps=30)
+    return least_squares.chunk(**kw, ridge=1.0, chunk_size=chunk_size, solver="cg", cg_steps=30)
 
 
 def _unit_qkv(s: Shape, dtype, gen):

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from regmem.layers.memory import MemoryMixer, mask_keys, mask_log_gate
-from regmem.ops import least_squares, least_squares_chunk
+from regmem.ops import least_squares
 
 RIDGE_FLOOR = 0.25  # MesaNet: lambda = softplus(p) + 0.25 keeps the system well conditioned
 
@@ -66,7 +66,7 @@ class Mesa(MemoryMixer):
             g = mask_log_gate(g, mask)
         k = mask_keys(k, mask)
         if mode == "chunk" and self.solver == "cg":  # approximate: cg_steps of conjugate gradient per token
-            return least_squares_chunk(q, k, v, g, ridge=self.ridge(), scale=1.0, initial_state=memory,
+            return least_squares.chunk(q, k, v, g, ridge=self.ridge(), scale=1.0, initial_state=memory,
                                        output_final_state=True, chunk_size=self.chunk_size, solver="cg",
                                        cg_steps=self.cg_steps)
         return least_squares(q, k, v, g, ridge=self.ridge(), scale=1.0, initial_state=memory,

@@ -1,6 +1,6 @@
 """regmem.ops: functional associative-memory kernels, pure tensors in, tensors out.
 
-The op contract (DESIGN.md), shared by every op:
+The op contract, shared by every op:
   - layout is sequence-first: q, k: [B, T, H, K], v: [B, T, H, V]; scalar gates [B, T, H], diagonal gates
     [B, T, H, K], step sizes [B, T, H]. Gates are passed in log space (log retention, <= 0).
   - a linear memory's state is S: [B, H, K, V] and the read-out is o_t = S_t^T q_t. This is the transpose of
@@ -8,38 +8,29 @@ The op contract (DESIGN.md), shared by every op:
     orientation as flash-linear-attention. Other families document their state tuple.
   - every op is `op(q, k, v, ..., *, scale=None, initial_state=None, output_final_state=False, mode="chunk",
     chunk_size=64, cu_seqlens=None) -> (o, final_state | None)`; `scale=None` means K ** -0.5.
-  - three forms, selected by `mode` and also callable by name: `<op>_reference` (the definition),
-    `<op>_recurrent` (token by token; decoding), `<op>_chunk` (chunk-parallel; training). Nothing switches
-    form silently.
+  - three forms, selected by `mode` and each also reachable as an attribute: `op.reference` (the definition),
+    `op.recurrent` (token by token; decoding), `op.chunk` (chunk-parallel; training, the default). Nothing
+    switches form silently. `OPS` lists every op; `regmem/ops/common/op.py` is the machinery they share.
   - all forms agree to ~1e-10 in float64 and ~1e-4 relative in float32, outputs, states and gradients.
   - bf16/fp16 inputs compute and keep state in float32; the output has the input dtype.
-  - bad input raises ValueError naming the argument, its shape and the expected shape.
+  - bad input raises ValueError naming the argument, its shape and the expected shape. Checks that read tensor
+    values (a gate <= 0, ...) run on CPU tensors only by default and never under torch.compile, so they never
+    stall a GPU: `set_value_checks(True)` turns them on everywhere (`regmem/ops/common/validate.py`).
 """
 
 from regmem.ops import feature_maps
+from regmem.ops.common import Op, set_value_checks, value_checks
 from regmem.ops.delta import (
     decoupled_gated_delta_rule,
     delta_product,
     delta_rule,
-    delta_rule_chunk,
     delta_rule_multistep,
-    delta_rule_recurrent,
-    delta_rule_reference,
     gated_delta_rule,
-    gated_delta_rule_chunk,
-    gated_delta_rule_recurrent,
-    gated_delta_rule_reference,
     leaky_lms,
     longhorn,
     nlms,
 )
-from regmem.ops.gd import (
-    GDStats,
-    multi_step_gd,
-    multi_step_gd_chunk,
-    multi_step_gd_recurrent,
-    multi_step_gd_reference,
-)
+from regmem.ops.gd import GDStats, multi_step_gd
 from regmem.ops.hla import (
     AHLASegment,
     AHLAState,
@@ -48,132 +39,77 @@ from regmem.ops.hla import (
     HLA3PaperState,
     HLA3State,
     ahla,
-    ahla_chunk,
-    ahla_recurrent,
-    ahla_reference,
     ahla_scan_states,
     hla2,
-    hla2_chunk,
     hla2_combine,
-    hla2_recurrent,
-    hla2_reference,
     hla2_scan_states,
     hla3,
+    hla3_paper,
 )
-from regmem.ops.linear_attn import (
-    NormalizedState,
-    gated_linear_attn,
-    gated_linear_attn_chunk,
-    gated_linear_attn_recurrent,
-    gated_linear_attn_reference,
-    linear_attn,
-    linear_attn_chunk,
-    linear_attn_recurrent,
-    linear_attn_reference,
-)
+from regmem.ops.linear_attn import NormalizedState, gated_linear_attn, linear_attn
 from regmem.ops.nonparametric import (
     KVState,
     attention_weights,
     kernel_regression,
-    kernel_regression_chunk,
-    kernel_regression_recurrent,
-    kernel_regression_reference,
     local_linear_attn,
-    local_linear_attn_chunk,
-    local_linear_attn_recurrent,
-    local_linear_attn_reference,
-    local_polynomial_reference,
+    local_polynomial,
     softmax_attn,
-    softmax_attn_chunk,
-    softmax_attn_recurrent,
-    softmax_attn_reference,
 )
-from regmem.ops.regression import (
-    LeastSquaresState,
-    least_squares,
-    least_squares_chunk,
-    least_squares_recurrent,
-    least_squares_reference,
-)
-from regmem.ops.titans import (
-    MomentumState,
-    momentum_delta_rule,
-    momentum_delta_rule_chunk,
-    momentum_delta_rule_recurrent,
-    momentum_delta_rule_reference,
-)
+from regmem.ops.regression import LeastSquaresState, least_squares
+from regmem.ops.titans import MomentumState, momentum_delta_rule
+
+# Every op of the library, by name: what the tests, `regmem showcase` and the docs iterate over.
+OPS: dict[str, Op] = {
+    op.__name__: op
+    for op in (
+        linear_attn, gated_linear_attn,
+        delta_rule, gated_delta_rule, longhorn, nlms, leaky_lms, decoupled_gated_delta_rule, delta_product,
+        delta_rule_multistep, momentum_delta_rule, multi_step_gd, least_squares,
+        softmax_attn, local_linear_attn, local_polynomial, kernel_regression,
+        hla2, ahla, hla3, hla3_paper,
+    )
+}
 
 __all__ = [
+    "OPS",
     "AHLASegment",
     "AHLAState",
+    "GDStats",
     "HLA2Segment",
     "HLA2State",
     "HLA3PaperState",
     "HLA3State",
-    "ahla",
-    "ahla_chunk",
-    "ahla_recurrent",
-    "ahla_reference",
-    "ahla_scan_states",
-    "hla2",
-    "hla2_chunk",
-    "hla2_combine",
-    "hla2_recurrent",
-    "hla2_reference",
-    "hla2_scan_states",
-    "hla3",
     "KVState",
     "LeastSquaresState",
-    "attention_weights",
-    "kernel_regression",
-    "kernel_regression_chunk",
-    "kernel_regression_recurrent",
-    "kernel_regression_reference",
-    "least_squares",
-    "least_squares_chunk",
-    "least_squares_recurrent",
-    "least_squares_reference",
-    "local_linear_attn",
-    "local_linear_attn_chunk",
-    "local_linear_attn_recurrent",
-    "local_linear_attn_reference",
-    "local_polynomial_reference",
-    "softmax_attn",
-    "softmax_attn_chunk",
-    "softmax_attn_recurrent",
-    "softmax_attn_reference",
+    "MomentumState",
     "NormalizedState",
-    "feature_maps",
-    "gated_linear_attn",
-    "gated_linear_attn_chunk",
-    "gated_linear_attn_recurrent",
-    "gated_linear_attn_reference",
-    "linear_attn",
-    "linear_attn_chunk",
-    "linear_attn_recurrent",
-    "linear_attn_reference",
+    "Op",
+    "ahla",
+    "ahla_scan_states",
+    "attention_weights",
     "decoupled_gated_delta_rule",
     "delta_product",
     "delta_rule",
-    "delta_rule_chunk",
     "delta_rule_multistep",
-    "delta_rule_recurrent",
-    "delta_rule_reference",
+    "feature_maps",
     "gated_delta_rule",
-    "gated_delta_rule_chunk",
-    "gated_delta_rule_recurrent",
-    "gated_delta_rule_reference",
+    "gated_linear_attn",
+    "hla2",
+    "hla2_combine",
+    "hla2_scan_states",
+    "hla3",
+    "hla3_paper",
+    "kernel_regression",
+    "least_squares",
     "leaky_lms",
+    "linear_attn",
+    "local_linear_attn",
+    "local_polynomial",
     "longhorn",
-    "nlms",
-    "GDStats",
-    "multi_step_gd",
-    "multi_step_gd_chunk",
-    "multi_step_gd_recurrent",
-    "multi_step_gd_reference",
-    "MomentumState",
     "momentum_delta_rule",
-    "momentum_delta_rule_chunk",
-    "momentum_delta_rule_recurrent",
-    "momentum_delta_rule_reference",
+    "multi_step_gd",
+    "nlms",
+    "set_value_checks",
+    "softmax_attn",
+    "value_checks",
 ]

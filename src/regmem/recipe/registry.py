@@ -176,7 +176,7 @@ register(RecipeEntry(
 ))
 register(RecipeEntry(
     "local_polynomial", Recipe(Weights("query_similarity"), Regressor("local_polynomial", degree=2), _ANALYTIC),
-    "local_polynomial_reference(q, k, v, degree=2)", "eq. (48)-(49); L19", (), "reference only (small K)",
+    "local_polynomial(q, k, v, degree=2)", "eq. (48)-(49); L19", (), "reference only (small K)",
 ))
 
 # Higher-order linear attention (arXiv:2510.27258) is not one of the TTR paper's layers; these rows say how close

@@ -1,17 +1,18 @@
-"""Machinery shared by every op: validation, chunking, varlen packing, dtype policy, dispatch, decay sums."""
+"""Machinery shared by every op: the op shape and its frame, validation, chunking, varlen packing, decay sums."""
 
 from regmem.ops.common.chunking import merge_chunks, pad_time, split_chunks
 from regmem.ops.common.decay import segsum, suffix_exclusive
-from regmem.ops.common.frame import compute_dtype, dispatch, map_state, run_core, scaled_queries
+from regmem.ops.common.op import Call, Op, compute_dtype, map_state, op, scaled_queries
 from regmem.ops.common.scan import associative_scan, map_fields
 from regmem.ops.common.scores import decayed_scores
 from regmem.ops.common.validate import (
     MODES,
+    check_at_least,
+    check_at_most,
     check_chunk_size,
     check_cu_seqlens,
     check_initial_state,
     check_log_gate,
-    check_mode,
     check_qkv,
     check_same_device,
     check_scale,
@@ -20,19 +21,25 @@ from regmem.ops.common.validate import (
     check_state_tuple,
     check_tensor,
     check_token_scalar,
+    checks_values,
     num_states,
+    set_value_checks,
+    value_checks,
 )
 from regmem.ops.common.varlen import Packing
 
 __all__ = [
     "MODES",
+    "Call",
+    "Op",
     "Packing",
     "associative_scan",
+    "check_at_least",
+    "check_at_most",
     "check_chunk_size",
     "check_cu_seqlens",
     "check_initial_state",
     "check_log_gate",
-    "check_mode",
     "check_qkv",
     "check_same_device",
     "check_scale",
@@ -41,17 +48,19 @@ __all__ = [
     "check_state_tuple",
     "check_tensor",
     "check_token_scalar",
+    "checks_values",
     "compute_dtype",
     "decayed_scores",
-    "dispatch",
     "map_fields",
     "map_state",
     "merge_chunks",
     "num_states",
+    "op",
     "pad_time",
-    "run_core",
     "scaled_queries",
     "segsum",
+    "set_value_checks",
     "split_chunks",
     "suffix_exclusive",
+    "value_checks",
 ]

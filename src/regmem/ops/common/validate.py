@@ -1,13 +1,56 @@
 """Input validation shared by every op: fail fast with a ValueError that names the argument, its shape and
-what was expected (DESIGN.md, "The op contract")."""
+what was expected (the op contract, `regmem/ops/__init__.py`).
+
+Shape, dtype and device checks always run: they read only metadata. Checks that read tensor *values* (a gate
+<= 0, a step size >= 0, a ridge > 0, integer offsets) copy from the device to the host, which on a GPU stalls the
+training step and under `torch.compile` breaks the graph. They run only where that is free:
+  - by default on CPU tensors only (nothing to copy);
+  - never while `torch.compile` traces (the branch is not part of the graph);
+  - `set_value_checks(True)` runs them on every device (a debugging switch), `set_value_checks(False)` nowhere;
+    `value_checks(...)` does the same for a `with` block, and the environment variable
+    `REGMEM_VALUE_CHECKS` = `1` | `0` | `cpu` sets the default at import.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
 
 import torch
 
 MODES = ("reference", "recurrent", "chunk")
+_SETTINGS = {"1": True, "0": False, "cpu": None}
+_env = os.environ.get("REGMEM_VALUE_CHECKS", "cpu").lower()
+if _env not in _SETTINGS:
+    raise ValueError(f"REGMEM_VALUE_CHECKS must be one of {sorted(_SETTINGS)}, got {_env!r}")
+_value_checks: bool | None = _SETTINGS[_env]  # None: CPU tensors only
+
+
+def set_value_checks(enabled: bool | None) -> None:
+    """True: value checks on every device (syncs a GPU); False: none; None: on CPU tensors only (the default)."""
+    global _value_checks
+    if enabled not in (True, False, None):
+        raise ValueError(f"enabled must be True, False or None, got {enabled!r}")
+    _value_checks = enabled
+
+
+@contextlib.contextmanager
+def value_checks(enabled: bool | None) -> Iterator[None]:
+    """`set_value_checks(enabled)` for the duration of a `with` block."""
+    previous = _value_checks
+    set_value_checks(enabled)
+    try:
+        yield
+    finally:
+        set_value_checks(previous)
+
+
+def checks_values(x: torch.Tensor) -> bool:
+    """Whether a check may read the values of x on the host now (module docstring)."""
+    if torch.compiler.is_compiling():
+        return False
+    return x.device.type == "cpu" if _value_checks is None else _value_checks
 
 
 def _shape(x: torch.Tensor) -> str:
@@ -68,10 +111,7 @@ def check_log_gate(name: str, g, B: int, T: int, H: int, K: int, kinds: Sequence
     kind = next((k for k in kinds if tuple(g.shape) == shapes[k]), None)
     if kind is None:
         raise ValueError(f"{name} must have shape {allowed}, got shape {_shape(g)}")
-    with torch.no_grad():
-        if g.numel() and bool((g > 0).any()):
-            worst = g.max().item()
-            raise ValueError(f"{name} is a log retention factor and must be <= 0 everywhere, got max {worst:.3g}")
+    check_at_most(name, g, 0.0, "is a log retention factor and must be <= 0 everywhere")
     return kind
 
 
@@ -81,11 +121,26 @@ def check_token_scalar(name: str, x, B: int, T: int, H: int, *, extra: Sequence[
     bounded to [low, high]."""
     check_tensor(name, x, 3 + len(extra), doc)
     check_shape(name, x, (B, T, H, *extra), doc)
-    with torch.no_grad():
-        if x.numel() and low is not None and bool((x < low).any()):
-            raise ValueError(f"{name} must be >= {low} everywhere, got min {x.min().item():.3g}")
-        if x.numel() and high is not None and bool((x > high).any()):
-            raise ValueError(f"{name} must be <= {high} everywhere, got max {x.max().item():.3g}")
+    if low is not None:
+        check_at_least(name, x, low, f"must be >= {low} everywhere")
+    if high is not None:
+        check_at_most(name, x, high, f"must be <= {high} everywhere")
+
+
+def check_at_most(name: str, x: torch.Tensor, high: float, message: str) -> None:
+    """A value check (module docstring): no entry of x may be > high."""
+    if checks_values(x) and x.numel():
+        with torch.no_grad():
+            if bool((x > high).any()):
+                raise ValueError(f"{name} {message}, got max {x.max().item():.3g}")
+
+
+def check_at_least(name: str, x: torch.Tensor, low: float, message: str) -> None:
+    """A value check (module docstring): no entry of x may be < low."""
+    if checks_values(x) and x.numel():
+        with torch.no_grad():
+            if bool((x < low).any()):
+                raise ValueError(f"{name} {message}, got min {x.min().item():.3g}")
 
 
 def check_state(name: str, state, expected: Sequence[int], doc: str) -> None:
@@ -114,12 +169,15 @@ def check_cu_seqlens(cu_seqlens, B: int, T: int) -> int:
         raise ValueError("cu_seqlens must be a 1-D integer tensor of shape [N + 1]")
     if B != 1:
         raise ValueError(f"cu_seqlens packs sequences into one row: q must have B = 1, got B = {B}")
-    offsets = cu_seqlens.tolist()
-    if len(offsets) < 2 or offsets[0] != 0 or offsets[-1] != T:
-        raise ValueError(f"cu_seqlens must start at 0 and end at T = {T}, got {offsets}")
-    if any(b < a for a, b in zip(offsets, offsets[1:], strict=False)):
-        raise ValueError(f"cu_seqlens must be non-decreasing, got {offsets}")
-    return len(offsets) - 1
+    if len(cu_seqlens) < 2:
+        raise ValueError(f"cu_seqlens must hold N + 1 >= 2 offsets, got {len(cu_seqlens)}")
+    if checks_values(cu_seqlens):
+        offsets = cu_seqlens.tolist()
+        if offsets[0] != 0 or offsets[-1] != T:
+            raise ValueError(f"cu_seqlens must start at 0 and end at T = {T}, got {offsets}")
+        if any(b < a for a, b in zip(offsets, offsets[1:], strict=False)):
+            raise ValueError(f"cu_seqlens must be non-decreasing, got {offsets}")
+    return len(cu_seqlens) - 1
 
 
 def num_states(B: int, T: int, cu_seqlens) -> int:
@@ -132,11 +190,6 @@ def check_initial_state(initial_state, expected: Sequence[int], doc: str, q: tor
     if initial_state is not None:
         check_state("initial_state", initial_state, expected, doc)
         check_same_device(q=q, initial_state=initial_state)
-
-
-def check_mode(mode: str) -> None:
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
 
 
 def check_chunk_size(chunk_size) -> None:

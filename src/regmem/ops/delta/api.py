@@ -1,9 +1,12 @@
-"""Public ops of the delta-rule family and their named forms.
+"""The public ops of the delta-rule family: `delta_rule` and `gated_delta_rule`.
 
-`gated_delta_rule` and `delta_rule` dispatch on `mode`; each form is also callable by name
-(`gated_delta_rule_reference`, `gated_delta_rule_recurrent`, `gated_delta_rule_chunk`, and likewise
-`delta_rule_*`). The parameterisations (parameterizations.py) and DeltaProduct (product.py) call these.
-See DERIVATION.md beside this file for the math.
+Each op validates its arguments here and runs one of the forms of reference.py, recurrent.py and chunk.py
+(`op(..., mode=...)` or `op.reference / .recurrent / .chunk`). The parameterisations (parameterizations.py) and
+DeltaProduct (product.py) are ops on the same forms. The math is in DERIVATION.md beside this file.
+
+Recurrence (regmem layout S = M^T, *Test-time regression*, arXiv:2501.12352, eq. (29) and (41)):
+    S_t = (I - beta_t k_t k_t^T) (exp(g_t) ⊙ S_{t-1}) + beta_t k_t v_t^T,      o_t = scale * S_t^T q_t,
+decay first, then the delta step. A scalar gate scales all of S; a diagonal gate scales the K rows of S.
 
 Shapes: q, k: [B, T, H, K]; v: [B, T, H, V]; g: [B, T, H] (scalar) or [B, T, H, K] (diagonal), log retention
 (<= 0); beta: [B, T, H] (>= 0); state S: [N, H, K, V] with o_t = scale * S_t^T q_t (S = M^T of the paper);
@@ -12,17 +15,44 @@ N = B, or the number of sequences with `cu_seqlens` (then B = 1). `scale=None` m
 
 from __future__ import annotations
 
-from regmem.ops.common import check_chunk_size, dispatch
+from regmem.ops.common import (
+    Call,
+    check_initial_state,
+    check_log_gate,
+    check_qkv,
+    check_same_device,
+    check_scale,
+    check_token_scalar,
+    num_states,
+    op,
+    scaled_queries,
+)
 from regmem.ops.delta.chunk import delta_chunk_core
-from regmem.ops.delta.interface import require_gate, run_delta
 from regmem.ops.delta.recurrent import delta_recurrent_core
 from regmem.ops.delta.reference import delta_reference_core
 
+FORMS = {"reference": delta_reference_core, "recurrent": delta_recurrent_core, "chunk": delta_chunk_core}
 
-def gated_delta_rule(
-    q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False, mode="chunk", chunk_size=64,
-    cu_seqlens=None,
-):
+
+def delta_call(q, k, v, g, beta, *, scale, initial_state, cu_seqlens, out_dtype=None, finish=None) -> Call:
+    """Validates the inputs of the delta-rule kernel and hands them to its forms (every op of the family ends
+    here). g: None, [B, T, H] or [B, T, H, K]; beta: [B, T, H]; initial_state: [N, H, K, V] or None.
+    out_dtype: the output dtype (default: that of q); finish: as `Call.finish`."""
+    B, T, H, K, V = check_qkv(q, k, v)
+    if g is not None:
+        check_log_gate("g", g, B, T, H, K, ("scalar", "diagonal"))
+        check_same_device(q=q, g=g)
+    check_token_scalar("beta", beta, B, T, H, low=0.0)
+    check_same_device(q=q, beta=beta)
+    check_scale(scale)
+    N = num_states(B, T, cu_seqlens)
+    check_initial_state(initial_state, (N, H, K, V), "[N, H, K, V]", q)
+    tokens = {"q": scaled_queries(q, scale), "k": k, "v": v, "g": g, "beta": beta}
+    return Call(tokens, out_dtype or q.dtype, initial_state, cu_seqlens=cu_seqlens, finish=finish)
+
+
+@op(**FORMS)
+def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None):
     """Gated delta rule (Gated DeltaNet, arXiv:2412.06464; with a diagonal gate, Kimi Delta Attention):
     eq. (38)-(41) of *Test-time regression* (arXiv:2501.12352), L2-regularised least squares solved by
     streaming SGD with a coupled weight decay.
@@ -44,22 +74,14 @@ def gated_delta_rule(
     Returns:
         o: [B, T, H, V] in the input dtype, and the final state [N, H, K, V] or None.
     """
-    check_chunk_size(chunk_size)
-    forms = {
-        "reference": gated_delta_rule_reference,
-        "recurrent": gated_delta_rule_recurrent,
-        "chunk": gated_delta_rule_chunk,
-    }
-    return dispatch(
-        mode, forms, chunk_size, q=q, k=k, v=v, g=g, beta=beta, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-    )
+    if g is None:  # the ungated case is its own op, not g=None
+        raise ValueError("g must be a log retention tensor of shape [B, T, H] or [B, T, H, K], got None "
+                         "(use delta_rule for the ungated case)")
+    return delta_call(q, k, v, g, beta, scale=scale, initial_state=initial_state, cu_seqlens=cu_seqlens)
 
 
-def delta_rule(
-    q, k, v, beta, *, scale=None, initial_state=None, output_final_state=False, mode="chunk", chunk_size=64,
-    cu_seqlens=None,
-):
+@op(**FORMS)
+def delta_rule(q, k, v, beta, *, scale=None, initial_state=None, cu_seqlens=None):
     """Delta rule (DeltaNet; Schlag et al. 2021, Yang et al. 2024 arXiv:2406.06484): eq. (26)-(29) of
     *Test-time regression* (arXiv:2501.12352), one SGD step per token on 1/2 ||v_t - M k_t||^2 from M_{t-1}.
 
@@ -73,71 +95,4 @@ def delta_rule(
     Returns:
         o: [B, T, H, V] in the input dtype, and the final state [N, H, K, V] or None.
     """
-    check_chunk_size(chunk_size)
-    forms = {"reference": delta_rule_reference, "recurrent": delta_rule_recurrent, "chunk": delta_rule_chunk}
-    return dispatch(
-        mode, forms, chunk_size, q=q, k=k, v=v, beta=beta, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-    )
-
-
-def gated_delta_rule_reference(
-    q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None
-):
-    """`gated_delta_rule` by its definition: M_t = M_{t-1} diag(e^{g_t})(I - beta_t k_t k_t^T) + beta_t v_t k_t^T
-    with the [K, K] transition materialised per token."""
-    require_gate(g)
-    return run_delta(
-        delta_reference_core, q, k, v, g, beta, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-    )
-
-
-def gated_delta_rule_recurrent(
-    q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None
-):
-    """`gated_delta_rule` one token at a time, as rank-1 updates (the decoding form)."""
-    require_gate(g)
-    return run_delta(
-        delta_recurrent_core, q, k, v, g, beta, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-    )
-
-
-def gated_delta_rule_chunk(
-    q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False, chunk_size=64, cu_seqlens=None
-):
-    """`gated_delta_rule` chunk-parallel by the WY/UT representation (the training form)."""
-    check_chunk_size(chunk_size)
-    require_gate(g)
-    return run_delta(
-        delta_chunk_core, q, k, v, g, beta, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens, chunk_size=chunk_size,
-    )
-
-
-def delta_rule_reference(q, k, v, beta, *, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None):
-    """`delta_rule` by its definition: M_t = M_{t-1}(I - beta_t k_t k_t^T) + beta_t v_t k_t^T, per token."""
-    return run_delta(
-        delta_reference_core, q, k, v, None, beta, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-    )
-
-
-def delta_rule_recurrent(q, k, v, beta, *, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None):
-    """`delta_rule` one token at a time (the decoding form)."""
-    return run_delta(
-        delta_recurrent_core, q, k, v, None, beta, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-    )
-
-
-def delta_rule_chunk(
-    q, k, v, beta, *, scale=None, initial_state=None, output_final_state=False, chunk_size=64, cu_seqlens=None
-):
-    """`delta_rule` chunk-parallel by the WY/UT representation (the training form)."""
-    check_chunk_size(chunk_size)
-    return run_delta(
-        delta_chunk_core, q, k, v, None, beta, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens, chunk_size=chunk_size,
-    )
+    return delta_call(q, k, v, None, beta, scale=scale, initial_state=initial_state, cu_seqlens=cu_seqlens)

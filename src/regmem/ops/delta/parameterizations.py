@@ -1,8 +1,8 @@
-"""Parameterisations of the gated delta rule: each computes (g, beta, v) from its own arguments and calls the
-forms of `gated_delta_rule` / `delta_rule` (api.py); none has a kernel of its own.
+"""Parameterisations of the gated delta rule: ops that compute (g, beta, v) from their own arguments and run the
+forms of the delta-rule kernel (api.py); none has a kernel of its own.
 
 All are M_t = a_t M_{t-1}(I - b_t k_t k_t^T) + c_t v_t k_t^T (*Test-time regression*, Wang, Shi, Fox;
-arXiv:2501.12352; ttr.md §8 table), in regmem's layout S = M^T, o_t = scale * S_t^T q_t:
+arXiv:2501.12352, Sec. 4 Vignette 3), in regmem's layout S = M^T, o_t = scale * S_t^T q_t:
   - `longhorn`:  Longhorn (Liu et al. 2024, arXiv:2407.14207), the closed form of the implicit online step
     M_t = argmin_M 1/2 ||M - M_{t-1}||_F^2 + delta_t/2 ||v_t - M k_t||^2 (TTR eq. 30-31):
     beta_t = delta_t / (1 + delta_t ||k_t||^2). Scalar delta per head, as in TTR (the original is per channel).
@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import torch
 
-from regmem.ops.common import check_qkv, check_token_scalar, compute_dtype
-from regmem.ops.delta.api import delta_rule, gated_delta_rule
+from regmem.ops.common import check_qkv, check_token_scalar, checks_values, compute_dtype, op
+from regmem.ops.delta.api import FORMS, delta_call
 
 
-def longhorn(
-    q, k, v, delta, *, scale=None, initial_state=None, output_final_state=False, mode="chunk", chunk_size=64,
-    cu_seqlens=None,
-):
+@op(**FORMS)
+def longhorn(q, k, v, delta, *, scale=None, initial_state=None, cu_seqlens=None):
     """Longhorn: the delta rule with beta_t = delta_t / (1 + delta_t ||k_t||^2), TTR eq. (30)-(31).
 
     Args:
@@ -44,19 +42,13 @@ def longhorn(
     """
     B, T, H, _, _ = check_qkv(q, k, v)
     check_token_scalar("delta", delta, B, T, H, low=0.0)
-    dtype = compute_dtype(q)
-    delta = delta.to(dtype)
+    delta = delta.to(compute_dtype(q))
     beta = delta / (1 + delta * _squared_norm(k))  # [B, T, H]
-    return delta_rule(
-        q, k, v, beta, scale=scale, initial_state=initial_state, output_final_state=output_final_state, mode=mode,
-        chunk_size=chunk_size, cu_seqlens=cu_seqlens,
-    )
+    return delta_call(q, k, v, None, beta, scale=scale, initial_state=initial_state, cu_seqlens=cu_seqlens)
 
 
-def nlms(
-    q, k, v, *, eps=1e-6, scale=None, initial_state=None, output_final_state=False, mode="chunk", chunk_size=64,
-    cu_seqlens=None,
-):
+@op(**FORMS)
+def nlms(q, k, v, *, eps=1e-6, scale=None, initial_state=None, cu_seqlens=None):
     """Normalised LMS (Kaczmarz): the delta rule with beta_t = 1 / (||k_t||^2 + eps), TTR eq. (33).
 
     Args:
@@ -72,16 +64,11 @@ def nlms(
     if not isinstance(eps, int | float) or eps < 0:
         raise ValueError(f"eps must be a float >= 0, got {eps!r}")
     beta = 1 / (_squared_norm(k) + eps)  # [B, T, H]
-    return delta_rule(
-        q, k, v, beta, scale=scale, initial_state=initial_state, output_final_state=output_final_state, mode=mode,
-        chunk_size=chunk_size, cu_seqlens=cu_seqlens,
-    )
+    return delta_call(q, k, v, None, beta, scale=scale, initial_state=initial_state, cu_seqlens=cu_seqlens)
 
 
-def leaky_lms(
-    q, k, v, beta, lam, *, scale=None, initial_state=None, output_final_state=False, mode="chunk", chunk_size=64,
-    cu_seqlens=None,
-):
+@op(**FORMS)
+def leaky_lms(q, k, v, beta, lam, *, scale=None, initial_state=None, cu_seqlens=None):
     """Leaky LMS: M_t = (1 - beta_t lam_t) M_{t-1} + beta_t (v_t - M_{t-1} k_t) k_t^T, TTR eq. (37), run as Gated
     DeltaNet by TTR eq. (38)-(41).
 
@@ -100,16 +87,11 @@ def leaky_lms(
     check_token_scalar("lam", lam, B, T, H, low=0.0)
     decay = beta.to(compute_dtype(q)) * lam.to(compute_dtype(q))  # [B, T, H]
     _check_below_one("lam", decay, "beta * lam")
-    return _run_with_weight_decay(
-        q, k, v, beta, decay, scale=scale, initial_state=initial_state, output_final_state=output_final_state,
-        mode=mode, chunk_size=chunk_size, cu_seqlens=cu_seqlens,
-    )
+    return _weight_decay_call(q, k, v, beta, decay, scale=scale, initial_state=initial_state, cu_seqlens=cu_seqlens)
 
 
-def decoupled_gated_delta_rule(
-    q, k, v, beta, lam, *, scale=None, initial_state=None, output_final_state=False, mode="chunk", chunk_size=64,
-    cu_seqlens=None,
-):
+@op(**FORMS)
+def decoupled_gated_delta_rule(q, k, v, beta, lam, *, scale=None, initial_state=None, cu_seqlens=None):
     """Decoupled weight decay: M_t = (1 - lam_t) M_{t-1} + beta_t (v_t - M_{t-1} k_t) k_t^T (TTR, after
     eq. 41), run as Gated DeltaNet with alpha = 1 - lam, eta = beta / alpha, v' = alpha v.
 
@@ -127,13 +109,11 @@ def decoupled_gated_delta_rule(
     check_token_scalar("beta", beta, B, T, H, low=0.0)
     check_token_scalar("lam", lam, B, T, H, low=0.0)
     _check_below_one("lam", lam, "lam")
-    return _run_with_weight_decay(
-        q, k, v, beta, lam.to(compute_dtype(q)), scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, mode=mode, chunk_size=chunk_size, cu_seqlens=cu_seqlens,
-    )
+    return _weight_decay_call(q, k, v, beta, lam.to(compute_dtype(q)), scale=scale, initial_state=initial_state,
+                              cu_seqlens=cu_seqlens)
 
 
-def _run_with_weight_decay(q, k, v, beta, decay, **options):
+def _weight_decay_call(q, k, v, beta, decay, **options):
     """M_t = (1 - decay_t) M_{t-1} + beta_t (v_t - M_{t-1} k_t) k_t^T as Gated DeltaNet (TTR eq. 38-41).
 
     In S = M^T: S_t = ((1 - decay) I - beta k k^T) S_{t-1} + beta k v^T, and the kernel's
@@ -144,8 +124,7 @@ def _run_with_weight_decay(q, k, v, beta, decay, **options):
     g = torch.log1p(-decay)  # [B, T, H], log alpha
     eta = beta.to(dtype) / alpha  # [B, T, H]
     v_prime = alpha.unsqueeze(-1) * v.to(dtype)  # [B, T, H, V]
-    o, state = gated_delta_rule(q.to(dtype), k.to(dtype), v_prime, g, eta, **options)
-    return o.to(q.dtype), state
+    return delta_call(q.to(dtype), k.to(dtype), v_prime, g, eta, out_dtype=q.dtype, **options)
 
 
 def _squared_norm(k: torch.Tensor) -> torch.Tensor:
@@ -154,8 +133,9 @@ def _squared_norm(k: torch.Tensor) -> torch.Tensor:
 
 
 def _check_below_one(name: str, decay: torch.Tensor, expression: str) -> None:
-    """The retention 1 - decay must stay positive, or its log gate does not exist."""
-    with torch.no_grad():
-        if decay.numel() and bool((decay >= 1).any()):
-            raise ValueError(f"{name}: {expression} must be < 1 everywhere (the retention 1 - {expression} > 0), "
-                             f"got max {decay.max().item():.3g}")
+    """The retention 1 - decay must stay positive, or its log gate does not exist (a value check)."""
+    if checks_values(decay) and decay.numel():
+        with torch.no_grad():
+            if bool((decay >= 1).any()):
+                raise ValueError(f"{name}: {expression} must be < 1 everywhere (the retention 1 - {expression} > 0), "
+                                 f"got max {decay.max().item():.3g}")

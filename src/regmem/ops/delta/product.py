@@ -1,7 +1,7 @@
-"""DeltaProduct and the multi-step delta rule: several delta steps per token, both run on the delta kernel.
+"""DeltaProduct and the multi-step delta rule: several delta steps per token, both ops on the delta kernel's forms.
 
 - `delta_product`: DeltaProduct (Siems et al. 2025, arXiv:2502.10297, Sec. 3): n_h distinct (k, v, beta) per
-  token, i.e. a product of n_h generalised Householder transitions per token (ttr.md §2.2 L11 [EXT]):
+  token, i.e. a product of n_h generalised Householder transitions per token (an extension of TTR's Vignette 3):
       S_{t,0} = exp(g_t) S_{t-1},
       S_{t,j} = (I - beta_{t,j} k_{t,j} k_{t,j}^T) S_{t,j-1} + beta_{t,j} k_{t,j} v_{t,j}^T,   j = 1..n_h,
       S_t = S_{t,n_h},   o_t = scale * S_t^T q_t.
@@ -9,7 +9,7 @@
   k_{t,j}, v_{t,j}, beta_{t,j}; the gate sits on sub-step j = 1 (zero elsewhere) and q_t on j = n_h (zero
   elsewhere); the output of token t is the output of its last sub-step.
 - `delta_rule_multistep`: the paper's reading of DeltaProduct (*Test-time regression*, arXiv:2501.12352,
-  Vignette 3, eq. 28 iterated; ttr.md §2.2 L11, T21): I SGD steps on the same (k_t, v_t) with step sizes
+  Vignette 3, eq. 28 iterated): I SGD steps on the same (k_t, v_t) with step sizes
   beta_t^(1..I). Each step shrinks the residual v - M k by (1 - beta^(i) ||k||^2) and is rank-1 along k, so the
   I steps are one step with 1 - beta_eff ||k||^2 = prod_i (1 - beta^(i) ||k||^2); one `delta_rule` call.
 
@@ -23,6 +23,7 @@ import torch
 from einops import rearrange
 
 from regmem.ops.common import (
+    check_at_least,
     check_cu_seqlens,
     check_log_gate,
     check_qkv,
@@ -31,14 +32,13 @@ from regmem.ops.common import (
     check_tensor,
     check_token_scalar,
     compute_dtype,
+    op,
 )
-from regmem.ops.delta.api import delta_rule, gated_delta_rule
+from regmem.ops.delta.api import FORMS, delta_call
 
 
-def delta_product(
-    q, k, v, beta, *, g=None, scale=None, initial_state=None, output_final_state=False, mode="chunk",
-    chunk_size=64, cu_seqlens=None,
-):
+@op(**FORMS)
+def delta_product(q, k, v, beta, *, g=None, scale=None, initial_state=None, cu_seqlens=None):
     """DeltaProduct: n_h delta steps with distinct keys, values and step sizes per token (arXiv:2502.10297).
 
     Args:
@@ -66,27 +66,23 @@ def delta_product(
     beta_seq = rearrange(beta, "b t h n -> b (t n) h")  # [B, T * n_h, H]
     q_last = torch.cat([q.new_zeros(B, T, n_h - 1, H, K), q.unsqueeze(2)], dim=2)  # [B, T, n_h, H, K]
     q_seq = rearrange(q_last, "b t n h k -> b (t n) h k")  # [B, T * n_h, H, K]
-    options = dict(
-        scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, mode=mode, chunk_size=chunk_size,
-        cu_seqlens=cu_seqlens * n_h if cu_seqlens is not None else None,
-    )
-    if g is None:
-        o_seq, state = delta_rule(q_seq, k_seq, v_seq, beta_seq, **options)
-    else:
+    g_seq = None
+    if g is not None:
         g_first = torch.cat([g.unsqueeze(2), g.new_zeros(B, T, n_h - 1, H)], dim=2)  # [B, T, n_h, H]
         g_seq = rearrange(g_first, "b t n h -> b (t n) h")  # [B, T * n_h, H]
-        o_seq, state = gated_delta_rule(q_seq, k_seq, v_seq, g_seq, beta_seq, **options)
-    o = rearrange(o_seq, "b (t n) h v -> b t n h v", n=n_h)  # [B, T, n_h, H, V]
-    return o[:, :, -1], state  # [B, T, H, V], after the last sub-step
+
+    def last_sub_step(o_seq, state):
+        o = rearrange(o_seq, "b (t n) h v -> b t n h v", n=n_h)  # [B, T, n_h, H, V]
+        return o[:, :, -1], state  # [B, T, H, V], after the last sub-step
+
+    return delta_call(q_seq, k_seq, v_seq, g_seq, beta_seq, scale=scale, initial_state=initial_state,
+                      cu_seqlens=cu_seqlens * n_h if cu_seqlens is not None else None, finish=last_sub_step)
 
 
-def delta_rule_multistep(
-    q, k, v, betas, *, scale=None, initial_state=None, output_final_state=False, mode="chunk", chunk_size=64,
-    cu_seqlens=None,
-):
+@op(**FORMS)
+def delta_rule_multistep(q, k, v, betas, *, scale=None, initial_state=None, cu_seqlens=None):
     """I delta-rule (SGD) steps per token on the same pair (k_t, v_t), as one delta step with beta_eff
-    (ttr.md §2.2 L11, T21): 1 - beta_eff ||k_t||^2 = prod_i (1 - beta_t^(i) ||k_t||^2).
+    (TTR Vignette 3, eq. 28 applied I times): 1 - beta_eff ||k_t||^2 = prod_i (1 - beta_t^(i) ||k_t||^2).
 
     Args:
         q, k: [B, T, H, K]; v: [B, T, H, V].
@@ -108,14 +104,9 @@ def delta_rule_multistep(
     beta_eff = torch.zeros_like(k_sq)  # [B, T, H]
     for beta_i in betas.to(dtype).unbind(dim=-1):
         beta_eff = beta_eff + beta_i * (1 - k_sq * beta_eff)
-    with torch.no_grad():
-        if beta_eff.numel() and bool((beta_eff < 0).any()):
-            raise ValueError("betas give a negative effective step 1 - prod_i (1 - beta_i ||k||^2) < 0; keep "
-                             "every beta_i ||k||^2 <= 2")
-    return delta_rule(
-        q, k, v, beta_eff, scale=scale, initial_state=initial_state, output_final_state=output_final_state,
-        mode=mode, chunk_size=chunk_size, cu_seqlens=cu_seqlens,
-    )
+    check_at_least("betas", beta_eff, 0.0, "give a negative effective step 1 - prod_i (1 - beta_i ||k||^2) < 0; "
+                                           "keep every beta_i ||k||^2 <= 2")
+    return delta_call(q, k, v, None, beta_eff, scale=scale, initial_state=initial_state, cu_seqlens=cu_seqlens)
 
 
 def _check_product_inputs(q, k, v) -> tuple[int, int, int, int, int, int]:

@@ -1,7 +1,8 @@
-"""Public op of the multi-step gradient-descent family and its named forms.
+"""The public op of the multi-step gradient-descent family, `multi_step_gd`.
 
-`multi_step_gd` dispatches on `mode`; each form is also callable by name (`multi_step_gd_reference`,
-`multi_step_gd_recurrent`, `multi_step_gd_chunk`). See DERIVATION.md beside this file for the math.
+It validates its arguments here and runs one of the forms of reference.py, recurrent.py and chunk.py
+(`multi_step_gd(..., mode=...)` or `multi_step_gd.reference / .recurrent / .chunk`). The math is in DERIVATION.md
+beside this file; the state `GDStats` in state.py.
 
 Shapes: q, k: [B, T, H, K]; v: [B, T, H, V]; beta: [B, T, H, I] (>= 0, I >= 1 steps); state GDStats(R, C) with
 R: [N, H, K, K], C: [N, H, K, V]; N = B, or the number of sequences with `cu_seqlens` (then B = 1).
@@ -10,20 +11,29 @@ R: [N, H, K, K], C: [N, H, K, V]; N = B, or the number of sequences with `cu_seq
 
 from __future__ import annotations
 
-from regmem.ops.common import check_chunk_size, dispatch
+from regmem.ops.common import (
+    Call,
+    check_qkv,
+    check_same_device,
+    check_scale,
+    check_state_tuple,
+    check_tensor,
+    check_token_scalar,
+    num_states,
+    op,
+    scaled_queries,
+)
 from regmem.ops.gd.chunk import gd_chunk_core
-from regmem.ops.gd.interface import run_multi_step_gd
 from regmem.ops.gd.recurrent import gd_recurrent_core
 from regmem.ops.gd.reference import gd_reference_core
+from regmem.ops.gd.state import GDStats
 
 
-def multi_step_gd(
-    q, k, v, beta, *, scale=None, initial_state=None, output_final_state=False, mode="chunk", chunk_size=64,
-    cu_seqlens=None,
-):
+@op(reference=gd_reference_core, recurrent=gd_recurrent_core, chunk=gd_chunk_core)
+def multi_step_gd(q, k, v, beta, *, scale=None, initial_state=None, cu_seqlens=None):
     """I full-batch gradient steps from zero on the least-squares loss of every prefix, eqs. (18)-(23) of
-    *Test-time regression* (arXiv:2501.12352, Sec. 4 Vignette 3; ttr.md §2.2 L7): uniform weights, linear
-    regressor, I steps of batch GD.
+    *Test-time regression* (arXiv:2501.12352, Sec. 4 Vignette 3): uniform weights, linear regressor, I steps of
+    batch GD.
 
     In regmem's layout, with R_t = sum_{s<=t} k_s k_s^T and C_t = sum_{s<=t} k_s v_s^T:
         S_t^(0) = 0,  S_t^(i) = S_t^(i-1) - beta_t^(i) (R_t S_t^(i-1) - C_t),  o_t = scale * (S_t^(I))^T q_t.
@@ -44,37 +54,15 @@ def multi_step_gd(
     Returns:
         o: [B, T, H, V] in the input dtype, and the final GDStats or None.
     """
-    check_chunk_size(chunk_size)
-    forms = {"reference": multi_step_gd_reference, "recurrent": multi_step_gd_recurrent, "chunk": multi_step_gd_chunk}
-    return dispatch(
-        mode, forms, chunk_size, q=q, k=k, v=v, beta=beta, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-    )
-
-
-def multi_step_gd_reference(q, k, v, beta, *, scale=None, initial_state=None, output_final_state=False,
-                            cu_seqlens=None):
-    """`multi_step_gd` by its definition: per prefix, I gradient steps on M from the residuals (O(T^2))."""
-    return run_multi_step_gd(
-        gd_reference_core, q, k, v, beta, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-    )
-
-
-def multi_step_gd_recurrent(q, k, v, beta, *, scale=None, initial_state=None, output_final_state=False,
-                            cu_seqlens=None):
-    """`multi_step_gd` one token at a time (the decoding form)."""
-    return run_multi_step_gd(
-        gd_recurrent_core, q, k, v, beta, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-    )
-
-
-def multi_step_gd_chunk(q, k, v, beta, *, scale=None, initial_state=None, output_final_state=False, chunk_size=64,
-                        cu_seqlens=None):
-    """`multi_step_gd` chunk-parallel (the training form)."""
-    check_chunk_size(chunk_size)
-    return run_multi_step_gd(
-        gd_chunk_core, q, k, v, beta, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens, chunk_size=chunk_size,
-    )
+    B, T, H, K, V = check_qkv(q, k, v)
+    check_tensor("beta", beta, 4, "[B, T, H, I]")
+    if beta.shape[-1] < 1:
+        raise ValueError(f"beta must have shape [B, T, H, I] with I >= 1 gradient steps, got {list(beta.shape)}")
+    check_same_device(q=q, beta=beta)  # before the bound check, which reads values
+    check_token_scalar("beta", beta, B, T, H, extra=(beta.shape[-1],), doc="[B, T, H, I]", low=0.0)
+    check_scale(scale)
+    N = num_states(B, T, cu_seqlens)
+    shapes = {"R": ((N, H, K, K), "[N, H, K, K]"), "C": ((N, H, K, V), "[N, H, K, V]")}
+    check_state_tuple(initial_state, GDStats, shapes, q)
+    tokens = {"q": scaled_queries(q, scale), "k": k, "v": v, "beta": beta}
+    return Call(tokens, q.dtype, initial_state, cu_seqlens=cu_seqlens)

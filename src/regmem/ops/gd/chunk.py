@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from regmem.ops.common import merge_chunks, split_chunks
-from regmem.ops.gd.interface import GDStats
+from regmem.ops.gd.state import GDStats
 
 
 def gd_chunk_core(q, k, v, beta, *, initial_state, chunk_size):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from regmem.ops.gd.interface import GDStats
+from regmem.ops.gd.state import GDStats
 
 
 def gd_reference_core(q, k, v, beta, *, initial_state):

@@ -1,22 +1,19 @@
-"""Higher-order linear attention (arXiv:2510.27258): second order (`hla2`) and asymmetric (`ahla`), each with
-reference, recurrent and chunk forms and the associative scan (scan.py); third order (`hla3`: the causal triple
-sum with reference, recurrent and chunk forms, and the paper's recurrence with reference and recurrent forms)."""
+"""Higher-order linear attention (arXiv:2510.27258): second order (`hla2`), asymmetric (`ahla`), third order
+(`hla3`, the causal triple sum) and the paper's third-order recurrence (`hla3_paper`), each with reference,
+recurrent and chunk forms; the associative scan of hla2 and ahla (scan.py)."""
 
-from regmem.ops.hla.ahla import AHLAState, ahla, ahla_chunk, ahla_recurrent, ahla_reference
-from regmem.ops.hla.api import hla2, hla2_chunk, hla2_recurrent, hla2_reference
-from regmem.ops.hla.hla3 import HLA3PaperState, HLA3State, hla3
-from regmem.ops.hla.interface import HLA2State
+from regmem.ops.hla.api import ahla, hla2, hla3, hla3_paper
 from regmem.ops.hla.scan import (
     AHLASegment,
     HLA2Segment,
     ahla_combine,
     ahla_scan_states,
     ahla_token_segments,
-    associative_scan,
     hla2_combine,
     hla2_scan_states,
     hla2_token_segments,
 )
+from regmem.ops.hla.state import AHLAState, HLA2State, HLA3PaperState, HLA3State
 
 __all__ = [
     "AHLASegment",
@@ -26,19 +23,13 @@ __all__ = [
     "HLA3PaperState",
     "HLA3State",
     "ahla",
-    "ahla_chunk",
     "ahla_combine",
-    "ahla_recurrent",
-    "ahla_reference",
     "ahla_scan_states",
     "ahla_token_segments",
-    "associative_scan",
     "hla2",
-    "hla2_chunk",
     "hla2_combine",
-    "hla2_recurrent",
-    "hla2_reference",
     "hla2_scan_states",
     "hla2_token_segments",
     "hla3",
+    "hla3_paper",
 ]

@@ -45,8 +45,8 @@ from typing import NamedTuple
 import torch
 
 from regmem.ops.common import associative_scan, check_qkv, check_state_tuple, map_fields
-from regmem.ops.hla.ahla import AHLAState
-from regmem.ops.hla.interface import HLA2State, check_hla2_state, decayed_inputs
+from regmem.ops.hla.api import check_hla2_state, decayed_tokens
+from regmem.ops.hla.state import AHLAState, HLA2State
 
 
 class HLA2Segment(NamedTuple):
@@ -89,7 +89,8 @@ def _matvec(M: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 def _prepare(q, k, v, decay, scale):
     """Validates and returns q (scaled), k, v in the compute dtype and the log gate [B, T, H] (zeros for None)."""
-    q_scaled, g = decayed_inputs(q, k, v, decay, scale)
+    tokens = decayed_tokens(q, k, v, decay, scale)
+    q_scaled, g = tokens["q"], tokens["log_gamma"]
     k, v = k.to(q_scaled.dtype), v.to(q_scaled.dtype)
     return q_scaled, k, v, q_scaled.new_zeros(q.shape[:3]) if g is None else g
 

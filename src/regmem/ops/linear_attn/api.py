@@ -1,28 +1,55 @@
-"""Public ops of the linear-attention family and their named forms.
+"""The public ops of the linear-attention family: `linear_attn` and `gated_linear_attn`.
 
-`linear_attn` and `gated_linear_attn` dispatch on `mode`; each form is also callable by name
-(`linear_attn_reference`, `linear_attn_recurrent`, `linear_attn_chunk`, and likewise for
-`gated_linear_attn_*`). See DERIVATION.md beside this file for the math.
+Each op validates its arguments here and runs one of the forms of reference.py, recurrent.py and chunk.py
+(`op(..., mode=...)` or `op.reference / .recurrent / .chunk`); `backend="fla"` runs the chunk form of
+flash-linear-attention on CUDA (fla_backend.py). The math is in DERIVATION.md beside this file.
 
 Shapes: q, k: [B, T, H, K]; v: [B, T, H, V]; g: [B, T, H] (scalar) or [B, T, H, K] (diagonal), log retention
-(<= 0); state S: [N, H, F, V] (F = K without a feature map) with o_t = S_t^T q_t; N = B, or the number of
-sequences with `cu_seqlens` (then B = 1). `scale=None` means K ** -0.5.
+(<= 0); state S: [N, H, F, V] (F = K without a feature map) with o_t = S_t^T q_t, the transpose of the paper's M;
+with `normalize=True` the state is `NormalizedState(S, z)`. N = B, or the number of sequences with `cu_seqlens`
+(then B = 1). `scale=None` means K ** -0.5.
 """
 
 from __future__ import annotations
 
-from regmem.ops.common import check_chunk_size, dispatch
+from typing import NamedTuple
+
+import torch
+
+from regmem.ops.common import (
+    Call,
+    check_initial_state,
+    check_log_gate,
+    check_qkv,
+    check_same_device,
+    check_scale,
+    check_state_tuple,
+    compute_dtype,
+    num_states,
+    op,
+    scaled_queries,
+)
+from regmem.ops.common.normalize import append_column, append_ones, divide_by_ones_column, split_column
+from regmem.ops.feature_maps import Identity, map_queries_and_keys, resolve_feature_map
 from regmem.ops.linear_attn.chunk import gla_chunk_core
 from regmem.ops.linear_attn.fla_backend import gla_fla_core
-from regmem.ops.linear_attn.interface import run_gated_linear_attn, run_linear_attn
 from regmem.ops.linear_attn.recurrent import gla_recurrent_core
 from regmem.ops.linear_attn.reference import gla_reference_core
 
+FORMS = {"reference": gla_reference_core, "recurrent": gla_recurrent_core, "chunk": gla_chunk_core}
+FLA = {"fla": {"chunk": gla_fla_core}}
 
-def linear_attn(
-    q, k, v, *, feature_map=None, normalize=False, scale=None, initial_state=None, output_final_state=False,
-    mode="chunk", chunk_size=64, cu_seqlens=None, backend="torch",
-):
+
+class NormalizedState(NamedTuple):
+    """State of normalised linear attention: S: [N, H, F, V] numerator memory, z: [N, H, F] key sum."""
+
+    S: torch.Tensor
+    z: torch.Tensor
+
+
+@op(**FORMS, backends=FLA)
+def linear_attn(q, k, v, *, feature_map=None, normalize=False, scale=None, initial_state=None, cu_seqlens=None,
+                backend="torch"):
     """Linear attention, eq. (2)-(3) of *Test-time regression* (arXiv:2501.12352): uniform weights, linear
     (feature-mapped) regressor, one batch gradient step from 0 (eq. 24).
 
@@ -32,8 +59,8 @@ def linear_attn(
         q, k: [B, T, H, K]; v: [B, T, H, V], all one floating dtype (bf16/fp16 compute in float32).
         feature_map: None (identity), a name from `regmem.ops.feature_maps.FEATURE_MAPS`, or a token-wise
             callable [..., K] -> [..., F].
-        normalize: divide by phi(q_t)^T sum_{s<=t} phi(k_s) (Katharopoulos et al. 2020); needs a non-negative
-            feature map; `scale` then cancels, and the state is `NormalizedState(S, z)`.
+        normalize: divide by phi(q_t)^T sum_{s<=t} phi(k_s) (Katharopoulos et al. 2020, eq. 6); needs a
+            non-negative feature map; `scale` then cancels, and the state is `NormalizedState(S, z)`.
         scale: multiplies phi(q); None means K ** -0.5.
         initial_state: [N, H, F, V] (or NormalizedState) or None for zeros.
         output_final_state: return the state after the last token (float32, or float64 for float64 input).
@@ -46,26 +73,34 @@ def linear_attn(
     Returns:
         o: [B, T, H, V] in the input dtype, and the final state or None.
     """
-    check_chunk_size(chunk_size)
-    if _check_backend(backend, mode) == "fla":
-        if normalize:
-            raise ValueError("backend='fla' does not support normalize=True; use backend='torch'")
-        return run_linear_attn(
-            gla_fla_core, q, k, v, feature_map=feature_map, normalize=False, scale=scale,
-            initial_state=initial_state, output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-            chunk_size=chunk_size,
-        )
-    forms = {"reference": linear_attn_reference, "recurrent": linear_attn_recurrent, "chunk": linear_attn_chunk}
-    return dispatch(
-        mode, forms, chunk_size, q=q, k=k, v=v, feature_map=feature_map, normalize=normalize, scale=scale,
-        initial_state=initial_state, output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-    )
+    B, T, H, K, V = check_qkv(q, k, v)
+    check_scale(scale)
+    N = num_states(B, T, cu_seqlens)
+    if normalize and isinstance(resolve_feature_map(feature_map, K), Identity):
+        raise ValueError("normalize=True divides by phi(q)^T sum phi(k), which needs a non-negative feature_map")
+    if normalize and backend == "fla":
+        raise ValueError("backend='fla' does not support normalize=True; use backend='torch'")
+    fq, fk = map_queries_and_keys(feature_map, q, k, scale, compute_dtype(q))  # [B, T, H, F] each
+    F = fq.shape[-1]
+    if not normalize:
+        check_initial_state(initial_state, (N, H, F, V), "[N, H, F, V]", q)
+        return Call({"q": fq, "k": fk, "v": v, "g": None}, q.dtype, initial_state, cu_seqlens=cu_seqlens)
+    # The denominator is the numerator of a ones column: run v' = [v, 1] with S' = [S, z] (common/normalize.py).
+    shapes = {"S": ((N, H, F, V), "[N, H, F, V]"), "z": ((N, H, F), "[N, H, F]")}
+    check_state_tuple(initial_state, NormalizedState, shapes, q, context=" when normalize=True")
+    if initial_state is not None:
+        initial_state = append_column(*initial_state)  # [N, H, F, V + 1]
+    return Call({"q": fq, "k": fk, "v": append_ones(v.to(fq.dtype)), "g": None}, q.dtype, initial_state,
+                cu_seqlens=cu_seqlens, finish=_normalized_read_out)
 
 
-def gated_linear_attn(
-    q, k, v, g, *, scale=None, initial_state=None, output_final_state=False, mode="chunk", chunk_size=64,
-    cu_seqlens=None, backend="torch",
-):
+def _normalized_read_out(o, state):
+    """o: [.., V + 1] -> numerator / denominator; the state [N, H, F, V + 1] -> NormalizedState(S, z)."""
+    return divide_by_ones_column(o, eps=0.0), NormalizedState(*split_column(state))
+
+
+@op(**FORMS, backends=FLA)
+def gated_linear_attn(q, k, v, g, *, scale=None, initial_state=None, cu_seqlens=None):
     """Gated linear attention, eq. (4)/(16) of *Test-time regression* (arXiv:2501.12352): decaying weights
     gamma_s^(t) = prod_{j=s+1}^t exp(g_j), linear regressor, one batch gradient step from 0.
 
@@ -81,92 +116,11 @@ def gated_linear_attn(
     Returns:
         o: [B, T, H, V] in the input dtype, and the final state [N, H, K, V] or None.
     """
-    check_chunk_size(chunk_size)
-    if _check_backend(backend, mode) == "fla":
-        return run_gated_linear_attn(
-            gla_fla_core, q, k, v, g, scale=scale, initial_state=initial_state,
-            output_final_state=output_final_state, cu_seqlens=cu_seqlens, chunk_size=chunk_size,
-        )
-    forms = {
-        "reference": gated_linear_attn_reference,
-        "recurrent": gated_linear_attn_recurrent,
-        "chunk": gated_linear_attn_chunk,
-    }
-    return dispatch(
-        mode, forms, chunk_size, q=q, k=k, v=v, g=g, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-    )
-
-
-def _check_backend(backend: str, mode: str) -> str:
-    if backend not in ("torch", "fla"):
-        raise ValueError(f"backend must be 'torch' or 'fla', got {backend!r}")
-    if backend == "fla" and mode != "chunk":
-        raise ValueError(f"backend='fla' provides the chunk form only, got mode={mode!r}")
-    return backend
-
-
-def linear_attn_reference(
-    q, k, v, *, feature_map=None, normalize=False, scale=None, initial_state=None, output_final_state=False,
-    cu_seqlens=None,
-):
-    """`linear_attn` by its definition: the masked attention matrix, materialised (O(T^2))."""
-    return run_linear_attn(
-        gla_reference_core, q, k, v, feature_map=feature_map, normalize=normalize, scale=scale,
-        initial_state=initial_state, output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-    )
-
-
-def linear_attn_recurrent(
-    q, k, v, *, feature_map=None, normalize=False, scale=None, initial_state=None, output_final_state=False,
-    cu_seqlens=None,
-):
-    """`linear_attn` one token at a time (the decoding form)."""
-    return run_linear_attn(
-        gla_recurrent_core, q, k, v, feature_map=feature_map, normalize=normalize, scale=scale,
-        initial_state=initial_state, output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-    )
-
-
-def linear_attn_chunk(
-    q, k, v, *, feature_map=None, normalize=False, scale=None, initial_state=None, output_final_state=False,
-    chunk_size=64, cu_seqlens=None,
-):
-    """`linear_attn` chunk-parallel (the training form)."""
-    check_chunk_size(chunk_size)
-    return run_linear_attn(
-        gla_chunk_core, q, k, v, feature_map=feature_map, normalize=normalize, scale=scale,
-        initial_state=initial_state, output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-        chunk_size=chunk_size,
-    )
-
-
-def gated_linear_attn_reference(
-    q, k, v, g, *, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None
-):
-    """`gated_linear_attn` by its definition: ((Q K^T) ⊙ L) V with L_ts = prod_{j=s+1}^t exp(g_j)."""
-    return run_gated_linear_attn(
-        gla_reference_core, q, k, v, g, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-    )
-
-
-def gated_linear_attn_recurrent(
-    q, k, v, g, *, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None
-):
-    """`gated_linear_attn` one token at a time (the decoding form)."""
-    return run_gated_linear_attn(
-        gla_recurrent_core, q, k, v, g, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-    )
-
-
-def gated_linear_attn_chunk(
-    q, k, v, g, *, scale=None, initial_state=None, output_final_state=False, chunk_size=64, cu_seqlens=None
-):
-    """`gated_linear_attn` chunk-parallel (the training form)."""
-    check_chunk_size(chunk_size)
-    return run_gated_linear_attn(
-        gla_chunk_core, q, k, v, g, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens, chunk_size=chunk_size,
-    )
+    B, T, H, K, V = check_qkv(q, k, v)
+    check_log_gate("g", g, B, T, H, K, ("scalar", "diagonal"))
+    check_same_device(q=q, g=g)
+    check_scale(scale)
+    N = num_states(B, T, cu_seqlens)
+    check_initial_state(initial_state, (N, H, K, V), "[N, H, K, V]", q)
+    return Call({"q": scaled_queries(q, scale), "k": k, "v": v, "g": g}, q.dtype, initial_state,
+                cu_seqlens=cu_seqlens)

@@ -1,5 +1,6 @@
 """The query-key similarity of the nonparametric memories (*Test-time regression*, arXiv:2501.12352, Sec. 4
-Vignette 4, eqs. 48-51; ttr.md §2.2 L19-L22): the weight s(k_i, q) of pair i in the regression that answers q.
+Vignette 4, eqs. 48-51): the weight s(k_i, q) of pair i in the regression that answers q; and the kernels (Gram
+functions) of exact kernel regression (eqs. 42-43).
 
 Every weight is exp(logit) with logit = scale * q'.k' for transformed q', k', so one code path (and torch SDPA)
 serves both kernels:
@@ -10,26 +11,23 @@ serves both kernels:
   - `qk_norm=True` L2-normalises q and k first (QK-norm). With unit-norm keys the exponential kernel of
     temperature 1 / scale *is* the Gaussian kernel with B = 2 / scale (eq. 51; only the keys need unit norm).
 
+Kernel regression's kernels k(a, b) = phi(a).phi(b): "exp" exp(scale a.b) (scale None -> K ** -0.5), "gaussian"
+exp(-||a - b||^2 / bandwidth) (the exact kernel value: that regression is not normalised, so no per-query constant
+may be dropped), "linear" a.b (dual ridge regression), or a positive semi-definite callable (a [..., n, K],
+b [..., m, K]) -> Gram [..., n, m].
+
 Shapes: q: [..., Tq, K], k: [..., Tk, K] -> logits [..., Tq, Tk].
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 
-
-def check_similarity(scale, bandwidth, qk_norm) -> None:
-    """`scale` and `bandwidth` are exclusive; a bandwidth is a positive number."""
-    if scale is not None and not isinstance(scale, int | float):
-        raise ValueError(f"scale must be a float or None, got {type(scale).__name__}")
-    if bandwidth is not None:
-        if scale is not None:
-            raise ValueError("pass scale (exponential kernel) or bandwidth (Gaussian kernel), not both")
-        if not isinstance(bandwidth, int | float) or not bandwidth > 0:
-            raise ValueError(f"bandwidth must be a positive float, got {bandwidth!r}")
-    if not isinstance(qk_norm, bool):
-        raise ValueError(f"qk_norm must be a bool, got {qk_norm!r}")
+KERNELS = ("exp", "gaussian", "linear")
 
 
 def similarity_features(q: torch.Tensor, k: torch.Tensor, *, scale, bandwidth, qk_norm):
@@ -65,3 +63,62 @@ def causal_logits(q: torch.Tensor, k: torch.Tensor, scale: float, offset: int = 
     logits = scale * (q @ k.transpose(-1, -2))  # [..., Tq, Tk]
     allowed = allowed_pairs(*logits.shape[-2:], offset, key_mask, device=q.device)
     return logits.masked_fill(~allowed, float("-inf"))
+
+
+def heads_first(q, k, v):
+    """q: [B, T, H, K], k: [B, L, H, K], v: [B, L, H, V] -> [B, H, T, K], [B, H, L, K], [B, H, L, V]."""
+    q = rearrange(q, "b t h d -> b h t d")  # [B, H, T, K]
+    k = rearrange(k, "b p h d -> b h p d")  # [B, H, L, K]
+    v = rearrange(v, "b p h d -> b h p d")  # [B, H, L, V]
+    return q, k, v
+
+
+def softmax_features(q, k, v, *, scale, bandwidth, qk_norm):
+    """q: [B, T, H, K], k: [B, L, H, K], v: [B, L, H, V] -> heads-first q', k', v and the logit scale."""
+    q, k, scale = similarity_features(q, k, scale=scale, bandwidth=bandwidth, qk_norm=qk_norm)
+    return (*heads_first(q, k, v), scale)
+
+
+def exp_gram(a: torch.Tensor, b: torch.Tensor, *, scale: float) -> torch.Tensor:
+    """a: [..., n, K], b: [..., m, K] -> exp(scale a.b): [..., n, m]."""
+    return torch.exp(scale * (a @ b.transpose(-1, -2)))
+
+
+def gaussian_gram(a: torch.Tensor, b: torch.Tensor, *, bandwidth: float) -> torch.Tensor:
+    """a: [..., n, K], b: [..., m, K] -> exp(-||a - b||^2 / bandwidth): [..., n, m], the exact kernel value."""
+    sq_dist = a.pow(2).sum(-1)[..., :, None] + b.pow(2).sum(-1)[..., None, :] - 2 * (a @ b.transpose(-1, -2))
+    return torch.exp(-sq_dist.clamp_min(0) / bandwidth)  # clamp: rounding can make ||a - a||^2 slightly negative
+
+
+def linear_gram(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a: [..., n, K], b: [..., m, K] -> a.b: [..., n, m]."""
+    return a @ b.transpose(-1, -2)
+
+
+def make_gram(kernel, scale, bandwidth, K: int):
+    """The Gram function (a [..., n, K], b [..., m, K]) -> [..., n, m] of a validated kernel choice."""
+    if kernel == "exp":
+        return partial(exp_gram, scale=K ** -0.5 if scale is None else float(scale))
+    if kernel == "gaussian":
+        return partial(gaussian_gram, bandwidth=float(bandwidth))
+    if kernel == "linear":
+        return linear_gram
+    return _checked(kernel)
+
+
+def _checked(kernel):
+    def gram(a, b):
+        G = kernel(a, b)
+        expected = (*a.shape[:-1], b.shape[-2])
+        if not isinstance(G, torch.Tensor) or tuple(G.shape) != expected:
+            got = list(G.shape) if isinstance(G, torch.Tensor) else type(G).__name__
+            raise ValueError(f"kernel must return a Gram [..., n, m] = {list(expected)}, got {got}")
+        return G
+
+    return gram
+
+
+def ridged_gram(gram, k: torch.Tensor, ridge: float) -> torch.Tensor:
+    """k: [B, H, P, K] -> k(K, K) + ridge I: [B, H, P, P]."""
+    eye = torch.eye(k.shape[-2], dtype=k.dtype, device=k.device)
+    return gram(k, k) + ridge * eye

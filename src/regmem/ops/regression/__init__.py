@@ -1,17 +1,7 @@
-"""Exact (decay-weighted) ridge-regression memory, ttr.md L1/L4/L5 and MesaNet: reference, recurrent, chunk."""
+"""The exact (decay-weighted) ridge-regression memory of TTR Vignettes 1-2 and MesaNet: reference, recurrent,
+chunk."""
 
-from regmem.ops.regression.api import (
-    least_squares,
-    least_squares_chunk,
-    least_squares_recurrent,
-    least_squares_reference,
-)
-from regmem.ops.regression.interface import LeastSquaresState
+from regmem.ops.regression.api import least_squares
+from regmem.ops.regression.state import LeastSquaresState
 
-__all__ = [
-    "LeastSquaresState",
-    "least_squares",
-    "least_squares_chunk",
-    "least_squares_recurrent",
-    "least_squares_reference",
-]
+__all__ = ["LeastSquaresState", "least_squares"]

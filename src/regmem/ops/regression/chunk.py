@@ -23,7 +23,7 @@ from einops import rearrange
 
 from regmem.ops.common import merge_chunks, segsum, split_chunks, suffix_exclusive
 from regmem.ops.linear_attn.chunk import gla_chunk_core
-from regmem.ops.regression.interface import LeastSquaresState, ridge_matrix
+from regmem.ops.regression.state import LeastSquaresState, ridge_matrix
 
 
 def ls_chunk_core(q, k, v, g, *, ridge, initial_state, chunk_size, solver="cholesky", cg_steps=30):
@@ -31,6 +31,10 @@ def ls_chunk_core(q, k, v, g, *, ridge, initial_state, chunk_size, solver="chole
     initial_state: LeastSquaresState of R [B, H, F, F], S [B, H, F, V] or None; solver: "cholesky" (exact) or
     "cg" (cg_steps of conjugate gradient, MesaNet's approximate solver, R_t never formed).
     Returns o: [B, T, H, V] and the LeastSquaresState after the last token."""
+    if solver not in ("cholesky", "cg"):
+        raise ValueError(f"solver must be 'cholesky' or 'cg', got {solver!r}")
+    if isinstance(cg_steps, bool) or not isinstance(cg_steps, int) or cg_steps < 0:
+        raise ValueError(f"cg_steps must be an int >= 0, got {cg_steps!r}")
     B, T, H, F = q.shape
     V = v.shape[-1]
     R0, S0 = initial_state if initial_state is not None else (q.new_zeros(B, H, F, F), q.new_zeros(B, H, F, V))
@@ -129,7 +133,7 @@ def conjugate_gradient(q, k, g, R0, ridge, chunk_size, steps):
     U = (k * decay_out).transpose(-1, -2) @ k  # [B, H, N, F, F]
     entering, R_n = [], R0
     for decay_n, U_n in zip(decay_total.unbind(dim=2), U.unbind(dim=2), strict=True):
-        entering.append(0.5 * (R_n + R_n.transpose(-1, -2)))  # the read-out uses sym(R) (interface.ridge_matrix)
+        entering.append(0.5 * (R_n + R_n.transpose(-1, -2)))  # the read-out uses sym(R) (state.ridge_matrix)
         R_n = decay_n * R_n + U_n
     R_in = torch.stack(entering, dim=2)  # [B, H, N, F, F]
     ridge = ridge.unsqueeze(1).unsqueeze(1)  # [H, 1, 1, F]

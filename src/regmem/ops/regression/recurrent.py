@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from regmem.ops.regression.interface import LeastSquaresState, ridge_matrix
+from regmem.ops.regression.state import LeastSquaresState, ridge_matrix
 
 
 class SolveRead(torch.autograd.Function):
@@ -98,8 +98,9 @@ def ls_recurrent_core(q, k, v, g, *, ridge, initial_state):
     R, S = initial_state if initial_state is not None else (q.new_zeros(B, H, F, F), q.new_zeros(B, H, F, V))
     if T == 0:
         return v.new_zeros(B, 0, H, V), LeastSquaresState(R, S)
-    ridge_zero = not bool(ridge.detach().any())
-    rank_one = g is None or ridge_zero  # Sherman-Morrison is exact (module docstring)
+    # Sherman-Morrison is exact without decay, or with a zero ridge (module docstring); the second test reads the
+    # ridge on the host once per call (a decoding step), never in training, which runs the chunk form.
+    rank_one = g is None or not bool(ridge.detach().any())
     ridge_read = ridge.expand(B, H, F)  # [B, H, F], broadcast for SolveRead; autograd sums it back
     with torch.no_grad():
         P = _inverse(R.detach(), ridge.detach()) if rank_one else None  # [B, H, F, F], P_0

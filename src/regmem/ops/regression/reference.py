@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from regmem.ops.common import segsum
-from regmem.ops.regression.interface import LeastSquaresState, ridge_matrix
+from regmem.ops.regression.state import LeastSquaresState, ridge_matrix
 
 
 def ls_reference_core(q, k, v, g, *, ridge, initial_state):

@@ -1,7 +1,8 @@
-"""Public op of the momentum-delta-rule family (Titans linear memory) and its named forms.
+"""The public op of the momentum-delta-rule family (Titans linear memory), `momentum_delta_rule`.
 
-`momentum_delta_rule` dispatches on `mode`; each form is also callable by name (`momentum_delta_rule_reference`,
-`momentum_delta_rule_recurrent`, `momentum_delta_rule_chunk`). See DERIVATION.md beside this file for the math.
+It validates its arguments here and runs one of the forms of reference.py, recurrent.py and chunk.py
+(`momentum_delta_rule(..., mode=...)` or `momentum_delta_rule.reference / .recurrent / .chunk`). The math is in
+DERIVATION.md beside this file; the state `MomentumState` in state.py.
 
 Shapes: q, k: [B, T, H, K]; v: [B, T, H, V]; g, log_eta: [B, T, H] log retention (<= 0); beta: [B, T, H] (>= 0);
 state MomentumState(S, P), both [N, H, K, V], with o_t = scale * S_t^T q_t; N = B, or the number of sequences with
@@ -10,18 +11,31 @@ state MomentumState(S, P), both [N, H, K, V], with o_t = scale * S_t^T q_t; N = 
 
 from __future__ import annotations
 
-from regmem.ops.common import check_chunk_size, dispatch
+import torch
+
+from regmem.ops.common import (
+    Call,
+    check_log_gate,
+    check_qkv,
+    check_same_device,
+    check_scale,
+    check_state_tuple,
+    check_tensor,
+    check_token_scalar,
+    compute_dtype,
+    num_states,
+    op,
+    scaled_queries,
+)
 from regmem.ops.titans.chunk import momentum_chunk_core
-from regmem.ops.titans.interface import run_momentum_delta_rule
 from regmem.ops.titans.recurrent import momentum_recurrent_core
 from regmem.ops.titans.reference import momentum_reference_core
+from regmem.ops.titans.state import MomentumState
 
 
-def momentum_delta_rule(
-    q, k, v, g, beta, log_eta, *, scale=None, initial_state=None, output_final_state=False, mode="chunk",
-    chunk_size=64, cu_seqlens=None,
-):
-    """The Titans linear memory (Behrouz et al., arXiv:2501.00663, Sec. 3.1, eqs. 9-15; ttr.md §2.2 L16):
+@op(reference=momentum_reference_core, recurrent=momentum_recurrent_core, chunk=momentum_chunk_core)
+def momentum_delta_rule(q, k, v, g, beta, log_eta, *, scale=None, initial_state=None, cu_seqlens=None):
+    """The Titans linear memory (Behrouz et al., arXiv:2501.00663, Sec. 3.1, eqs. 9-15):
     SGD with momentum and decoupled weight decay on l_t(M) = 1/2 ||v_t - M k_t||^2, one step per token.
 
     In the paper's orientation, P_t = eta_t P_{t-1} + theta_t (v_t - M_{t-1} k_t) k_t^T,
@@ -45,45 +59,17 @@ def momentum_delta_rule(
     Returns:
         o: [B, T, H, V] in the input dtype, and the final MomentumState or None.
     """
-    check_chunk_size(chunk_size)
-    forms = {
-        "reference": momentum_delta_rule_reference,
-        "recurrent": momentum_delta_rule_recurrent,
-        "chunk": momentum_delta_rule_chunk,
-    }
-    return dispatch(
-        mode, forms, chunk_size, q=q, k=k, v=v, g=g, beta=beta, log_eta=log_eta, scale=scale,
-        initial_state=initial_state, output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-    )
-
-
-def momentum_delta_rule_reference(
-    q, k, v, g, beta, log_eta, *, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None
-):
-    """`momentum_delta_rule` by its definition: the paper's update, one token at a time, in the paper's layout."""
-    return run_momentum_delta_rule(
-        momentum_reference_core, q, k, v, g, beta, log_eta, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-    )
-
-
-def momentum_delta_rule_recurrent(
-    q, k, v, g, beta, log_eta, *, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None
-):
-    """`momentum_delta_rule` one token at a time in regmem's layout (the decoding form)."""
-    return run_momentum_delta_rule(
-        momentum_recurrent_core, q, k, v, g, beta, log_eta, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-    )
-
-
-def momentum_delta_rule_chunk(
-    q, k, v, g, beta, log_eta, *, scale=None, initial_state=None, output_final_state=False, chunk_size=64,
-    cu_seqlens=None,
-):
-    """`momentum_delta_rule` chunk-parallel (the training form)."""
-    check_chunk_size(chunk_size)
-    return run_momentum_delta_rule(
-        momentum_chunk_core, q, k, v, g, beta, log_eta, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens, chunk_size=chunk_size,
-    )
+    B, T, H, K, V = check_qkv(q, k, v)
+    for name, x in (("g", g), ("beta", beta), ("log_eta", log_eta)):
+        check_tensor(name, x, 3, "[B, T, H]")
+    check_same_device(q=q, g=g, beta=beta, log_eta=log_eta)  # before any check that reads values
+    check_log_gate("g", g, B, T, H, K, ("scalar",))
+    check_log_gate("log_eta", log_eta, B, T, H, K, ("scalar",))
+    check_token_scalar("beta", beta, B, T, H, low=0.0)
+    check_scale(scale)
+    N = num_states(B, T, cu_seqlens)
+    kv = ((N, H, K, V), "[N, H, K, V]")
+    check_state_tuple(initial_state, MomentumState, {"S": kv, "P": kv}, q)
+    live = torch.ones_like(beta, dtype=compute_dtype(q)) if cu_seqlens is not None else None  # 0 on padding
+    tokens = {"q": scaled_queries(q, scale), "k": k, "v": v, "g": g, "beta": beta, "log_eta": log_eta, "live": live}
+    return Call(tokens, q.dtype, initial_state, cu_seqlens=cu_seqlens)

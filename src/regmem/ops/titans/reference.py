@@ -7,7 +7,7 @@ arXiv:2501.00663, Sec. 3.1, eqs. 9-15) for a linear memory M: [V, K], as listed 
     M_t = (1 - alpha_t) M_{t-1} + P_t                          (forgetting; eq. 13)
     y_t = M_t q_t                                              (retrieval; eq. 15)
 with 1 - alpha_t = exp(g_t), eta_t = exp(log_eta_t), theta_t = beta_t. The paper's loss ||M k - v||^2 has no 1/2;
-its factor 2 is absorbed in theta. regmem stores S = M^T and P^T (interface.MomentumState).
+its factor 2 is absorbed in theta. regmem stores S = M^T and P^T (state.MomentumState).
 
 Legend: B batch, T time, H heads, K key dim, V value dim.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from regmem.ops.titans.interface import MomentumState
+from regmem.ops.titans.state import MomentumState
 
 
 def momentum_reference_core(q, k, v, g, beta, log_eta, live, *, initial_state):
