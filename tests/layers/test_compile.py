@@ -1,0 +1,58 @@
+"""Layers compile without graph breaks and never stall the device.
+
+`torch.compile(fullgraph=True)` raises on any graph break, and a host read of a tensor value (`.item()`,
+`.tolist()`, `bool(tensor)`) is one: so one compiled training step of GatedDeltaNet, GLA and Mesa (chunk form, small
+T) proves the training path holds no such read, value checks included (they are skipped while compiling,
+`regmem/ops/common/validate.py`). The compiled step must also compute what eager mode computes. On a GPU,
+`torch.cuda.set_sync_debug_mode("error")` turns every device-to-host synchronisation into an error.
+"""
+
+import pytest
+import torch
+
+from regmem.layers import build_mixer
+from regmem.ops import value_checks
+
+D_MODEL, HEADS, T, CHUNK = 32, 4, 32, 16  # two chunks, so the inter-chunk pass is traced too
+
+
+def _mixer_and_input(name: str, device: str = "cpu"):
+    torch.manual_seed(0)
+    mixer = build_mixer(name, D_MODEL, HEADS, chunk_size=CHUNK).to(device)
+    x = torch.randn(2, T, D_MODEL, device=device)
+    return mixer, x
+
+
+def _loss(mixer, x):
+    y, _ = mixer(x)
+    return y.pow(2).mean()
+
+
+@pytest.mark.parametrize("name", ["gated_deltanet", "gla", "mesa"])
+def test_training_step_compiles_without_graph_breaks_and_matches_eager(name):
+    mixer, x = _mixer_and_input(name)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: _loss(mixer, x), fullgraph=True)  # raises on a graph break
+    loss = compiled(x)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in mixer.named_parameters()}
+    mixer.zero_grad()
+    eager = _loss(mixer, x)
+    eager.backward()
+    torch.testing.assert_close(loss, eager, rtol=1e-5, atol=1e-6)
+    for n, p in mixer.named_parameters():
+        torch.testing.assert_close(grads[n], p.grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=n: f"grad of {n}: {m}")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="set_sync_debug_mode needs a CUDA device")
+@pytest.mark.parametrize("name", ["gated_deltanet", "gla", "mesa"])
+def test_forward_backward_never_syncs_the_gpu(name):
+    mixer, x = _mixer_and_input(name, "cuda")
+    _loss(mixer, x).backward()  # warm-up: lazy initialisation may sync once
+    torch.cuda.synchronize()
+    with value_checks(None):  # the default: value checks run on CPU tensors only
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            _loss(mixer, x).backward()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
