@@ -40,10 +40,13 @@ def test_bench_rejects_unknown_ops(tmp_path):
 
 
 def test_showcase_prints_every_op_with_small_errors(capsys):
-    main(["showcase", "--seq-len", "256"])
+    from regmem.ops import OPS
+    from regmem.ops.examples import VARIANTS
+
+    main(["showcase", "--seq-len", "128"])
     out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if line.startswith("| ") and "ms" not in line and "---" not in line]
-    assert len(rows) == 4
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "max rel err" not in line]
+    assert [row.split("|")[1].strip() for row in rows] == [*OPS, *VARIANTS]
     for row in rows:
         err_recurrent, err_chunk = (float(cell) for cell in row.split("|")[3:5])
         assert err_recurrent < 1e-10 and err_chunk < 1e-10

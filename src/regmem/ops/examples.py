@@ -1,0 +1,202 @@
+"""Valid example inputs for every op of `regmem.ops.OPS`, one entry per op, keyed by the op's name.
+
+One registry drives the op-wide tests (`tests/ops/test_every_op.py`: the three forms agree, state passing, decoding,
+varlen) and `regmem showcase`: an op added to `OPS` without an example here fails those tests, so no op can be
+missed. The inputs are well conditioned so float32 comparisons measure the algorithm: L2-normalised keys (or keys of
+norm ~1), step sizes in [0, 1], log gates in [-1, 0] with exact zeros, ridges >= 0.1.
+
+`Example.make(B, T, H, K, V, dtype, gen)` returns `(tokens, options, initial_state)`: the per-token tensors
+[B, T, H, ...] by the op's argument names (sliceable in time), the other arguments (a per-head decay [H], a ridge,
+a kernel, ...), and a state of N = B sequences (None for the ops whose state is a KV cache, which grows with T).
+
+Legend: B batch, T time, H heads, K key dim, V value dim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from regmem.ops.gd import GDStats
+from regmem.ops.hla import AHLAState, HLA2State, HLA3PaperState, HLA3State
+from regmem.ops.linear_attn import NormalizedState
+from regmem.ops.regression import LeastSquaresState
+from regmem.ops.titans import MomentumState
+
+Made = tuple[dict[str, torch.Tensor], dict[str, Any], Any]
+
+
+@dataclass(frozen=True)
+class Example:
+    make: Callable[..., Made]  # (B, T, H, K, V, dtype, gen) -> (tokens, options, initial_state)
+    max_len: int | None = None  # the longest T the reference form handles cheaply (None: any)
+    max_fast_len: int | None = None  # the longest T the chunk and recurrent forms handle cheaply (None: any)
+    max_key_dim: int | None = None  # the largest K the op takes (None: any)
+    recipe: str | None = None  # the name of its point of the design space in `regmem.recipe`, if it has one
+
+
+def _randn(gen, dtype, *shape):
+    return torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype)
+
+
+def _rand(gen, dtype, *shape):
+    return torch.rand(*shape, generator=gen, dtype=torch.float64).to(dtype)
+
+
+def _qkv(B, T, H, K, V, dtype, gen, *, unit_keys=True):
+    q = _randn(gen, dtype, B, T, H, K)
+    k = _randn(gen, torch.float64, B, T, H, K)
+    k = (F.normalize(k, dim=-1) if unit_keys else k * K**-0.5).to(dtype)
+    return {"q": q, "k": k, "v": _randn(gen, dtype, B, T, H, V)}
+
+
+def _log_gate(gen, dtype, *shape):
+    """Log retention in [-1, 0] with a quarter exact zeros (retention 1)."""
+    g = -_rand(gen, torch.float64, *shape)
+    keep = torch.rand(*shape, generator=gen, dtype=torch.float64) >= 0.25
+    return (g * keep).to(dtype)
+
+
+def _kv_state(gen, dtype, B, H, K, V):
+    return _randn(gen, dtype, B, H, K, V)
+
+
+def _linear(B, T, H, K, V, dtype, gen) -> Made:
+    return _qkv(B, T, H, K, V, dtype, gen), {}, _kv_state(gen, dtype, B, H, K, V)
+
+
+def _linear_normalized(B, T, H, K, V, dtype, gen) -> Made:
+    state = NormalizedState(_randn(gen, dtype, B, H, K, V).abs(), 1 + _rand(gen, dtype, B, H, K))
+    return _qkv(B, T, H, K, V, dtype, gen), {"feature_map": "elu_plus_one", "normalize": True}, state
+
+
+def _gated(B, T, H, K, V, dtype, gen) -> Made:
+    tokens = {**_qkv(B, T, H, K, V, dtype, gen), "g": _log_gate(gen, dtype, B, T, H, K)}
+    return tokens, {}, _kv_state(gen, dtype, B, H, K, V)
+
+
+def _delta(B, T, H, K, V, dtype, gen, *, gated=False, extra=None) -> Made:
+    tokens = _qkv(B, T, H, K, V, dtype, gen)
+    if gated:
+        tokens["g"] = _log_gate(gen, dtype, B, T, H)
+    extra = {"beta": _rand} if extra is None else extra
+    tokens |= {name: make(gen, dtype, B, T, H) for name, make in extra.items()}
+    return tokens, {}, _kv_state(gen, dtype, B, H, K, V)
+
+
+def _half_rand(gen, dtype, *shape):
+    return 0.5 * _rand(gen, dtype, *shape)
+
+
+def _delta_product(B, T, H, K, V, dtype, gen, n_h=2) -> Made:
+    k = F.normalize(_randn(gen, torch.float64, B, T, H, n_h, K), dim=-1).to(dtype)
+    tokens = {"q": _randn(gen, dtype, B, T, H, K), "k": k, "v": _randn(gen, dtype, B, T, H, n_h, V),
+              "beta": _rand(gen, dtype, B, T, H, n_h), "g": _log_gate(gen, dtype, B, T, H)}
+    return tokens, {}, _kv_state(gen, dtype, B, H, K, V)
+
+
+def _multistep(B, T, H, K, V, dtype, gen) -> Made:
+    tokens = {**_qkv(B, T, H, K, V, dtype, gen), "betas": _rand(gen, dtype, B, T, H, 2)}
+    return tokens, {}, _kv_state(gen, dtype, B, H, K, V)
+
+
+def _momentum(B, T, H, K, V, dtype, gen) -> Made:
+    tokens = {**_qkv(B, T, H, K, V, dtype, gen), "g": _log_gate(gen, dtype, B, T, H),
+              "beta": _half_rand(gen, dtype, B, T, H), "log_eta": _log_gate(gen, dtype, B, T, H)}
+    return tokens, {}, MomentumState(_kv_state(gen, dtype, B, H, K, V), _kv_state(gen, dtype, B, H, K, V))
+
+
+def _gd(B, T, H, K, V, dtype, gen) -> Made:
+    tokens = {**_qkv(B, T, H, K, V, dtype, gen), "beta": 0.3 * _rand(gen, dtype, B, T, H, 2)}
+    X = _randn(gen, torch.float64, B, H, K, K)
+    R = (X @ X.transpose(-1, -2) / K).to(dtype)  # symmetric PSD, like a real sum of k k^T
+    return tokens, {}, GDStats(R, _kv_state(gen, dtype, B, H, K, V))
+
+
+def _least_squares(B, T, H, K, V, dtype, gen) -> Made:
+    tokens = {**_qkv(B, T, H, K, V, dtype, gen), "g": _log_gate(gen, dtype, B, T, H)}
+    X = _randn(gen, torch.float64, B, H, K, K)
+    R = (X @ X.transpose(-1, -2) / K).to(dtype)
+    return tokens, {"ridge": 0.5}, LeastSquaresState(R, _kv_state(gen, dtype, B, H, K, V))
+
+
+def _kv_cache(options):
+    def make(B, T, H, K, V, dtype, gen) -> Made:
+        return _qkv(B, T, H, K, V, dtype, gen), dict(options), None
+    return make
+
+
+def _decay(gen, dtype, H):
+    return -0.3 * _rand(gen, dtype, H)
+
+
+def _hla2(B, T, H, K, V, dtype, gen) -> Made:
+    tokens = _qkv(B, T, H, K, V, dtype, gen)
+    state = HLA2State(*(0.3 * _randn(gen, dtype, B, H, *s) for s in ((K, K), (K, V), (K,), (K, V), (K,))))
+    return tokens, {"decay": _decay(gen, dtype, H)}, state
+
+
+def _ahla(B, T, H, K, V, dtype, gen) -> Made:
+    tokens = _qkv(B, T, H, K, V, dtype, gen)
+    state = AHLAState(*(0.3 * _randn(gen, dtype, B, H, *s) for s in ((K, V), (K,), (K, V), (K,))))
+    return tokens, {"decay": _decay(gen, dtype, H)}, state
+
+
+def _hla3(B, T, H, K, V, dtype, gen) -> Made:
+    state = HLA3State(*(0.3 * _randn(gen, dtype, B, H, *s) for s in ((K, K), (K, V), (K, V))))
+    return _qkv(B, T, H, K, V, dtype, gen), {}, state
+
+
+def _hla3_paper(B, T, H, K, V, dtype, gen) -> Made:
+    state = HLA3PaperState(*(0.3 * _randn(gen, dtype, B, H, *s) for s in ((K, K), (K, K), (K, V), (K, V))))
+    return _qkv(B, T, H, K, V, dtype, gen), {}, state
+
+
+EXAMPLES: dict[str, Example] = {
+    "linear_attn": Example(_linear, recipe="linear_attn"),
+    "gated_linear_attn": Example(_gated, recipe="gla"),
+    "delta_rule": Example(_delta, recipe="deltanet"),
+    "gated_delta_rule": Example(lambda *a: _delta(*a, gated=True), recipe="gated_deltanet"),
+    "longhorn": Example(lambda *a: _delta(*a, extra={"delta": _rand}), recipe="longhorn"),
+    "nlms": Example(lambda *a: _delta(*a, extra={}), recipe="nlms"),
+    "leaky_lms": Example(lambda *a: _delta(*a, extra={"beta": _half_rand, "lam": _half_rand}), recipe="leaky_lms"),
+    "decoupled_gated_delta_rule": Example(lambda *a: _delta(*a, extra={"beta": _rand, "lam": _half_rand}),
+                                          recipe="decoupled_gated_deltanet"),
+    "delta_product": Example(_delta_product, recipe="delta_product"),
+    "delta_rule_multistep": Example(_multistep),
+    "momentum_delta_rule": Example(_momentum, recipe="titans_linear"),
+    "multi_step_gd": Example(_gd, recipe="multi_step_gd"),
+    "least_squares": Example(_least_squares, recipe="weighted_least_squares"),
+    "softmax_attn": Example(_kv_cache({}), recipe="softmax_attn"),
+    "local_linear_attn": Example(_kv_cache({"ridge": 0.1}), max_fast_len=512, recipe="local_linear_attn"),
+    "local_polynomial": Example(_kv_cache({"degree": 2, "ridge": 0.1}), max_len=256, max_fast_len=512,
+                                max_key_dim=16, recipe="local_polynomial"),  # C(K + 2, 2) columns per (query, pair)
+    "kernel_regression": Example(_kv_cache({"kernel": "exp", "ridge": 0.1}), max_len=256, max_fast_len=1024,
+                                 recipe="kernel_regression"),
+    "hla2": Example(_hla2, recipe="hla2"),
+    "ahla": Example(_ahla, recipe="ahla"),
+    "hla3": Example(_hla3),
+    "hla3_paper": Example(_hla3_paper, max_len=24),
+}
+
+
+def _gated_scalar(B, T, H, K, V, dtype, gen) -> Made:
+    tokens, options, state = _gated(B, T, H, K, V, dtype, gen)
+    return {**tokens, "g": _log_gate(gen, dtype, B, T, H)}, options, state
+
+
+def _hla2_normalized(B, T, H, K, V, dtype, gen) -> Made:
+    tokens, options, _ = _hla2(B, T, H, K, V, dtype, gen)
+    return tokens, {**options, "normalize": True}, None
+
+
+# Variants worth showing on their own, by label: (op name, example).
+VARIANTS: dict[str, tuple[str, Example]] = {
+    "linear_attn(elu+1, normalize)": ("linear_attn", Example(_linear_normalized, recipe="normalized_linear_attn")),
+    "gated_linear_attn(scalar g)": ("gated_linear_attn", Example(_gated_scalar, recipe="mamba2")),
+    "hla2(normalize)": ("hla2", Example(_hla2_normalized, recipe="hla2")),
+}

@@ -1,0 +1,106 @@
+"""Every op of `regmem.ops.OPS`, from one registry of example inputs (`regmem/ops/examples.py`), so an op added later
+is covered automatically: it has the three forms of the op contract and defaults to the chunk form; reference ==
+recurrent == chunk (outputs, final state and every gradient, initial_state included) in float64 and float32;
+splitting the sequence and carrying the state equals one call; a chunk-form prefill then one-token recurrent steps
+equals one call; cu_seqlens equals one call per sequence; bf16 inputs give a bf16 output and a float32 state; a bad
+mode or chunk_size raises ValueError naming it. The families' own test files check each op's math."""
+
+import inspect
+from functools import partial
+
+import pytest
+import torch
+
+from helpers import (
+    DTYPES,
+    assert_cu_seqlens_equals_per_sequence,
+    assert_decoding_equals_full,
+    assert_forms_agree,
+    assert_packed_equals_per_sequence,
+    assert_split_equals_one_call,
+    flatten_state,
+)
+from regmem.ops import OPS, Op
+from regmem.ops.examples import EXAMPLES, VARIANTS
+
+CASES = {name: (name, example) for name, example in EXAMPLES.items()} | VARIANTS
+B, H, K, V = 2, 2, 6, 5
+
+
+def _example(case, T, *, dtype=torch.float64, B=B, seed=0):
+    name, example = CASES[case]
+    T = min(T, example.max_len or T)
+    tokens, options, state = example.make(B, T, H, K, V, dtype, torch.Generator().manual_seed(seed))
+    return partial(OPS[name], **options), tokens, state
+
+
+def test_every_op_has_an_example():
+    assert set(EXAMPLES) == set(OPS), "add an Example to regmem/ops/examples.py for every op of OPS"
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_op_has_three_forms_and_defaults_to_chunk(name):
+    op = OPS[name]
+    assert isinstance(op, Op) and op.__name__ == name
+    assert set(op.forms) == {"reference", "recurrent", "chunk"}
+    params = inspect.signature(op).parameters
+    assert params["mode"].default == "chunk"
+    for keyword in ("initial_state", "output_final_state", "chunk_size", "cu_seqlens"):
+        assert keyword in params, f"{name} lacks {keyword}"
+    fn, tokens, state = _example(name, 5)
+    for mode in ("reference", "recurrent", "chunk"):
+        o_form, _ = getattr(op, mode)(**tokens, **fn.keywords, initial_state=state)
+        o_mode, _ = op(**tokens, **fn.keywords, initial_state=state, mode=mode)
+        torch.testing.assert_close(o_form, o_mode, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", list(CASES))
+def test_forms_match_reference_with_grads(case, dtype):
+    op, tokens, state = _example(case, 37, dtype=dtype)
+    assert_forms_agree(op, {**tokens, "initial_state": state}, chunk_size=16)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_split_and_carry_equals_one_call(case):
+    op, tokens, _ = _example(case, 23)
+    T = next(iter(tokens.values())).shape[1]
+    assert_split_equals_one_call(partial(op, chunk_size=8), tokens, [c for c in (1, 5, 11, 17) if c < T])
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_prefill_then_recurrent_steps_equals_one_call(case):
+    op, tokens, state = _example(case, 21)
+    assert_decoding_equals_full(op, tokens, prefill=13, initial_state=state, chunk_size=8)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_cu_seqlens_equals_one_call_per_sequence(case):
+    lengths = [3, 0, 9, 1]
+    op, tokens, state = _example(case, sum(lengths), B=1)
+    if state is None:  # a KV cache: packed sequences take no state
+        bounds = torch.tensor([0, *lengths]).cumsum(0).tolist()
+        assert_packed_equals_per_sequence(lambda q, k, v, **kw: op(q, k, v, **kw), bounds, T=sum(lengths), H=H,
+                                          K=K, V=V)
+        return
+    _, _, states = _example(case, 1, B=len(lengths), seed=1)
+    assert_cu_seqlens_equals_per_sequence(op, tokens, lengths, states, f"{case}: ")
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bf16_inputs_give_a_bf16_output_and_a_float32_state(case):
+    op, tokens, state = _example(case, 9)
+    bf16 = {n: t.to(torch.bfloat16) for n, t in tokens.items()}
+    if state is not None:
+        state = type(state)(*(s.float() for s in state)) if isinstance(state, tuple) else state.float()
+    o, final = op(**bf16, initial_state=state, output_final_state=True)
+    assert o.dtype == torch.bfloat16 and torch.isfinite(o.float()).all()
+    assert all(s.dtype == torch.float32 for s in flatten_state(final).values())
+
+
+@pytest.mark.parametrize("name", list(OPS))
+@pytest.mark.parametrize(("override", "argument"), [({"mode": "parallel"}, "mode"), ({"chunk_size": 48}, "chunk_size")])
+def test_bad_mode_or_chunk_size_raises_value_error_naming_it(name, override, argument):
+    op, tokens, _ = _example(name, 5)
+    with pytest.raises(ValueError, match=argument):
+        op(**tokens, **override)
