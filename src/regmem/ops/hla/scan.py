@@ -6,7 +6,7 @@ Implements the masked scan of sec. 4 (eq 4.1, Theorem 4.1) and the AHLA scan of 
 
 Segments. A segment of tokens 1..l with per-token log retention gates g_t, a_t = sum_{s<=t} g_s (from the segment
 start), summarises what the segment does to a state entering it. Its state fields are the serial recurrence's
-state (recurrent.py / ahla.py) reached from the zero state, plus
+state (recurrent.py) reached from the zero state, plus
     hla2: Kbar = sum_t e^{a_l - a_t} e^{a_{t-1}} k_t k_t^T   [.., H, K, K]   (gamma^{l-1} sum_t k_t k_t^T if constant)
     ahla: R    = sum_t k_t q_t^T, UNDECAYED                    [.., H, K, K]
     both: log_rho = a_l                                        [.., H]
@@ -29,7 +29,7 @@ cross term S_B (rho_B C_A) of eq 4.1 must be Kbar_B C_A (S_B is decayed, the cro
 weighted by the decay before each token), and the R of eq 6.2 must not be decayed. For gamma = 1 Kbar = S and both
 printed operators are exact. With these fixes Theorem 4.1 (serial == scan) holds for every segmentation.
 
-The chunk form (chunk.py, ahla.py) is this same scan with chunks as segments: each chunk's summary by matmuls,
+The chunk forms (chunk.py) are this same scan with chunks as segments: each chunk's summary by matmuls,
 the exclusive scan over chunk summaries run serially over the chunks, and the local part inside each chunk.
 
 Shapes: q, k [B, T, H, K], v [B, T, H, V]; decay None or a per-head log retention [H] (<= 0, gamma = exp(decay));

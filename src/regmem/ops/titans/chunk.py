@@ -34,7 +34,7 @@ def momentum_chunk_core(q, k, v, g, beta, log_eta, live, *, initial_state, chunk
     S0, P0 = initial_state if initial_state is not None else (q.new_zeros(B, H, K, V), q.new_zeros(B, H, K, V))
     if T == 0:
         return v.new_zeros(B, 0, H, V), MomentumState(S0, P0)
-    # Step 0: split into chunks; the padding past T is neutral because live = 0 there (interface.py).
+    # Step 0: split into chunks; the padding past T is neutral because live = 0 there (state.py).
     live = live if live is not None else torch.ones_like(beta)
     q, k, v = (split_chunks(x, chunk_size) for x in (q, k, v))  # [B, H, N, C, K|V]
     g, beta, log_eta, live = (split_chunks(x, chunk_size) for x in (g, beta, log_eta, live))  # [B, H, N, C]
