@@ -57,9 +57,9 @@ def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | N
         overrides = {field: value} if field else {}
         for mixer in mixers:
             log(f"[compare] {task_name} {mixer} {field or ''}{'=' if field else ''}{value if field else ''}")
-            cell = train_cell(Cell(task_name, mixer, preset, seed=seed, task_overrides=overrides), progress=progress)
-            results.append(RunResult(mixer=mixer, sweep_value=value, **cell.row()))
-            log(f"[compare]   accuracy {cell.accuracy:.3f} in {cell.train_seconds:.1f}s")
+            trained = train_cell(Cell(task_name, mixer, preset, seed=seed, task_overrides=overrides), progress=progress)
+            results.append(RunResult(mixer=mixer, sweep_value=value, **trained.row()))
+            log(f"[compare]   accuracy {trained.accuracy:.3f} in {trained.train_seconds:.1f}s")
     write_outputs(run_dir, task_name, preset, field, results)
     log((run_dir / "leaderboard.md").read_text())
     log(f"wrote {run_dir}")
