@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo bench clean
+.PHONY: install test test-thorough lint demo bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ lint: install
 
 test: lint
 	$(VENV)/bin/pytest -q -n 2
+
+# The property tests only (hypothesis's pytest plugin marks every @given test `hypothesis`), with 200 fresh
+# random examples each instead of `make test`'s 25 fixed ones (profiles in tests/conftest.py).
+test-thorough: install
+	HYPOTHESIS_PROFILE=thorough $(VENV)/bin/pytest -q -n 2 -m hypothesis
 
 demo: install
 	$(VENV)/bin/regmem compare mqar --preset quick --sweep num_kv_pairs=4,8,16

@@ -5,6 +5,9 @@ from hypothesis import settings
 
 # Deterministic property tests: CI must not flake, so examples are derived from the test, not from a clock.
 settings.register_profile("regmem", deadline=None, derandomize=True, max_examples=25, print_blob=True)
+# `make test-thorough`: fresh random examples on every run, eight times as many; a failure prints the blob that
+# replays it (@reproduce_failure), and the example database in .hypothesis/ retries it first on the next run.
+settings.register_profile("thorough", deadline=None, derandomize=False, max_examples=200, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "regmem"))
 
 # Two pytest-xdist workers share two cores: one thread each keeps the suite from oversubscribing.

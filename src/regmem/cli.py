@@ -86,28 +86,16 @@ def _cmd_compare(args) -> None:
 
 
 def _cmd_train(args) -> None:
-    import json
+    from regmem.experiments.runs import Cell, train_cell
+    from regmem.train import distributed
 
-    from regmem.experiments.runs import build_model, build_task, build_train_config
-    from regmem.train import Trainer, distributed
-
-    preset = _preset(args.preset)
     overrides = dict(_parse_assignment(a) for a in args.task_field)
-    task = build_task(args.task, preset, overrides)
-    model = build_model(args.mixer, preset, task.vocab_size, seed=args.seed)
-    extra = {k: v for k, v in {"steps": args.steps, "lr": args.lr, "batch_size": args.batch_size}.items() if v}
-    config = build_train_config(preset, seed=args.seed, progress=not args.no_progress, out_dir=args.out_dir,
-                                checkpoint_every=args.checkpoint_every, **extra)
+    cell = Cell(args.task, args.mixer, _preset(args.preset), seed=args.seed, task_overrides=overrides,
+                steps=args.steps, lr=args.lr, batch_size=args.batch_size)
+    result = train_cell(cell, out_dir=args.out_dir, checkpoint_every=args.checkpoint_every, resume=args.resume,
+                        progress=not args.no_progress, log=print)
     if distributed.is_main():
-        print(json.dumps({"task": task.config.__dict__, "model": model.config.to_dict(), "train": config.to_dict()},
-                         indent=1))
-    trainer = Trainer(model, config, train_data=task.generate(preset.num_train, seed=args.seed),
-                      eval_data=task.generate(preset.num_eval, seed=args.seed + 1), metric=task.metric)
-    summary = trainer.fit(resume=args.resume)
-    if distributed.is_main():
-        if args.out_dir:
-            model.save_pretrained(f"{args.out_dir}/model")
-        print(f"step {summary['step']}: {summary['metrics']}")
+        print(f"step {result.steps}: {result.metrics}")
 
 
 def _parse_assignment(text: str) -> tuple[str, int | float | str]:

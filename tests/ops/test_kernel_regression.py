@@ -11,7 +11,7 @@ from functools import partial
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from helpers import (
@@ -63,7 +63,6 @@ def test_forms_match_reference_with_grads(kernel, shape, dtype):
     assert_forms_agree(op, kv_cache_inputs(*shape, dtype), chunk_size=16)
 
 
-@settings(max_examples=12)
 @given(B=st.integers(1, 2), T=st.integers(1, 12), H=st.integers(1, 2), K=st.integers(1, 6), V=st.integers(1, 6),
        S=st.integers(0, 4), kernel=st.sampled_from(list(KERNELS)))
 def test_chunk_and_recurrent_match_reference_property(B, T, H, K, V, S, kernel):

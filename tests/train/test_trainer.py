@@ -91,25 +91,43 @@ def test_loss_is_normalised_by_labelled_tokens_of_the_batch():
     assert result["history"]["train"][0]["loss"] == pytest.approx(float(expected), rel=1e-6)
 
 
-def test_resume_after_interruption_is_bit_exact(tmp_path):
-    n = 6
-    cfg_straight = config(out_dir=str(tmp_path / "straight"), checkpoint_every=n)
-    straight = Trainer(ToyLM(), cfg_straight, TRAIN, EVAL, accuracy)
+def assert_same_optimizer_state(actual: torch.optim.Optimizer, expected: torch.optim.Optimizer) -> None:
+    actual_state, expected_state = actual.state_dict(), expected.state_dict()
+    # Compared as JSON: the checkpoint stores betas as a JSON list, the fresh optimizer holds a tuple (same numbers).
+    assert json.dumps(actual_state["param_groups"]) == json.dumps(expected_state["param_groups"])
+    assert actual_state["state"].keys() == expected_state["state"].keys()
+    for index, entries in expected_state["state"].items():
+        assert actual_state["state"][index].keys() == entries.keys()
+        for key, value in entries.items():
+            assert torch.equal(actual_state["state"][index][key], value), (index, key)
+
+
+def test_resume_from_a_mid_run_checkpoint_after_interruption_is_bit_exact(tmp_path):
+    every, steps = 4, 12
+    straight_cfg = config(steps=steps, out_dir=str(tmp_path / "straight"), checkpoint_every=every)
+    straight = Trainer(ToyLM(), straight_cfg, TRAIN, EVAL, accuracy)
     straight_losses = [r["loss"] for r in straight.fit()["history"]["train"]]
     straight_rng = torch.get_rng_state()  # after every dropout draw of the run
 
-    cfg_split = config(out_dir=str(tmp_path / "split"), checkpoint_every=n)
-    with pytest.raises(Interrupted):  # killed during step n + 1, after the checkpoint of step n
-        Trainer(CrashingLM(crash_at=n + 1), cfg_split, TRAIN, EVAL, accuracy).fit()
-    before = [r["loss"] for r in read_jsonl(tmp_path / "split" / "metrics.jsonl") if r["event"] == "train"]
-    resumed = Trainer(CrashingLM(crash_at=None, seed=123), cfg_split, TRAIN, EVAL, accuracy)
-    after = [r["loss"] for r in resumed.fit(resume=True)["history"]["train"]]
+    split_cfg = config(steps=steps, out_dir=str(tmp_path / "split"), checkpoint_every=every)
+    metrics = tmp_path / "split" / "metrics.jsonl"
+    with pytest.raises(Interrupted):  # killed during step 7: after the checkpoint of step 4, before that of step 8
+        Trainer(CrashingLM(crash_at=every + 3), split_cfg, TRAIN, EVAL, accuracy).fit()
+    assert read_jsonl(metrics)[-1]["step"] == every + 2  # steps 5 and 6 were logged, and are lost
+    resumed = Trainer(CrashingLM(crash_at=None, seed=123), split_cfg, TRAIN, EVAL, accuracy)
+    result = resumed.fit(resume=True)
 
-    assert before + after == straight_losses
+    assert result["start_step"] == every and result["step"] == steps
+    assert [r["loss"] for r in result["history"]["train"]] == straight_losses[every:]
+    without_clock = [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in read_jsonl(metrics)]
+    assert without_clock == [
+        {k: v for k, v in r.items() if k != "tokens_per_s"} for r in read_jsonl(tmp_path / "straight" / "metrics.jsonl")
+    ]
     for (name, expected), actual in zip(
         straight.module.state_dict().items(), resumed.module.state_dict().values(), strict=True
     ):
         assert torch.equal(actual, expected), name
+    assert_same_optimizer_state(resumed.optimizer, straight.optimizer)
     assert torch.equal(torch.get_rng_state(), straight_rng)
 
 
@@ -232,10 +250,15 @@ def test_any_torch_optimizer_gets_the_schedule():
     assert [r["lr"] for r in result["history"]["train"][:2]] == [0.25, 0.5]
 
 
-def test_bf16_autocast_trains():
-    result = Trainer(ToyLM(), config(bf16=True), TRAIN, EVAL, accuracy).fit()
+@pytest.mark.parametrize("bf16", [False, True])
+def test_bf16_flag_runs_the_forward_in_bfloat16_and_trains(bf16):
+    model, dtypes = ToyLM(), set()
+    model.head.register_forward_hook(lambda module, inputs, output: dtypes.add(output.dtype))
+    result = Trainer(model, config(bf16=bf16), TRAIN, EVAL, accuracy).fit()
+    assert dtypes == {torch.bfloat16 if bf16 else torch.float32}  # training and evaluation forwards alike
+    assert model.head.weight.dtype == torch.float32  # autocast: the parameters and the optimizer stay in float32
     losses = [r["loss"] for r in result["history"]["train"]]
-    assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
+    assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < 0.5 * losses[0]
 
 
 def test_token_loss_ignores_unlabelled_tokens():

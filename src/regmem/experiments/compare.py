@@ -1,8 +1,9 @@
 """`regmem compare`: train several mixers on one task with one preset and budget; write a leaderboard.
 
-For each mixer (and each value of an optional sweep over a task field) one LM is trained from the same seed
-on the same generated data, and evaluated on held-out data. Outputs go to `<out_dir>/<task>-<timestamp>/`:
-leaderboard.md, results.csv, results.json and plot.png (accuracy against the swept value, or a bar chart).
+For each mixer (and each value of an optional sweep over a task field) one cell is trained by `train_cell`, the
+path `regmem train` takes, from the same seed on the same generated data, and evaluated on held-out data.
+Outputs go to `<out_dir>/<task>-<timestamp>/`: leaderboard.md, results.csv, results.json and plot.png
+(accuracy against the swept value, or a bar chart).
 """
 
 from __future__ import annotations
@@ -11,14 +12,12 @@ import csv
 import dataclasses
 import datetime
 import json
-import time
 from pathlib import Path
 
 from regmem.experiments.plots import plot_results
 from regmem.experiments.presets import Preset
-from regmem.experiments.runs import build_model, build_task, build_train_config
+from regmem.experiments.runs import Cell, train_cell
 from regmem.tasks import TASKS
-from regmem.train import Trainer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,29 +30,6 @@ class RunResult:
     train_seconds: float
     tokens_per_second: float
     steps: int
-
-
-def run_one(task_name: str, mixer: str, preset: Preset, task_overrides: dict, *, seed: int,
-            progress: bool) -> dict:
-    """Trains one mixer on one task point; returns the RunResult fields (without mixer and sweep value)."""
-    task = build_task(task_name, preset, task_overrides)
-    train_data = task.generate(preset.num_train, seed=seed)
-    eval_data = task.generate(preset.num_eval, seed=seed + 1)
-    model = build_model(mixer, preset, task.vocab_size, seed=seed)
-    config = build_train_config(preset, seed=seed, progress=progress)
-    trainer = Trainer(model, config, train_data=train_data, eval_data=eval_data, metric=task.metric)
-    start = time.perf_counter()
-    summary = trainer.fit()
-    seconds = time.perf_counter() - start
-    steps = summary["step"]
-    return {
-        "accuracy": summary["metrics"]["accuracy"],  # the last evaluation, at the final or early-stop step
-        "parameters": model.num_parameters(),
-        "state_floats": model.state_size(task.seq_len),
-        "train_seconds": seconds,
-        "tokens_per_second": steps * preset.batch_size * task.seq_len / seconds,
-        "steps": steps,
-    }
 
 
 def parse_sweep(text: str | None) -> tuple[str | None, list]:
@@ -81,9 +57,9 @@ def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | N
         overrides = {field: value} if field else {}
         for mixer in mixers:
             log(f"[compare] {task_name} {mixer} {field or ''}{'=' if field else ''}{value if field else ''}")
-            fields = run_one(task_name, mixer, preset, overrides, seed=seed, progress=progress)
-            results.append(RunResult(mixer=mixer, sweep_value=value, **fields))
-            log(f"[compare]   accuracy {fields['accuracy']:.3f} in {fields['train_seconds']:.1f}s")
+            trained = train_cell(Cell(task_name, mixer, preset, seed=seed, task_overrides=overrides), progress=progress)
+            results.append(RunResult(mixer=mixer, sweep_value=value, **trained.row()))
+            log(f"[compare]   accuracy {trained.accuracy:.3f} in {trained.train_seconds:.1f}s")
     write_outputs(run_dir, task_name, preset, field, results)
     log((run_dir / "leaderboard.md").read_text())
     log(f"wrote {run_dir}")

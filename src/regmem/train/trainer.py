@@ -120,9 +120,10 @@ class Trainer:
     def fit(self, resume: bool = False) -> dict[str, Any]:
         """Trains to config.steps (or the target metric); resume=True continues from out_dir's checkpoint.
 
-        Returns {"step": steps done, "metrics": the last evaluation ({} without eval_data), "stopped_early": bool,
-        "history": {"train": [{"step", "loss", "lr", "grad_norm", "tokens_per_s"}, ...] every log_every steps,
-        "eval": [{"step", "loss", <metrics>}, ...]}}, the history covering the steps of this call.
+        Returns {"step": steps done, "start_step": the step this call started from (the checkpoint's on resume,
+        else 0), "metrics": the last evaluation ({} without eval_data), "stopped_early": bool, "history":
+        {"train": [{"step", "loss", "lr", "grad_norm", "tokens_per_s"}, ...] every log_every steps, "eval":
+        [{"step", "loss", <metrics>}, ...]}}, the history covering the steps of this call.
         """
         config = self.config
         start = self._restore() if resume else self._start()
@@ -153,7 +154,8 @@ class Trainer:
         bar.close()
         if not metrics and self.eval_data is not None:
             metrics = self.evaluate()  # a resumed run that had nothing left to train
-        return {"step": done, "metrics": metrics, "stopped_early": stopped_early, "history": history}
+        return {"step": done, "start_step": start, "metrics": metrics, "stopped_early": stopped_early,
+                "history": history}
 
     def _train_step(self, step: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One optimizer step on global batch `step`; returns (the global mean token loss, the gradient norm before

@@ -20,8 +20,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from regmem.experiments.compare import run_one
 from regmem.experiments.presets import Preset
+from regmem.experiments.runs import Cell, train_cell
 
 
 def claim(mixer: str, pairs: int, d_model: int) -> str:
@@ -71,7 +71,7 @@ def run_mqar(settings: MQARSettings | None = None, *, progress: bool = False, lo
         preset = preset_for(settings, pairs, seq_len)
         for mixer in settings.mixers:
             log(f"[ttr-mqar] {mixer}, P={pairs}, seq_len={seq_len}")
-            fields = run_one("mqar", mixer, preset, {}, seed=settings.seed, progress=progress)
+            fields = train_cell(Cell("mqar", mixer, preset, seed=settings.seed), progress=progress).row()
             rows.append({"mixer": mixer, "pairs": pairs, "seq_len": seq_len, **fields})
             log(f"[ttr-mqar]   accuracy {fields['accuracy']:.3f} in {fields['train_seconds']:.0f}s")
     return {"settings": asdict(settings), "rows": rows}
