@@ -92,3 +92,52 @@ def test_bench_memory_reports_a_peak_per_row(tmp_path):
     rows = json.loads(json_file.read_text())["rows"]
     assert len(rows) == 2 and all(r["peak_mb"] >= 0 for r in rows)
     assert "peak MiB" in next(tmp_path.glob("*-ops.md")).read_text()
+
+
+def _fake_fla(root):
+    """A package named fla whose __init__ fails (as the real one does without triton), so the case must load naive.py
+    by its file; its naive_chunk_gated_delta_rule runs regmem's own op."""
+    naive = root / "fla" / "ops" / "gated_delta_rule"
+    naive.mkdir(parents=True)
+    (root / "fla" / "__init__.py").write_text("raise ImportError('fla needs triton')\n")
+    (naive / "naive.py").write_text(
+        "from regmem.ops import gated_delta_rule\n\n"
+        "def naive_chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=64):\n"
+        "    return gated_delta_rule(q, k, v, g, beta, chunk_size=chunk_size)\n"
+    )
+
+
+def test_bench_compares_with_fla_naive_loaded_from_its_file(tmp_path, monkeypatch):
+    from regmem.bench.external import load_fla_file
+
+    _fake_fla(tmp_path / "site")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    load_fla_file.cache_clear()
+    try:
+        main(["bench", "ops", "--seq-lens", "32", "--heads", "1", "--head-dim", "8", "--chunk-size", "16",
+              "--min-run-time", "0.001", "--forms", "chunk,recurrent", "--ops",
+              "gated_delta_rule,fla_naive_gated_delta_rule", "--out-dir", str(tmp_path / "out")])
+    finally:
+        load_fla_file.cache_clear()
+    rows = json.loads(next((tmp_path / "out").glob("*-ops.json")).read_text())["rows"]
+    assert sorted((r["op"], r["form"]) for r in rows if r["op"].startswith("fla")) == [
+        ("fla_naive_gated_delta_rule", "chunk")] * 2  # chunk only, fwd and fwdbwd
+    table = next((tmp_path / "out").glob("*-ops.md")).read_text().split("## Against public implementations")[1]
+    lines = [line for line in table.splitlines() if line.startswith("| gated_delta_rule vs")]
+    assert [line.split("|")[3].strip() for line in lines] == ["fwd", "fwdbwd"]
+
+
+def test_bench_names_the_extra_when_fla_is_missing(tmp_path, monkeypatch):
+    import importlib.util
+
+    from regmem.bench.external import load_fla_file
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "fla" else real_find_spec(name, *a))
+    load_fla_file.cache_clear()
+    try:
+        with pytest.raises(SystemExit, match=r"pip install 'regmem\[bench\]'"):
+            main(["bench", "ops", "--ops", "fla_naive_gated_delta_rule", "--out-dir", str(tmp_path)])
+    finally:
+        load_fla_file.cache_clear()

@@ -41,11 +41,17 @@ def _cmd_recipes(args) -> None:
 
 
 def _cmd_bench_ops(args) -> None:
-    from regmem.bench import CASES, run, targets_table, write
+    from regmem.bench import ALL_CASES, EXTERNAL_CASES, run, targets_table, write
+    from regmem.bench.external import load_fla_file
 
-    unknown = [c for c in args.ops if c not in CASES]
+    unknown = [c for c in args.ops if c not in ALL_CASES]
     if unknown:
-        raise SystemExit(f"--ops: unknown {unknown}; known: {sorted(CASES)}")
+        raise SystemExit(f"--ops: unknown {unknown}; known: {sorted(ALL_CASES)}")
+    if any(c in EXTERNAL_CASES for c in args.ops):
+        try:
+            load_fla_file("ops/gated_delta_rule/naive.py")
+        except ImportError as err:
+            raise SystemExit(f"--ops: {err}") from None
     torch.set_num_threads(args.threads or torch.get_num_threads())
     result = run(
         args.ops, args.forms, args.seq_lens, batch=args.batch, heads=args.heads, head_dim=args.head_dim,
@@ -124,6 +130,8 @@ def _cmd_repro(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from regmem.bench import CASES, EXTERNAL_CASES
+
     parser = argparse.ArgumentParser(
         prog="regmem",
         description="regmem: sequence models built on associative memory (test-time regression).",
@@ -137,11 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_kinds = bench.add_subparsers(dest="kind", required=True, metavar="KIND")
     ops = bench_kinds.add_parser("ops", help="time forward and forward+backward of ops and forms")
     ops.add_argument("--ops", type=_name_list, default=["linear_attn", "gla_scalar", "gla_diagonal"],
-                     help="comma-separated cases (see regmem.bench.CASES): linear_attn, linear_attn_normalized, "
-                          "gla_scalar, gla_diagonal, delta_rule, gated_delta_rule, gated_delta_rule_diagonal, "
-                          "longhorn, nlms, delta_product, momentum_delta_rule, multi_step_gd, least_squares, "
-                          "weighted_least_squares, least_squares_cg, softmax_attn, local_linear_attn, "
-                          "kernel_regression, hla2, ahla")
+                     help=f"comma-separated cases: {', '.join(CASES)}; to compare against public code (pip install "
+                          f"'regmem[bench]'): {', '.join(EXTERNAL_CASES)}")
     ops.add_argument("--forms", type=_name_list, default=["chunk", "recurrent"],
                      help="comma-separated forms: chunk, recurrent, reference (reference is O(T^2) memory)")
     ops.add_argument("--seq-lens", type=_int_list, default=[1024, 4096, 16384], help="comma-separated T values")

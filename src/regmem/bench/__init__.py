@@ -2,7 +2,10 @@
 length; results go to benchmarks/results/."""
 
 from regmem.bench.decode import decode_table, run_decode
-from regmem.bench.ops import CASES, DEFAULT_CASES, run
-from regmem.bench.report import markdown_table, targets_table, write
+from regmem.bench.ops import ALL_CASES, CASES, DEFAULT_CASES, EXTERNAL_CASES, run
+from regmem.bench.report import comparison_table, markdown_table, targets_table, write
 
-__all__ = ["CASES", "DEFAULT_CASES", "decode_table", "markdown_table", "run", "run_decode", "targets_table", "write"]
+__all__ = [
+    "ALL_CASES", "CASES", "DEFAULT_CASES", "EXTERNAL_CASES", "comparison_table", "decode_table", "markdown_table",
+    "run", "run_decode", "targets_table", "write",
+]

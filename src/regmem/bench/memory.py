@@ -41,9 +41,9 @@ def _maxrss_mb() -> float:
 def _measure(case_name, shape, dtype, form, pass_) -> float:
     import torch
 
-    from regmem.bench.ops import CASES, _step
+    from regmem.bench.ops import ALL_CASES, _step
 
-    case = CASES[case_name]
+    case = ALL_CASES[case_name]
     inputs = case.make_inputs(shape, dtype, torch.Generator().manual_seed(0))
     kwargs = {"mode": form, **({"chunk_size": shape.chunk_size} if form == "chunk" else {})}
     step = _step(case, inputs, kwargs, pass_)

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from regmem.bench.external import fla_naive_gated_delta_rule
 from regmem.bench.timing import matmul_gflops, median_seconds
 from regmem.ops import (
     ahla,
@@ -47,6 +48,7 @@ class OpCase:
     call: Callable[..., tuple]
     # Multiply-adds x 2 per token of one forward pass: (form, shape) -> FLOPs per token.
     flops_per_token: Callable[[str, Shape], float]
+    forms: tuple[str, ...] = ("chunk", "recurrent", "reference")  # the forms the case has; others are skipped
 
 
 def _qkv(s: Shape, dtype, gen, *, unit_keys: bool = False):
@@ -223,6 +225,14 @@ CASES = {
     "ahla": OpCase("ahla", _per_head_decay, ahla, _ahla_flops),
 }
 DEFAULT_CASES = ("linear_attn", "gla_scalar", "gla_diagonal")
+# Public implementations to compare against (bench/external.py; `pip install 'regmem[bench]'`), on the inputs of
+# the regmem case they mirror.
+EXTERNAL_CASES = {
+    "fla_naive_gated_delta_rule": OpCase("fla_naive_gated_delta_rule", _delta_inputs, fla_naive_gated_delta_rule,
+                                         _delta_flops, forms=("chunk",)),
+}
+ALL_CASES = CASES | EXTERNAL_CASES
+MIRRORS = {"fla_naive_gated_delta_rule": "gated_delta_rule"}  # external case -> the regmem case it is compared with
 
 
 def forward_flops(case: OpCase, form: str, s: Shape) -> float:
@@ -243,11 +253,11 @@ def run(
     rows = []
     gen = torch.Generator().manual_seed(0)
     for name in case_names:
-        case = CASES[name]
+        case = ALL_CASES[name]
         for T in seq_lens:
             shape = Shape(batch, T, heads, head_dim, head_dim, chunk_size)
             inputs = case.make_inputs(shape, dtype, gen)
-            for form in forms:
+            for form in (f for f in forms if f in case.forms):
                 kwargs = {"mode": form, **({"chunk_size": chunk_size} if form == "chunk" else {})}
                 for pass_ in ("fwd", "fwdbwd"):
                     seconds = median_seconds(_step(case, inputs, kwargs, pass_), min_run_time=min_run_time)

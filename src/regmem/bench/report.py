@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from regmem.bench.ops import MIRRORS
+
 
 def markdown_table(result: dict) -> str:
     meta = result["meta"]
@@ -50,6 +52,23 @@ def targets_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def comparison_table(result: dict) -> str:
+    """regmem's chunk form against each public implementation timed in the same run (bench/external.py), per T and
+    pass; empty when the run had none."""
+    rows = result["rows"]
+    lines = []
+    for theirs, ours in MIRRORS.items():
+        for row in (r for r in rows if r["op"] == theirs and r["form"] == "chunk"):
+            mine = _find(rows, op=ours, form="chunk", T=row["T"], **{"pass": row["pass"]})
+            if mine:
+                lines.append(f"| {ours} vs {theirs} | {row['T']} | {row['pass']} | {mine['ms']:.1f} | "
+                             f"{row['ms']:.1f} | {row['ms'] / mine['ms']:.1f}x |")
+    if not lines:
+        return ""
+    return "\n".join(["| comparison | T | pass | regmem ms | theirs ms | regmem speed-up |",
+                      "|---|---:|---|---:|---:|---:|", *lines])
+
+
 def write(result: dict, out_dir: Path, stem: str, markdown: str | None = None) -> tuple[Path, Path]:
     """Writes <stem>.json and <stem>.md; the markdown is the ops table and its targets unless given."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -58,5 +77,7 @@ def write(result: dict, out_dir: Path, stem: str, markdown: str | None = None) -
     json_path.write_text(json.dumps(result, indent=1))
     if markdown is None:
         markdown = f"{markdown_table(result)}\n\n## Targets\n\n{targets_table(result)}"
+        if comparison := comparison_table(result):
+            markdown += f"\n\n## Against public implementations\n\n{comparison}"
     md_path.write_text(f"# {stem}\n\n{markdown}\n")
     return json_path, md_path

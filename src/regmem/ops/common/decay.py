@@ -15,13 +15,37 @@ def segsum(g: torch.Tensor) -> torch.Tensor:
     """g: [..., T] -> D: [..., T, T] with D[t, s] = sum_{j=s+1}^{t} g_j for s <= t and -inf above the diagonal.
 
     exp(D) is the causal decay matrix L of ttr.md §2.2 L6 (L_{ts} = prod_{j=s+1}^t gamma_j)."""
-    T = g.shape[-1]
-    x = g.unsqueeze(-1).expand(*g.shape, T)  # [..., T(t), T(s)], x[t, s] = g_t
-    strictly_lower = torch.ones(T, T, dtype=torch.bool, device=g.device).tril(-1)
-    x = x.masked_fill(~strictly_lower, 0.0)  # keep g_t only where t > s
-    D = x.cumsum(dim=-2)  # D[t, s] = sum_{s < j <= t} g_j
-    causal = torch.ones(T, T, dtype=torch.bool, device=g.device).tril()
-    return D.masked_fill(~causal, float("-inf"))
+    return _SegmentSums.apply(g)
+
+
+class _SegmentSums(torch.autograd.Function):
+    """segsum with its backward written out: autograd through the cumsum over the [..., T, T] matrix would run
+    flip-cumsum-flip over it, three passes where two serve (dD below is the gradient of D)."""
+
+    @staticmethod
+    def forward(g):
+        T = g.shape[-1]
+        x = g.unsqueeze(-1).expand(*g.shape, T)  # [..., T(t), T(s)], x[t, s] = g_t
+        strictly_lower = torch.ones(T, T, dtype=torch.bool, device=g.device).tril(-1)
+        D = x.masked_fill(~strictly_lower, 0.0).cumsum(dim=-2)  # D[t, s] = sum_{s < j <= t} g_j
+        causal = torch.ones(T, T, dtype=torch.bool, device=g.device).tril()
+        return D.masked_fill_(~causal, float("-inf"))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, dD):
+        # dg_j = sum_{t >= j} sum_{s < j} dD[t, s]: a prefix sum along s, then a masked sum down the column t >= j.
+        # Only entries with s < t are ever read, so the (-inf) upper triangle's gradient never enters.
+        T = dD.shape[-1]
+        if T < 2:
+            return dD.new_zeros(dD.shape[:-1])
+        before = dD[..., :-1].cumsum(dim=-1)  # [..., T(t), T-1(j-1)], sum_{s < j} dD[t, s] in column j - 1
+        from_j_on = torch.ones(T, T - 1, dtype=torch.bool, device=dD.device).tril(-1)  # t >= j, i.e. t > j - 1
+        dg = before.masked_fill(~from_j_on, 0.0).sum(dim=-2)  # [..., T-1], dg_1 .. dg_{T-1}
+        return torch.cat([dg.new_zeros(*dg.shape[:-1], 1), dg], dim=-1)  # dg_0 = 0: no sum contains g_0
 
 
 def suffix_exclusive(g: torch.Tensor, dim: int) -> torch.Tensor:

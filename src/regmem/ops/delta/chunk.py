@@ -24,8 +24,10 @@ Legend: B batch, T time, H heads, K key dim, V value dim, N chunks, C chunk size
 from __future__ import annotations
 
 import torch
+from einops import rearrange
 
-from regmem.ops.common import decayed_scores, merge_chunks, split_chunks, suffix_exclusive
+from regmem.ops.common import decayed_scores, pad_time, segsum, suffix_exclusive
+from regmem.ops.delta.wy import chunk_state_scan, unit_lower_inverse
 
 
 def delta_chunk_core(q, k, v, g, beta, *, initial_state, chunk_size):
@@ -36,58 +38,57 @@ def delta_chunk_core(q, k, v, g, beta, *, initial_state, chunk_size):
     S0 = initial_state if initial_state is not None else q.new_zeros(B, H, K, V)
     if T == 0:
         return v.new_zeros(B, 0, H, V), S0
-    # Step 0: pad T to N * C with neutral tokens (k = v = 0, beta = 0, g = 0) and split into chunks.
-    q, k, v = (split_chunks(x, chunk_size) for x in (q, k, v))  # [B, H, N, C, K|V]
-    beta = split_chunks(beta, chunk_size).unsqueeze(-1)  # [B, H, N, C, 1]
-    g = split_chunks(g, chunk_size) if g is not None else None  # [B, H, N, C] or [B, H, N, C, K]
+    # Step 0: pad T to N * C with neutral tokens (k = v = 0, beta = 0, g = 0) and split into chunks, chunk-major
+    # with batch and heads as one row dim R = B * H, so that each chunk of the state pass is one contiguous slice.
+    q, k, v = (_chunk_major(x, chunk_size) for x in (q, k, v))  # [N, R, C, K|V]
+    beta = _chunk_major(beta, chunk_size).unsqueeze(-1)  # [N, R, C, 1]
+    g = _chunk_major(g, chunk_size) if g is not None else None  # [N, R, C] or [N, R, C, K]
 
     # Step 1: log-decays inside each chunk, each a direct sum of the gates it spans.
-    k_in, q_in, k_out, decay = _decayed_keys(q, k, g)  # [B, H, N, C, K] x3, [B, H, N, K|1, 1]
+    beta_k_in, q_in, k_out, decay = _decayed_keys(q, k, g, beta)  # [N, R, C, K] x3, [N, R, K|1, 1]
 
     # Step 2: decayed scores within the chunk: key-key (strictly lower, the UT system) and query-key (s <= t).
-    strictly_lower = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=q.device).tril(-1)
-    KK, P = _scores(torch.stack([k, q]), k, g).unbind(0)  # [B, H, N, C, C] each, one decay construction
-    A = (beta * KK).masked_fill(~strictly_lower, 0.0)  # [B, H, N, C, C]
+    KK, P = _scores(q, k, g)  # [N, R, C, C] each
 
-    # Step 3: UT transform, one unit-lower-triangular solve per chunk for both WY factors at once.
-    rhs = torch.cat([beta * k_in, beta * v], dim=-1)  # [B, H, N, C, K + V]
-    WU = torch.linalg.solve_triangular(A, rhs, upper=False, unitriangular=True)  # [B, H, N, C, K + V]
-    W, U_prime = WU.split([K, V], dim=-1)  # [B, H, N, C, K], [B, H, N, C, V]
+    # Step 3: UT transform: the WY factors W = (I + A)^{-1} diag(beta) (K ⊙ e^b), U' = (I + A)^{-1} diag(beta) V.
+    inverse = unit_lower_inverse(beta * KK)  # [N, R, C, C]; reads (and differentiates) only the strict lower part
+    W, U_prime = inverse @ beta_k_in, inverse @ (beta * v)  # [N, R, C, K], [N, R, C, V]
 
-    # Step 4: inter-chunk pass: pseudo-values from the entering state, then the state after the chunk.
-    # unbind, not W[:, :, n]: the backward of indexing would zero-fill all of W once per chunk (O(N^2)).
-    entering, pseudo_values = [], []
-    S = S0
-    for W_n, U_n, k_n, decay_n in zip(W.unbind(2), U_prime.unbind(2), k_out.unbind(2), decay.unbind(2),
-                                      strict=True):
-        entering.append(S)
-        U_n = U_n - W_n @ S  # [B, H, C, V], u_t = beta_t (v_t - (e^{g_t} ⊙ S_{t-1})^T k_t)
-        pseudo_values.append(U_n)
-        S = decay_n * S + k_n.transpose(-1, -2) @ U_n  # [B, H, K, V]
-    S_in = torch.stack(entering, dim=2)  # [B, H, N, K, V], state entering each chunk
-    U = torch.stack(pseudo_values, dim=2)  # [B, H, N, C, V]
+    # Step 4: inter-chunk pass: pseudo-values U = U' - W S_n from the entering state, then the state after the
+    # chunk (wy.py: one loop each way, two fused matmuls per chunk).
+    S_in, U, S = chunk_state_scan(W, U_prime, k_out, decay, S0.flatten(0, 1))  # [N, R, K, V], [N, R, C, V]
 
     # Step 5: outputs, from the entering state and from the chunk's own pseudo-values.
-    o = q_in @ S_in + P @ U  # [B, H, N, C, V]
-    return merge_chunks(o, T), S
+    o = torch.baddbmm((q_in @ S_in).flatten(0, 1), P.flatten(0, 1), U.flatten(0, 1)).unflatten(0, (-1, B * H))
+    o = rearrange(o, "n (b h) c v -> b (n c) h v", b=B)[:, :T]  # [B, T, H, V]
+    return o, S.unflatten(0, (B, H))
 
 
-def _decayed_keys(q, k, g):
-    """k ⊙ e^{b_t}, q ⊙ e^{b_t}, k ⊙ e^{b_C - b_s} and the whole-chunk decay e^{b_C} ([B, H, N, K|1, 1])."""
+def _chunk_major(x, chunk_size):
+    """[B, T, H, ...] -> [N, B * H, C, ...], T padded to N * C."""
+    return rearrange(pad_time(x, chunk_size), "b (n c) h ... -> n (b h) c ...", c=chunk_size)
+
+
+def _decayed_keys(q, k, g, beta):
+    """beta_t k_t ⊙ e^{b_t}, q ⊙ e^{b_t}, k ⊙ e^{b_C - b_s} and the whole-chunk decay e^{b_C} ([N, R, K|1, 1])."""
     if g is None:
-        return k, q, k, q.new_ones(*q.shape[:3], 1, 1)
-    g_channels = g.unsqueeze(-1) if g.ndim == 4 else g  # [B, H, N, C, K|1]
-    b_in = g_channels.cumsum(dim=3)  # [B, H, N, C, K|1], from the chunk start to t (inclusive)
-    b_out = suffix_exclusive(g_channels, dim=3)  # [B, H, N, C, K|1], from s (exclusive) to the chunk end
-    b_total = g_channels.sum(dim=3)  # [B, H, N, K|1], across the whole chunk
-    return k * torch.exp(b_in), q * torch.exp(b_in), k * torch.exp(b_out), torch.exp(b_total).unsqueeze(-1)
+        return beta * k, q, k, q.new_ones(*q.shape[:2], 1, 1)
+    g_channels = g.unsqueeze(-1) if g.ndim == 3 else g  # [N, R, C, K|1]
+    b_in = g_channels.cumsum(dim=2)  # [N, R, C, K|1], from the chunk start to t (inclusive)
+    b_out = suffix_exclusive(g_channels, dim=2)  # [N, R, C, K|1], from s (exclusive) to the chunk end
+    b_total = g_channels.sum(dim=2)  # [N, R, K|1], across the whole chunk
+    decay_in = torch.exp(b_in)  # beta folds into it while it is [N, R, C, 1] for a scalar gate
+    return k * (beta * decay_in), q * decay_in, k * torch.exp(b_out), torch.exp(b_total).unsqueeze(-1)
 
 
-def _scores(x, y, g):
-    """x: [..., B, H, N, C, K], y: [B, H, N, C, K] -> [..., B, H, N, C, C],
-    sum_k x_tk y_sk exp(sum_{s<j<=t} g_jk) for s <= t, else 0."""
-    if g is None:
-        C = y.shape[3]
-        causal = torch.ones(C, C, dtype=torch.bool, device=x.device).tril()
-        return (x @ y.transpose(-1, -2)).masked_fill(~causal, 0.0)
-    return decayed_scores(x, y, g)
+def _scores(q, k, g):
+    """q, k: [N, R, C, K] -> the key-key and query-key scores [N, R, C, C] each,
+    sum_k x_tk k_sk exp(sum_{s<j<=t} g_jk) for s <= t, else 0."""
+    if g is None or g.ndim == 3:  # no gate or a scalar one: one decay matrix serves both products
+        C = k.shape[2]
+        causal = torch.ones(C, C, dtype=torch.bool, device=k.device).tril()
+        L = causal if g is None else torch.exp(segsum(g))  # [C, C] or [N, R, C, C], zero above the diagonal
+        return (k @ k.transpose(-1, -2)) * L, (q @ k.transpose(-1, -2)) * L
+    # a diagonal gate: the per-channel decays are built once for both products (N, R play heads and chunks)
+    both = decayed_scores(torch.stack([k, q]).unsqueeze(1), k.unsqueeze(0), g.unsqueeze(0))  # [2, 1, N, R, C, C]
+    return both.squeeze(1).unbind(0)
