@@ -197,8 +197,10 @@ def test_bad_input_raises_value_error_naming_the_argument(case):
 
 
 def positive_inputs(B, T, H, K, V, *, dtype=torch.float64, decay=True, with_state=True, seed=0):
-    """Non-negative q, k and a state with S, m >= 0 entrywise and h = 0 keep every den_t > 0 and well away from 0,
-    so the ratio is well conditioned and float32 comparisons measure the algorithm."""
+    """Non-negative q, k and a state with S, m >= 0 entrywise and h = 0 keep every den_t of the unmasked operator
+    > 0 and away from 0, so the ratio is well conditioned and float32 comparisons measure the algorithm. The masked
+    operator subtracts h_t from S_t m_t, and its den_t can still change sign (min den -0.43 for the fixed inputs
+    of the tests below with decay, min |den| 0.039; -2.5 for B=2, T=63, K=2)."""
     inputs = hla_inputs(B, T, H, K, V, dtype=dtype, decay=decay, with_state=with_state, seed=seed)
     inputs["q"], inputs["k"] = inputs["q"].abs(), inputs["k"].abs()
     if with_state:
@@ -330,7 +332,11 @@ def test_normalized_split_and_carry_state_equals_one_call(mode):
 )
 def test_forms_match_reference_property(B, T, H, K, V, chunk_size, decay, with_state, masked, normalize):
     """Random shapes, float64: recurrent == reference and chunk == reference (outputs, state, every gradient).
-    Normalised runs use the positive inputs, so den_t stays away from zero."""
+    Normalised runs use the positive inputs and eps = 0.1: the masked den_t can cross zero even for positive
+    inputs, and near a crossing num / (den + eps sign(den)) amplifies the forms' rounding differences by up to
+    1 / eps^2 in the gradients (with the default eps = 1e-6 the thorough profile found gradients of 2e7 differing
+    by 3e-9 at B=2, T=63, H=2, K=2, V=1); eps = 0.1 bounds that, so the comparison measures the algorithm."""
     make = positive_inputs if normalize else hla_inputs
     inputs = make(B, T, H, K, V, decay=decay, with_state=with_state)
-    assert_forms_agree(partial(hla2, masked=masked, normalize=normalize), inputs, chunk_size=chunk_size)
+    options = {"normalize": True, "eps": 0.1} if normalize else {}
+    assert_forms_agree(partial(hla2, masked=masked, **options), inputs, chunk_size=chunk_size)
