@@ -5,6 +5,9 @@ with gamma_t = exp(dt_t A) (recipe "mamba2").
     S_t = exp(dt_t A) S_{t-1} + B_t (dt_t x_t)^T,   y_t = S_t^T C_t + D x_t,   out = W_out norm(y) ⊙ silu(z)
 
 so the op sees q = C, k = B (shared by the heads of a group), v = dt x and g = dt A, with scale 1.
+
+Padding: padded inputs are zeroed and get dt = 0 (no decay, no write); the conv cache ends at each row's last
+real token (conv.py), so a left- or right-padded prefill followed by one-token steps equals the unpadded run.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ class Mamba2(Mixer):
         conv_cache, memory = state if state is not None else (None, None)
         z, xbc, dt = self.in_proj(x).split([self.n_heads * self.head_dim, self.conv_dim, self.n_heads], dim=-1)
         if self.conv is not None:
-            xbc, cache = self.conv(xbc, conv_cache[0] if conv_cache is not None else None)
+            xbc, cache = self.conv(xbc, conv_cache[0] if conv_cache is not None else None, mask)
             conv_cache = (cache,)
         xs, B, C = xbc.split([self.n_heads * self.head_dim, *(2 * [self.n_groups * self.state_dim])], dim=-1)
         xs = split_heads(xs, self.head_dim)  # [B, T, H, P]
