@@ -3,6 +3,8 @@ values and step sizes, i.e. a product of n_h generalised Householder transitions
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -12,6 +14,7 @@ from regmem.layers.conv import ShortConvolution
 from regmem.layers.memory import MemoryMixer, MemoryState, mask_log_gate
 from regmem.layers.norm import l2_normalize
 from regmem.ops import delta_product
+from regmem.recipe import Recipe, Solver
 
 
 class DeltaProduct(MemoryMixer):
@@ -67,3 +70,16 @@ class DeltaProduct(MemoryMixer):
         k = k.unflatten(-1, (n, self.n_kv_heads, self.key_dim)).transpose(2, 3)  # [B, T, H_kv, n_h - 1, K]
         v = v.unflatten(-1, (n, self.n_kv_heads, self.value_dim)).transpose(2, 3)  # [B, T, H_kv, n_h - 1, V]
         return l2_normalize(repeat_heads(k, self.n_heads)), repeat_heads(v, self.n_heads), new_cache
+
+    @property
+    def recipe(self) -> Recipe:
+        """The registry's point with this layer's number of SGD steps per token (n_householder)."""
+        recipe = super().recipe
+        return dataclasses.replace(recipe, solver=Solver(recipe.solver.kind, steps=self.n_householder))
+
+    def state_size(self, seq_len: int) -> int:
+        """The skeleton's memory and q, k, v conv caches plus the caches of the extra keys' and values' convs."""
+        extra = 0
+        if self.extra_convs is not None:
+            extra = sum(c.conv.in_channels for c in self.extra_convs) * (self.short_conv - 1)
+        return super().state_size(seq_len) + extra
