@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from regmem.layers.gates import retnet_decay_exponents
 from regmem.layers.memory import MemoryMixer
 from regmem.ops import ahla, hla2
 
@@ -63,7 +64,7 @@ class _HigherOrder(MemoryMixer):
         super().__init__(d_model, n_heads, qk_norm=qk_norm, **memory_kwargs)
         self.decay_logit = None
         if decay:  # sigmoid(p_h) = 1 - 2^(-5 - h), RetNet's gammas
-            p = torch.log(2.0 ** (5.0 + torch.arange(n_heads, dtype=torch.float32)) - 1.0)  # [H]
+            p = torch.log(2.0 ** retnet_decay_exponents(n_heads) - 1.0)  # [H], logit(1 - 2^(-5 - h))
             self.decay_logit = nn.Parameter(p)
 
     def log_gamma(self) -> torch.Tensor | None:
