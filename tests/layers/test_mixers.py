@@ -171,6 +171,19 @@ def test_padding_does_not_change_real_tokens(case, side):
             _assert_close(y[b:b + 1, _real(n, T, side)], alone, f"row {b}")
 
 
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_mask_without_padding_is_no_mask(case):
+    mixer = _mixer(case)
+    x, ones = _x(2, 9), torch.ones(2, 9, dtype=torch.bool)
+    with torch.no_grad():
+        y, state = mixer(x)
+        y_masked, state_masked = mixer(x, attention_mask=ones)
+        _assert_close(y_masked, y, "prefill")
+        y_step, _ = mixer(x[:, :1], state)
+        y_step_masked, _ = mixer(x[:, :1], state_masked)
+    _assert_close(y_step_masked, y_step, "a step after the prefill")
+
+
 @pytest.mark.parametrize("side", ["left", "right"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_padded_prefill_then_steps_equals_unpadded_run(case, side):

@@ -45,8 +45,11 @@ from regmem.ops import ahla, hla2
 
 def pack_and_run(op, q, k, v, mask, **kwargs):
     """op(q, k, v, **kwargs) on the real tokens only: q, k: [B, T, H, K]; v: [B, T, H, V]; mask: [B, T] bool or
-    None. Returns o: [B, T, H, V] (zeros at padded tokens) and the op's final state (one per row)."""
-    if mask is None or bool(mask.all()):
+    None. Returns o: [B, T, H, V] (zeros at padded tokens) and the op's final state (one per row).
+
+    Any mask takes the packed path, even one without padding (no host read of the mask's values to decide);
+    packing reads the row lengths (`nonzero`, `cu_seqlens`), so an unmasked call is the one free of host syncs."""
+    if mask is None:
         return op(q, k, v, **kwargs)
     B, T, H, _ = q.shape
     real = mask.flatten().nonzero().squeeze(-1)  # [total], flat indices of real tokens
