@@ -71,6 +71,16 @@ RECIPES = {
 }
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_intra_op_thread():
+    """These tensors are tiny: a second intra-op thread only adds hand-offs, and on a busy two-core machine
+    those stall (the file took minutes with two threads, seconds with one). Restored after the module."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _registry_key(case: str) -> str:
     return case.split("-")[0]
 
