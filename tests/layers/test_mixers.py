@@ -1,115 +1,222 @@
-"""Every mixer: prefill + one-token steps == one full forward; padding (left or right) leaves the outputs of
-real tokens unchanged; gradients reach every parameter."""
+"""The mixer contract (regmem/layers/base.py), checked for every mixer of the registry in float64:
+
+- a prefill that returns a state, then one-token steps, equals one full forward;
+- left or right padding leaves the outputs of the real tokens unchanged;
+- a left- or right-padded prefill, then one-token steps, equals the unpadded run;
+- `state_size(T)` is exactly the number of floats the state holds after T tokens;
+- `recipe` is the mixer's point of the design space; gradients reach every parameter.
+
+The cases are every key of `MIXERS` with its defaults (a new mixer is covered by being registered), plus
+variants of some mixers' options. Sizes are small and chunks short (4), so prefills and padded runs cross
+several chunk boundaries and end inside a chunk.
+"""
+
+import inspect
 
 import pytest
 import torch
 
 from regmem.layers import MIXERS, build_mixer
+from regmem.recipe import Recipe, Regressor, Solver, Weights
 
-D_MODEL, HEADS = 32, 4
-VARIANTS = {
-    "attn": {},
-    "attn-qknorm-gqa-conv": {"qk_norm": True, "n_kv_heads": 2, "short_conv": 3},
-    "linear": {},
-    "linear-elu-gqa": {"feature_map": "elu_plus_one", "n_kv_heads": 2, "qk_norm": True},
+D_MODEL, HEADS, CHUNK = 16, 2, 4
+OPTION_VARIANTS = {  # "<registry key>-<what the options do>": options beyond the defaults
+    "attn-qknorm-gqa-conv": {"qk_norm": True, "n_kv_heads": 1, "short_conv": 3},
+    "attn-norotary": {"rotary": False},
+    "linear-elu-gqa": {"feature_map": "elu_plus_one", "n_kv_heads": 1, "qk_norm": True},
     "linear-taylor2": {"feature_map": "taylor2", "head_dim": 4, "output_gate": False},
-    "retnet": {},
-    "mamba2": {"state_size": 16},
-    "mamba2-groups": {"state_size": 8, "n_groups": 2, "head_dim": 8},
-    "gla": {"expand_v": 2.0},
-    "deltanet": {},
-    "deltanet-negeig": {"allow_neg_eigval": True, "chunk_size": 16},
-    "gated_deltanet": {"allow_neg_eigval": True},
-    "longhorn": {},
-    "nlms": {"qk_norm": False},
-    "delta_product": {"n_householder": 2},
-    "delta_product-3": {"n_householder": 3, "n_kv_heads": 2, "gate": False},
-    "titans": {},
-    "mesa": {},
-    "mesa-cg": {"solver": "cg", "cg_steps": 40, "n_kv_heads": 2},
-    "mesa-keyconv-nogate": {"short_conv": 2, "short_conv_on": "k", "write_gate": False, "n_kv_heads": 2},
-    "rls": {"qk_norm": False, "ridge_init": 2.0},
-    "local_linear": {},
-    "local_linear-gqa-conv": {"n_kv_heads": 2, "short_conv": 3, "qk_norm": False},
-    "hla": {},
-    "hla-normalized-gqa-conv": {"normalize": True, "n_kv_heads": 2, "short_conv": 3},
+    "mamba2-groups": {"n_groups": 2, "head_dim": 4},
+    "mamba2-noconv": {"short_conv": 0},
+    "gla-expandv": {"expand_v": 2.0},
+    "deltanet-negeig": {"allow_neg_eigval": True},
+    "deltanet-noconv": {"short_conv": 0},
+    "nlms-nonorm": {"qk_norm": False},
+    "delta_product-3": {"n_householder": 3, "n_kv_heads": 1, "gate": False},
+    "titans-noconv": {"short_conv": 0},
+    "mesa-cg": {"solver": "cg", "cg_steps": 40, "n_kv_heads": 1},
+    "mesa-keyconv-nogate": {"short_conv": 2, "short_conv_on": "k", "write_gate": False, "n_kv_heads": 1},
+    "rls-ridge": {"qk_norm": False, "ridge_init": 2.0},
+    "local_linear-gqa-conv": {"n_kv_heads": 1, "short_conv": 3, "qk_norm": False},
+    "local_linear-rotary": {"rotary": True},
+    "hla-normalized-gqa-conv": {"normalize": True, "n_kv_heads": 1, "short_conv": 3},
     "hla-nodecay": {"decay": False},
-    "ahla": {},
-    "ahla-gqa": {"n_kv_heads": 2},
+    "ahla-gqa": {"n_kv_heads": 1},
+}
+CASES = {name: {} for name in MIXERS} | OPTION_VARIANTS
+SMALLER = {"mamba2": {"state_size": 8}}  # defaults that are large for these sizes
+
+_LIN, _GD = Regressor("linear"), Solver("gd_step")
+# Each mixer's point of the design space (arXiv:2501.12352, Sec. 3 and Table 1; HLA is arXiv:2510.27258).
+RECIPES = {
+    "attn": Recipe(Weights("query_similarity"), Regressor("local_polynomial", degree=0), Solver("analytic")),
+    "linear": Recipe(Weights("uniform"), _LIN, _GD),
+    "linear-elu-gqa": Recipe(Weights("uniform"), Regressor("feature_linear", feature_map="phi"), _GD),
+    "linear-taylor2": Recipe(Weights("uniform"), Regressor("feature_linear", feature_map="phi"), _GD),
+    "retnet": Recipe(Weights("constant_decay"), _LIN, _GD),
+    "mamba2": Recipe(Weights("scalar_decay"), _LIN, _GD),
+    "gla": Recipe(Weights("diagonal_decay"), _LIN, _GD),
+    "deltanet": Recipe(Weights("uniform"), _LIN, Solver("sgd")),
+    "gated_deltanet": Recipe(Weights("uniform"), _LIN, Solver("sgd_weight_decay")),
+    "longhorn": Recipe(Weights("uniform"), _LIN, Solver("sgd_adaptive")),
+    "nlms": Recipe(Weights("uniform"), _LIN, Solver("sgd_adaptive")),
+    "delta_product": Recipe(Weights("uniform"), _LIN, Solver("sgd", steps=2)),
+    "delta_product-3": Recipe(Weights("uniform"), _LIN, Solver("sgd", steps=3)),
+    "titans": Recipe(Weights("uniform"), _LIN, Solver("sgd_momentum")),
+    "mesa": Recipe(Weights("scalar_decay"), _LIN, Solver("analytic")),
+    "mesa-keyconv-nogate": Recipe(Weights("scalar_decay"), _LIN, Solver("analytic")),
+    "rls": Recipe(Weights("uniform"), _LIN, Solver("analytic")),
+    "local_linear": Recipe(Weights("query_similarity"), Regressor("local_polynomial", degree=1), Solver("analytic")),
+    "hla": Recipe(Weights("constant_decay"), _LIN, Solver("metric_gd_step")),
+    "ahla": Recipe(Weights("constant_decay"), _LIN, _GD),
 }
 
 
-def _mixer(variant: str):
+@pytest.fixture(autouse=True, scope="module")
+def _one_intra_op_thread():
+    """These tensors are tiny: a second intra-op thread only adds hand-offs, and on a busy two-core machine
+    those stall (the file took minutes with two threads, seconds with one). Restored after the module."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _registry_key(case: str) -> str:
+    return case.split("-")[0]
+
+
+def _takes_chunk_size(cls) -> bool:
+    return any("chunk_size" in inspect.signature(c.__init__).parameters for c in cls.__mro__ if "__init__" in vars(c))
+
+
+def _mixer(case: str):
     torch.manual_seed(0)
-    name = variant.split("-")[0]  # variant ids: mixer name, then a description of the options
-    return build_mixer(name, D_MODEL, HEADS, **VARIANTS[variant]).eval()
+    name = _registry_key(case)
+    kwargs = SMALLER.get(name, {}) | ({"chunk_size": CHUNK} if _takes_chunk_size(MIXERS[name]) else {})
+    return build_mixer(name, D_MODEL, HEADS, **kwargs, **CASES[case]).double().eval()
+
+
+def _x(B: int, T: int) -> torch.Tensor:
+    return torch.randn(B, T, D_MODEL, dtype=torch.float64)
 
 
 def _assert_close(actual, expected, what):
-    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5, msg=lambda m: f"{what}: {m}")
+    torch.testing.assert_close(actual, expected, rtol=1e-9, atol=1e-10, msg=lambda m: f"{what}: {m}")
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
-def test_output_shape_and_recipe(variant):
-    mixer = _mixer(variant)
-    y, _ = mixer(torch.randn(2, 11, D_MODEL))
-    assert y.shape == (2, 11, D_MODEL)
-    assert mixer.recipe is not None and mixer.state_size(11) > 0
+def _decode(mixer, state, steps: torch.Tensor):
+    """Feeds steps [B, n, d_model] one token at a time; returns the outputs [B, n, d_model] and the state."""
+    ys = []
+    for t in range(steps.shape[1]):
+        y_t, state = mixer(steps[:, t:t + 1], state)
+        ys.append(y_t)
+    return torch.cat(ys, dim=1), state
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
-def test_prefill_then_single_steps_equals_full_forward(variant):
-    mixer = _mixer(variant)
-    x = torch.randn(2, 70, D_MODEL)
+def _floats(state) -> int:
+    """Floats held by a (nested) decoding state: the elements of its floating-point tensors."""
+    if isinstance(state, torch.Tensor):
+        return state.numel() if state.is_floating_point() else 0
+    if state is None:
+        return 0
+    return sum(_floats(s) for s in state)
+
+
+def _pad_mask(lengths, T, side):
+    mask = torch.zeros(len(lengths), T, dtype=torch.bool)
+    for b, n in enumerate(lengths):
+        mask[b, _real(n, T, side)] = True
+    return mask
+
+
+def _real(n, T, side):
+    return slice(T - n, T) if side == "left" else slice(0, n)
+
+
+def test_cases_cover_every_registered_mixer_and_name_one():
+    assert set(MIXERS) <= set(CASES)
+    assert all(_registry_key(case) in MIXERS for case in CASES), "a variant must start with a registry key"
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_recipe_is_the_mixers_point_of_the_design_space(case):
+    mixer = _mixer(case)
+    expected = RECIPES.get(case, RECIPES.get(_registry_key(case)))
+    assert mixer.recipe == expected, f"{case}: {mixer.recipe} != {expected}"
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_state_size_is_the_floats_of_the_state(case):
+    mixer = _mixer(case)
+    with torch.no_grad():
+        y, state = mixer(_x(3, 9))
+        assert y.shape == (3, 9, D_MODEL)
+        assert _floats(state) == 3 * mixer.state_size(9), f"{_floats(state) / 3} floats per row held"
+        _, state = mixer(_x(3, 1), state)
+        assert _floats(state) == 3 * mixer.state_size(10), f"{_floats(state) / 3} floats per row after a step"
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_prefill_then_single_steps_equals_full_forward(case):
+    mixer = _mixer(case)
+    x = _x(2, 13)
     with torch.no_grad():
         y_full, _ = mixer(x)
-        y_prefill, state = mixer(x[:, :45])
-        steps = []
-        for t in range(45, 70):
-            y_t, state = mixer(x[:, t:t + 1], state)
-            steps.append(y_t)
-    _assert_close(torch.cat([y_prefill, *steps], dim=1), y_full, "prefill + steps")
+        y_prefill, state = mixer(x[:, :7])
+        y_steps, _ = _decode(mixer, state, x[:, 7:])
+    _assert_close(torch.cat([y_prefill, y_steps], dim=1), y_full, "prefill + steps")
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
-@pytest.mark.parametrize("variant", list(VARIANTS))
-def test_padding_does_not_change_real_tokens(variant, side):
-    mixer = _mixer(variant)
-    lengths = [30, 19]
-    T = max(lengths)
-    x = torch.randn(2, T, D_MODEL)
-    mask = torch.zeros(2, T, dtype=torch.bool)
-    for b, n in enumerate(lengths):
-        real = slice(T - n, T) if side == "left" else slice(0, n)
-        mask[b, real] = True
+@pytest.mark.parametrize("case", list(CASES))
+def test_padding_does_not_change_real_tokens(case, side):
+    mixer = _mixer(case)
+    lengths, T = [10, 6, 1], 10
+    x = _x(3, T)
+    mask = _pad_mask(lengths, T, side)
     with torch.no_grad():
         y, _ = mixer(x.masked_fill(~mask.unsqueeze(-1), 7.0), attention_mask=mask)  # garbage in the padding
         for b, n in enumerate(lengths):
-            real = slice(T - n, T) if side == "left" else slice(0, n)
-            alone, _ = mixer(x[b:b + 1, real])
-            _assert_close(y[b:b + 1, real], alone, f"row {b}")
+            alone, _ = mixer(x[b:b + 1, _real(n, T, side)])
+            _assert_close(y[b:b + 1, _real(n, T, side)], alone, f"row {b}")
 
 
-@pytest.mark.parametrize("variant", ["attn", "linear", "mamba2"])
-def test_left_padded_prefill_then_steps_equals_unpadded(variant):
-    mixer = _mixer(variant)
-    x = torch.randn(1, 40, D_MODEL)
-    pad = torch.randn(1, 6, D_MODEL)
-    mask = torch.cat([torch.zeros(1, 6, dtype=torch.bool), torch.ones(1, 30, dtype=torch.bool)], dim=1)
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_mask_without_padding_is_no_mask(case):
+    mixer = _mixer(case)
+    x, ones = _x(2, 9), torch.ones(2, 9, dtype=torch.bool)
     with torch.no_grad():
-        y_alone, _ = mixer(x)
-        y, state = mixer(torch.cat([pad, x[:, :30]], dim=1), attention_mask=mask)
-        steps = []
-        for t in range(30, 40):
-            y_t, state = mixer(x[:, t:t + 1], state)
-            steps.append(y_t)
-    _assert_close(torch.cat([y[:, 6:], *steps], dim=1), y_alone, "padded prefill + steps")
+        y, state = mixer(x)
+        y_masked, state_masked = mixer(x, attention_mask=ones)
+        _assert_close(y_masked, y, "prefill")
+        y_step, _ = mixer(x[:, :1], state)
+        y_step_masked, _ = mixer(x[:, :1], state_masked)
+    _assert_close(y_step_masked, y_step, "a step after the prefill")
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
-def test_gradients_reach_every_parameter(variant):
-    mixer = _mixer(variant).train()
-    y, _ = mixer(torch.randn(2, 20, D_MODEL))
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_padded_prefill_then_steps_equals_unpadded_run(case, side):
+    """Rows of 9, 5 and 6 prompt tokens padded to 9, then 4 tokens decoded one at a time."""
+    mixer = _mixer(case)
+    lengths, T, n_steps = [9, 5, 6], 9, 4
+    mask = _pad_mask(lengths, T, side)
+    prompts = _x(3, T).masked_fill(~mask.unsqueeze(-1), -3.0)
+    steps = _x(3, n_steps)
+    with torch.no_grad():
+        y_prefill, state = mixer(prompts, attention_mask=mask)
+        y_steps, _ = _decode(mixer, state, steps)
+        for b, n in enumerate(lengths):
+            real = _real(n, T, side)
+            alone, _ = mixer(torch.cat([prompts[b:b + 1, real], steps[b:b + 1]], dim=1))
+            _assert_close(y_prefill[b:b + 1, real], alone[:, :n], f"row {b}, prefill")
+            _assert_close(y_steps[b:b + 1], alone[:, n:], f"row {b}, steps")
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_gradients_reach_every_parameter(case):
+    mixer = _mixer(case).train()
+    y, _ = mixer(_x(2, 9))
     (y * torch.randn_like(y)).sum().backward()
     for name, p in mixer.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, f"no gradient reaches {name}"
@@ -119,9 +226,9 @@ def test_unknown_mixer_and_bad_input_raise():
     with pytest.raises(ValueError, match="mixer"):
         build_mixer("lstm", D_MODEL, HEADS)
     with pytest.raises(ValueError, match="x must have shape"):
-        _mixer("gla")(torch.randn(2, 5, D_MODEL + 1))
+        _mixer("gla")(_x(2, 5)[..., :-1])
     with pytest.raises(ValueError, match="attention_mask"):
-        _mixer("attn")(torch.randn(2, 5, D_MODEL), attention_mask=torch.ones(2, 6))
+        _mixer("attn")(_x(2, 5), attention_mask=torch.ones(2, 6))
 
 
 def test_registry_covers_the_issue_mixers():

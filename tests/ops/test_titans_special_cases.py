@@ -128,3 +128,24 @@ def test_outputs_are_causal():
     o2, _ = momentum_delta_rule(**later, chunk_size=16)
     assert_close(o2[:, :25], o[:, :25], "prefix")
     assert (o2[:, 25:] - o[:, 25:]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_masked_tokens_leave_state_and_outputs_of_real_tokens_unchanged(mode):
+    """token_mask False with g = log_eta = beta = 0: the token leaves (S, P) unchanged even with momentum P != 0,
+    so a run with tokens masked out in the middle and at the end equals the run on the real tokens alone."""
+    x = titans_inputs(2, 21, H, K, V, strength=0.5)
+    real = torch.ones(2, 21, dtype=torch.bool)
+    real[0, 5:9] = False
+    real[:, 17:] = False
+    pad = {n: x[n].masked_fill(~real.unsqueeze(-1), 0.0) for n in ("g", "beta", "log_eta")}
+    o, state = momentum_delta_rule(**(x | pad), mode=mode, chunk_size=8, token_mask=real, output_final_state=True)
+    for b in range(2):
+        alone = {n: (t[b:b + 1, real[b]] if n != "initial_state" else MomentumState(t.S[b:b + 1], t.P[b:b + 1]))
+                 for n, t in x.items()}
+        o_b, state_b = momentum_delta_rule(**alone, mode=mode, chunk_size=8, output_final_state=True)
+        assert_close(o[b:b + 1, real[b]], o_b, f"row {b}: o")
+        assert_close(state.S[b:b + 1], state_b.S, f"row {b}: S")
+        assert_close(state.P[b:b + 1], state_b.P, f"row {b}: P")
+    _, unmasked = momentum_delta_rule(**(x | pad), mode=mode, chunk_size=8, output_final_state=True)
+    assert (unmasked.S - state.S).abs().max() > 1e-3, "without the mask padding adds the momentum to S"

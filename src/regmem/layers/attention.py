@@ -3,6 +3,9 @@
 In the TTR view (eq. 50, ttr.md L20) it is the Nadaraya-Watson (local constant) regressor with weights
 s(k_i, q_t) = exp(k_i.q_t / sqrt(K)); with QK-norm and a learnable temperature tau it is a Gaussian-kernel
 regressor of bandwidth 2 tau (eq. 51, L21), so the temperature is the kernel bandwidth.
+
+Padding: padded keys stay in the KV cache with mask False, and rotary positions count the real tokens of each
+row, so a left- or right-padded prefill followed by one-token steps equals the unpadded run.
 """
 
 from __future__ import annotations
@@ -64,24 +67,35 @@ class SoftmaxAttention(Mixer):
         check_mixer_input(x, attention_mask, self.d_model)
         B, T = x.shape[:2]
         conv_cache, past = state if state is not None else (None, None)
+        given_mask = attention_mask.bool() if attention_mask is not None else None
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         if self.convs is not None:
-            if attention_mask is not None:
-                q, k, v = (t.masked_fill(~attention_mask.bool().unsqueeze(-1), 0.0) for t in (q, k, v))
+            if given_mask is not None:
+                q, k, v = (t.masked_fill(~given_mask.unsqueeze(-1), 0.0) for t in (q, k, v))
             caches = conv_cache if conv_cache is not None else (None, None, None)
-            (q, cq), (k, ck), (v, cv) = (conv(t, c) for conv, t, c in zip(self.convs, (q, k, v), caches, strict=True))
+            (q, cq), (k, ck), (v, cv) = (
+                conv(t, c, given_mask) for conv, t, c in zip(self.convs, (q, k, v), caches, strict=True)
+            )
             conv_cache = (cq, ck, cv)
         q, k, v = split_heads(q, self.head_dim), split_heads(k, self.head_dim), split_heads(v, self.head_dim)
         offset = past.k.shape[1] if past is not None else 0
         if self.rotary is not None:
-            positions = torch.arange(offset, offset + T, device=x.device)
+            positions = self._positions(T, given_mask, past, x.device)
             q, k = self.rotary(q, positions), self.rotary(k, positions)
-        mask = attention_mask.bool() if attention_mask is not None else torch.ones(B, T, dtype=torch.bool,
-                                                                                  device=x.device)
+        mask = given_mask if given_mask is not None else torch.ones(B, T, dtype=torch.bool, device=x.device)
         if past is not None:
             k, v, mask = torch.cat([past.k, k], 1), torch.cat([past.v, v], 1), torch.cat([past.mask, mask], 1)
-        o = self._attend(q, k, v, mask, offset, plain=past is None and attention_mask is None)
+        o = self._attend(q, k, v, mask, offset, plain=past is None and given_mask is None)
         return self.o_proj(o.flatten(-2)), AttentionState(conv_cache, KVCache(k, v, mask))
+
+    @staticmethod
+    def _positions(T, mask, past, device):
+        """Rotary positions: each token's index among its row's real tokens, so padding (left or right) moves
+        no real token and decoding continues where the real tokens ended. Returns [T] or [B, T]."""
+        positions = torch.arange(T, device=device) if mask is None else (mask.cumsum(1) - 1).clamp(min=0)
+        if past is not None:  # the real tokens already cached, per row
+            positions = past.mask.sum(1, keepdim=True) + positions  # [B, T]
+        return positions
 
     def _attend(self, q, k, v, key_mask, offset, plain):
         """q: [B, T, H, D]; k, v: [B, S, H_kv, D] with S = offset + T; key_mask: [B, S]. Returns [B, T, H, D]."""

@@ -3,6 +3,8 @@ values and step sizes, i.e. a product of n_h generalised Householder transitions
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -12,6 +14,7 @@ from regmem.layers.conv import ShortConvolution
 from regmem.layers.memory import MemoryMixer, MemoryState, mask_log_gate
 from regmem.layers.norm import l2_normalize
 from regmem.ops import delta_product
+from regmem.recipe import Recipe, Solver
 
 
 class DeltaProduct(MemoryMixer):
@@ -40,8 +43,8 @@ class DeltaProduct(MemoryMixer):
             x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
         conv_cache, memory = state if state is not None else (None, None)
         main_cache, extra_cache = (conv_cache[:3], conv_cache[3:]) if conv_cache is not None else (None, None)
-        q, k, v, main_cache = self._project(x, main_cache)  # [B, T, H, K], [B, T, H, K], [B, T, H, V]
-        k_more, v_more, extra_cache = self._project_extra(x, extra_cache)  # [B, T, H, n_h - 1, K|V]
+        q, k, v, main_cache = self._project(x, main_cache, mask)  # [B, T, H, K], [B, T, H, K], [B, T, H, V]
+        k_more, v_more, extra_cache = self._project_extra(x, extra_cache, mask)  # [B, T, H, n_h - 1, K|V]
         k = torch.cat([k.unsqueeze(3), k_more], dim=3)  # [B, T, H, n_h, K]
         v = torch.cat([v.unsqueeze(3), v_more], dim=3)  # [B, T, H, n_h, V]
         beta = self.beta_scale * torch.sigmoid(self.b_proj(x)).unflatten(-1, (self.n_heads, -1))  # [B, T, H, n_h]
@@ -56,14 +59,27 @@ class DeltaProduct(MemoryMixer):
         caches = (*main_cache, *extra_cache) if main_cache is not None else None
         return self._output(o, x), MemoryState(caches, memory)
 
-    def _project_extra(self, x, cache):
+    def _project_extra(self, x, cache, mask):
         k, v = self.k_extra(x), self.v_extra(x)
         new_cache = ()
         if self.extra_convs is not None:
             caches = cache if cache is not None else (None, None)
-            (k, ck), (v, cv) = (conv(t, c) for conv, t, c in zip(self.extra_convs, (k, v), caches, strict=True))
+            (k, ck), (v, cv) = (conv(t, c, mask) for conv, t, c in zip(self.extra_convs, (k, v), caches, strict=True))
             new_cache = (ck, cv)
         n = self.n_householder - 1
         k = k.unflatten(-1, (n, self.n_kv_heads, self.key_dim)).transpose(2, 3)  # [B, T, H_kv, n_h - 1, K]
         v = v.unflatten(-1, (n, self.n_kv_heads, self.value_dim)).transpose(2, 3)  # [B, T, H_kv, n_h - 1, V]
         return l2_normalize(repeat_heads(k, self.n_heads)), repeat_heads(v, self.n_heads), new_cache
+
+    @property
+    def recipe(self) -> Recipe:
+        """The registry's point with this layer's number of SGD steps per token (n_householder)."""
+        recipe = super().recipe
+        return dataclasses.replace(recipe, solver=Solver(recipe.solver.kind, steps=self.n_householder))
+
+    def state_size(self, seq_len: int) -> int:
+        """The skeleton's memory and q, k, v conv caches plus the caches of the extra keys' and values' convs."""
+        extra = 0
+        if self.extra_convs is not None:
+            extra = sum(c.conv.in_channels for c in self.extra_convs) * (self.short_conv - 1)
+        return super().state_size(seq_len) + extra

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from regmem.layers.gates import a_log_parameter, dt_bias_parameter, log_retention, time_step
 from regmem.layers.memory import MemoryMixer, mask_log_gate
 from regmem.ops import delta_rule, gated_delta_rule, longhorn, nlms
 
@@ -48,12 +49,10 @@ class GatedDeltaNet(DeltaNet):
     def __init__(self, d_model: int, n_heads: int, **kwargs):
         super().__init__(d_model, n_heads, **kwargs)
         self.a_proj = nn.Linear(d_model, n_heads, bias=False)
-        self.A_log = nn.Parameter(torch.log(torch.empty(n_heads).uniform_(1.0, 16.0)))
-        dt = torch.exp(torch.empty(n_heads).uniform_(-6.9, -2.3))  # dt in [1e-3, 1e-1], as Mamba-2
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1(dt)
+        self.A_log, self.dt_bias = a_log_parameter(n_heads), dt_bias_parameter(n_heads)  # Mamba-2's, gates.py
 
     def memory(self, x, q, k, v, mask, memory, mode):
-        g = -torch.exp(self.A_log) * F.softplus(self.a_proj(x) + self.dt_bias)  # [B, T, H], log retention
+        g = log_retention(self.A_log, time_step(self.a_proj(x), self.dt_bias))  # [B, T, H]
         return gated_delta_rule(q, k, v, mask_log_gate(g, mask), _mask_step(self.step_size(x), mask),
                                 initial_state=memory, output_final_state=True, mode=mode, chunk_size=self.chunk_size)
 

@@ -38,14 +38,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from regmem.layers.gates import retnet_decay_exponents
 from regmem.layers.memory import MemoryMixer
 from regmem.ops import ahla, hla2
 
 
 def pack_and_run(op, q, k, v, mask, **kwargs):
     """op(q, k, v, **kwargs) on the real tokens only: q, k: [B, T, H, K]; v: [B, T, H, V]; mask: [B, T] bool or
-    None. Returns o: [B, T, H, V] (zeros at padded tokens) and the op's final state (one per row)."""
-    if mask is None or bool(mask.all()):
+    None. Returns o: [B, T, H, V] (zeros at padded tokens) and the op's final state (one per row).
+
+    Any mask takes the packed path, even one without padding (no host read of the mask's values to decide);
+    packing reads the row lengths (`nonzero`, `cu_seqlens`), so an unmasked call is the one free of host syncs."""
+    if mask is None:
         return op(q, k, v, **kwargs)
     B, T, H, _ = q.shape
     real = mask.flatten().nonzero().squeeze(-1)  # [total], flat indices of real tokens
@@ -63,7 +67,7 @@ class _HigherOrder(MemoryMixer):
         super().__init__(d_model, n_heads, qk_norm=qk_norm, **memory_kwargs)
         self.decay_logit = None
         if decay:  # sigmoid(p_h) = 1 - 2^(-5 - h), RetNet's gammas
-            p = torch.log(2.0 ** (5.0 + torch.arange(n_heads, dtype=torch.float32)) - 1.0)  # [H]
+            p = torch.log(2.0 ** retnet_decay_exponents(n_heads) - 1.0)  # [H], logit(1 - 2^(-5 - h))
             self.decay_logit = nn.Parameter(p)
 
     def log_gamma(self) -> torch.Tensor | None:

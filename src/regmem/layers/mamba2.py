@@ -5,18 +5,19 @@ with gamma_t = exp(dt_t A) (recipe "mamba2").
     S_t = exp(dt_t A) S_{t-1} + B_t (dt_t x_t)^T,   y_t = S_t^T C_t + D x_t,   out = W_out norm(y) ⊙ silu(z)
 
 so the op sees q = C, k = B (shared by the heads of a group), v = dt x and g = dt A, with scale 1.
+
+Padding: padded inputs are zeroed and get dt = 0 (no decay, no write); the conv cache ends at each row's last
+real token (conv.py), so a left- or right-padded prefill followed by one-token steps equals the unpadded run.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from regmem.layers.base import Mixer, check_mixer_input, repeat_heads, split_heads
 from regmem.layers.conv import ShortConvolution
+from regmem.layers.gates import a_log_parameter, dt_bias_parameter, dt_log_range, log_retention, time_step
 from regmem.layers.memory import MemoryState
 from regmem.layers.norm import GatedRMSNorm
 from regmem.ops import gated_linear_attn
@@ -48,9 +49,8 @@ class Mamba2(Mixer):
         self.conv_dim = inner + 2 * n_groups * state_size
         self.in_proj = nn.Linear(d_model, inner + self.conv_dim + n_heads, bias=False)  # z, (x, B, C), dt
         self.conv = ShortConvolution(self.conv_dim, short_conv) if short_conv else None
-        dt = torch.exp(torch.empty(n_heads).uniform_(math.log(dt_range[0]), math.log(dt_range[1])))
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1(dt)
-        self.A_log = nn.Parameter(torch.log(torch.empty(n_heads).uniform_(1.0, 16.0)))
+        self.dt_bias = dt_bias_parameter(n_heads, dt_log_range(*dt_range))  # gates.py (dt_bias drawn first)
+        self.A_log = a_log_parameter(n_heads)
         self.D = nn.Parameter(torch.ones(n_heads))
         self.norm = GatedRMSNorm(self.head_dim, norm_eps)
         self.out_proj = nn.Linear(inner, d_model, bias=False)
@@ -63,15 +63,15 @@ class Mamba2(Mixer):
         conv_cache, memory = state if state is not None else (None, None)
         z, xbc, dt = self.in_proj(x).split([self.n_heads * self.head_dim, self.conv_dim, self.n_heads], dim=-1)
         if self.conv is not None:
-            xbc, cache = self.conv(xbc, conv_cache[0] if conv_cache is not None else None)
+            xbc, cache = self.conv(xbc, conv_cache[0] if conv_cache is not None else None, mask)
             conv_cache = (cache,)
         xs, B, C = xbc.split([self.n_heads * self.head_dim, *(2 * [self.n_groups * self.state_dim])], dim=-1)
         xs = split_heads(xs, self.head_dim)  # [B, T, H, P]
         B, C = (repeat_heads(split_heads(t, self.state_dim), self.n_heads) for t in (B, C))  # [B, T, H, N]
-        dt = F.softplus(dt + self.dt_bias)  # [B, T, H]
+        dt = time_step(dt, self.dt_bias)  # [B, T, H]
         if mask is not None:
             dt = dt.masked_fill(~mask.unsqueeze(-1), 0.0)  # dt = 0: no decay and no write at padded tokens
-        g = -torch.exp(self.A_log) * dt  # [B, T, H], log retention
+        g = log_retention(self.A_log, dt)  # [B, T, H]
         # Decoding one token with a state uses the recurrent form by name; anything longer uses the chunk form.
         mode = "recurrent" if state is not None and x.shape[1] == 1 else "chunk"
         y, memory = gated_linear_attn(

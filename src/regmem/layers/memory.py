@@ -6,6 +6,8 @@
 
 Padding: padded tokens are zeroed before the projections (so they add nothing to conv windows), and their keys
 and log-gates are zeroed (so they leave the memory unchanged): outputs of real tokens do not depend on padding.
+The conv caches end at each row's last real token (conv.py), so a left- or right-padded prefill followed by
+one-token steps equals the unpadded run.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ class MemoryMixer(Mixer):
         if mask is not None:
             x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
         conv_cache, memory = state if state is not None else (None, None)
-        q, k, v, conv_cache = self._project(x, conv_cache)  # [B, T, H, K], [B, T, H, K], [B, T, H, V]
+        q, k, v, conv_cache = self._project(x, conv_cache, mask)  # [B, T, H, K], [B, T, H, K], [B, T, H, V]
         # Decoding one token with a state uses the recurrent form by name; anything longer uses the chunk form.
         mode = "recurrent" if state is not None and x.shape[1] == 1 else "chunk"
         o, memory = self.memory(x, q, k, v, mask, memory, mode)  # [B, T, H, V]
@@ -81,12 +83,12 @@ class MemoryMixer(Mixer):
         """Runs the memory op; returns o: [B, T, H, V] and the op state. Subclasses define it."""
         raise NotImplementedError
 
-    def _project(self, x, conv_cache):
+    def _project(self, x, conv_cache, mask=None):
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         if self.convs is not None:
             caches = conv_cache if conv_cache is not None else (None, None, None)
             (q, cq), (k, ck), (v, cv) = (
-                conv(t, c) if isinstance(conv, ShortConvolution) else (t, None)
+                conv(t, c, mask) if isinstance(conv, ShortConvolution) else (t, None)
                 for conv, t, c in zip(self.convs, (q, k, v), caches, strict=True)
             )
             conv_cache = (cq, ck, cv)

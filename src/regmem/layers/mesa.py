@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from regmem.layers.gates import a_log_parameter, dt_bias_parameter, log_retention, time_step
 from regmem.layers.memory import MemoryMixer, mask_keys, mask_log_gate
 from regmem.ops import least_squares
 
@@ -46,9 +47,7 @@ class Mesa(MemoryMixer):
         self.recipe_name = "mesa" if decay else "least_squares"
         self.a_proj = nn.Linear(d_model, n_heads, bias=False) if decay else None
         if decay:
-            self.A_log = nn.Parameter(torch.log(torch.empty(n_heads).uniform_(1.0, 16.0)))
-            dt = torch.exp(torch.empty(n_heads).uniform_(-6.9, -2.3))  # dt in [1e-3, 1e-1], as Mamba-2
-            self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1(dt)
+            self.A_log, self.dt_bias = a_log_parameter(n_heads), dt_bias_parameter(n_heads)  # Mamba-2's, gates.py
         self.b_proj = nn.Linear(d_model, n_heads, bias=True) if write_gate else None
         excess = ridge_init - RIDGE_FLOOR
         self.ridge_param = nn.Parameter(torch.full((n_heads, self.key_dim), excess + math.log(-math.expm1(-excess))))
@@ -62,7 +61,7 @@ class Mesa(MemoryMixer):
             k, v = k * root_beta, v * root_beta
         g = None
         if self.a_proj is not None:
-            g = -torch.exp(self.A_log) * F.softplus(self.a_proj(x) + self.dt_bias)  # [B, T, H], log retention
+            g = log_retention(self.A_log, time_step(self.a_proj(x), self.dt_bias))  # [B, T, H]
             g = mask_log_gate(g, mask)
         k = mask_keys(k, mask)
         if mode == "chunk" and self.solver == "cg":  # approximate: cg_steps of conjugate gradient per token

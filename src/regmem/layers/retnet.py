@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from regmem.layers.gates import retnet_decay_exponents
 from regmem.layers.memory import MemoryMixer, mask_keys, mask_log_gate
 from regmem.ops import gated_linear_attn
 
@@ -18,7 +19,7 @@ class RetNet(MemoryMixer):
 
     def __init__(self, d_model: int, n_heads: int, **memory_kwargs):
         super().__init__(d_model, n_heads, **memory_kwargs)
-        log_gamma = torch.log1p(-(2.0 ** (-5.0 - torch.arange(n_heads, dtype=torch.float32))))  # [H]
+        log_gamma = torch.log1p(-(2.0 ** -retnet_decay_exponents(n_heads)))  # [H], log(1 - 2^(-5 - h))
         self.register_buffer("log_gamma", log_gamma, persistent=False)
 
     def memory(self, x, q, k, v, mask, memory, mode):

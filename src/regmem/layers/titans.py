@@ -4,9 +4,9 @@ with momentum and weight decay on the test-time regression:
     P_t = eta_t P_{t-1} + theta_t k_t (v_t - S_{t-1}^T k_t)^T,    S_t = (1 - alpha_t) S_{t-1} + P_t
 
 with theta = sigmoid, eta = sigmoid and alpha = sigmoid of linear maps of x. Padding: theta = 0, alpha = 0 and
-eta = 1 at padded tokens. From an empty state (P = 0) a left-padded prefix leaves both states at zero; with a
-non-zero momentum P a padded token would still add P to S (S_t = S_{t-1} + P_t), so pad only on the left of a
-fresh sequence, as generation does.
+eta = 1 at padded tokens, and the op's token_mask keeps S from taking the momentum there (S_t = S_{t-1} + P_t
+would otherwise add P at every padded token): a padded token leaves (S, P) unchanged, so a right-padded prefill
+ends in the state of its real tokens and decoding continues from it.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class TitansLinear(MemoryMixer):
         log_eta = mask_log_gate(F.logsigmoid(eta), mask)  # momentum retention
         g = mask_log_gate(F.logsigmoid(-alpha), mask)  # log(1 - alpha), memory retention
         return momentum_delta_rule(q, k, v, g, beta, log_eta, initial_state=memory, output_final_state=True,
-                                   mode=mode, chunk_size=self.chunk_size)
+                                   mode=mode, chunk_size=self.chunk_size, token_mask=mask)
 
     def memory_floats(self) -> int:
         return 2 * self.n_heads * self.key_dim * self.value_dim  # memory S and momentum P

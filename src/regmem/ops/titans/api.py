@@ -34,7 +34,8 @@ from regmem.ops.titans.state import MomentumState
 
 
 @op(reference=momentum_reference_core, recurrent=momentum_recurrent_core, chunk=momentum_chunk_core)
-def momentum_delta_rule(q, k, v, g, beta, log_eta, *, scale=None, initial_state=None, cu_seqlens=None):
+def momentum_delta_rule(q, k, v, g, beta, log_eta, *, scale=None, initial_state=None, cu_seqlens=None,
+                        token_mask=None):
     """The Titans linear memory (Behrouz et al., arXiv:2501.00663, Sec. 3.1, eqs. 9-15):
     SGD with momentum and decoupled weight decay on l_t(M) = 1/2 ||v_t - M k_t||^2, one step per token.
 
@@ -55,6 +56,9 @@ def momentum_delta_rule(q, k, v, g, beta, log_eta, *, scale=None, initial_state=
         mode: "reference" | "recurrent" | "chunk".
         chunk_size: chunk length C of the chunk form (a power of two).
         cu_seqlens: [N + 1] integer offsets of packed sequences (B = 1).
+        token_mask: [B, T] bool, False at padded tokens, or None. A padded token with g = log_eta = beta = 0 leaves
+            (S, P) unchanged (state.py: S_t = gamma_t S_{t-1} + live_t P_t with live_t = 0); without the mask it
+            would still add the momentum P to S.
 
     Returns:
         o: [B, T, H, V] in the input dtype, and the final MomentumState or None.
@@ -71,5 +75,10 @@ def momentum_delta_rule(q, k, v, g, beta, log_eta, *, scale=None, initial_state=
     kv = ((N, H, K, V), "[N, H, K, V]")
     check_state_tuple(initial_state, MomentumState, {"S": kv, "P": kv}, q)
     live = torch.ones_like(beta, dtype=compute_dtype(q)) if cu_seqlens is not None else None  # 0 on padding
+    if token_mask is not None:
+        if token_mask.dtype != torch.bool or tuple(token_mask.shape) != (B, T):
+            raise ValueError(f"token_mask must be a bool tensor of shape [B, T] = {[B, T]}, "
+                             f"got {token_mask.dtype} of shape {list(token_mask.shape)}")
+        live = token_mask.unsqueeze(-1).expand(B, T, H).to(compute_dtype(q))  # [B, T, H]
     tokens = {"q": scaled_queries(q, scale), "k": k, "v": v, "g": g, "beta": beta, "log_eta": log_eta, "live": live}
     return Call(tokens, q.dtype, initial_state, cu_seqlens=cu_seqlens)

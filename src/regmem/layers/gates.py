@@ -1,0 +1,56 @@
+"""Decay gates shared by several mixers, defined once.
+
+Mamba-2's gate (Dao & Gu 2024, arXiv:2405.21060, Sec. 7 and its reference initialisation), used by Mamba2,
+GatedDeltaNet (arXiv:2412.06464) and Mesa: per head, a log retention
+
+    g_t = -exp(A_log) * dt_t,   dt_t = softplus(a_t + dt_bias)
+
+with A = exp(A_log) drawn uniformly from [1, 16] and dt_bias = softplus^-1(dt_0) for dt_0 log-uniform over a
+range, by default [1e-3, 1e-1]. The parameters stay attributes of the mixer (`A_log`, `dt_bias`), so
+state-dict keys name them directly; these functions only create and apply them.
+
+RetNet's fixed decays (Sun et al. 2023, arXiv:2307.08621, Sec. 2.2), gamma_h = 1 - 2^(-5 - h), are the
+constant decay of RetNet and the initial decay of HLA.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+DT_LOG_RANGE = (-6.9, -2.3)  # log dt_0 ~ U(-6.9, -2.3), i.e. dt_0 in about [1e-3, 1e-1]
+
+
+def a_log_parameter(n_heads: int) -> nn.Parameter:
+    """A_log [H] with exp(A_log) ~ U(1, 16); draws n_heads numbers from torch's default generator."""
+    return nn.Parameter(torch.log(torch.empty(n_heads).uniform_(1.0, 16.0)))
+
+
+def dt_bias_parameter(n_heads: int, log_range: tuple[float, float] = DT_LOG_RANGE) -> nn.Parameter:
+    """dt_bias [H] = softplus^-1(dt_0) with log dt_0 ~ U(log_range), so softplus(dt_bias) = dt_0 at init; draws
+    n_heads numbers from torch's default generator."""
+    dt = torch.exp(torch.empty(n_heads).uniform_(*log_range))
+    return nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1(dt) = dt + log(1 - exp(-dt))
+
+
+def dt_log_range(dt_min: float, dt_max: float) -> tuple[float, float]:
+    """The log range of dt_0 for a range [dt_min, dt_max] given in time steps (Mamba's dt_min, dt_max)."""
+    return math.log(dt_min), math.log(dt_max)
+
+
+def time_step(logits: torch.Tensor, dt_bias: torch.Tensor) -> torch.Tensor:
+    """dt = softplus(logits + dt_bias): logits [B, T, H] -> dt [B, T, H] (>= 0)."""
+    return F.softplus(logits + dt_bias)
+
+
+def log_retention(A_log: torch.Tensor, dt: torch.Tensor) -> torch.Tensor:
+    """g = -exp(A_log) * dt: the log retention [B, T, H] (<= 0) for time steps dt [B, T, H]."""
+    return -torch.exp(A_log) * dt
+
+
+def retnet_decay_exponents(n_heads: int) -> torch.Tensor:
+    """e_h = 5 + h [H] (float32), so that RetNet's decays are gamma_h = 1 - 2^(-e_h)."""
+    return 5.0 + torch.arange(n_heads, dtype=torch.float32)
