@@ -1,7 +1,7 @@
 """The repository is self-contained: every markdown file that README.md, CONTRIBUTING.md, docs/, or a docstring or
-comment under src/ mentions exists in the repository, and every section sign (§) follows, within a few words, the
-paper or the in-repository file whose section it is. Papers are cited by arXiv id, section and equation; nothing
-points at notes or specs kept outside the repository."""
+comment under src/ or tests/ mentions exists in the repository, and every section sign (§) follows, within a few
+words, the paper or the in-repository file whose section it is. Papers are cited by arXiv id, section and equation;
+nothing points at notes or specs kept outside the repository."""
 
 import ast
 import io
@@ -28,10 +28,12 @@ WINDOW = 80  # characters before a § that must hold its source
 
 
 def documents() -> list[Path]:
-    """Every file whose text is checked: the top-level docs, docs/ and the package's sources and notes."""
+    """Every file whose text is checked: the top-level docs, docs/, the package's sources and notes, and the tests
+    (but this file, whose examples of bad references are the point)."""
     top = [ROOT / "README.md", ROOT / "CONTRIBUTING.md"]
-    return [p for p in top if p.exists()] + sorted((ROOT / "docs").rglob("*.md")) + sorted(
-        p for p in PACKAGE.rglob("*") if p.suffix in {".py", ".md"})
+    sources = sorted(p for p in PACKAGE.rglob("*") if p.suffix in {".py", ".md"})
+    tests = sorted(p for p in (ROOT / "tests").rglob("*.py") if p != Path(__file__).resolve())
+    return [p for p in top if p.exists()] + sorted((ROOT / "docs").rglob("*.md")) + sources + tests
 
 
 def prose(path: Path) -> list[tuple[int, str]]:
@@ -98,7 +100,7 @@ def test_every_reference_resolves_inside_the_repository():
 def test_the_scan_covers_the_documents_and_the_sources():
     scanned = {p.relative_to(ROOT).as_posix() for p in documents()}
     assert {"README.md", "CONTRIBUTING.md", "docs/architecture.md", "src/regmem/ops/common/op.py",
-            "src/regmem/ops/delta/DERIVATION.md"} <= scanned
+            "src/regmem/ops/delta/DERIVATION.md", "tests/helpers.py"} <= scanned
 
 
 @pytest.mark.parametrize("text, expected", [

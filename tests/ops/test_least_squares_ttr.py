@@ -1,7 +1,8 @@
-"""The test-time-regression identities of least_squares (ttr.md §2.2 L1, L4, L5, §5.1): the Newton step is batch
-LS (T3); the literal RLS recurrence, plain and weighted, with P_0 = I / lam (T4, T5); weighted = rescaled data (T6);
-min-norm interpolation below K tokens (T7, T20); orthonormal keys give linear attention (T8); the norm bound of eq.
-13 (T9); linear maps are reproduced (T19); feature-mapped LS is LS on mapped data (L4).
+"""The test-time-regression identities of least_squares (*Test-time regression*, arXiv:2501.12352, Sec. 4
+Vignettes 1-2): the Newton step is batch LS (eq. 25); the literal RLS recurrence, plain and weighted, with
+P_0 = I / lam ("Efficient computation"); weighted = rescaled data (Vignette 2); min-norm interpolation below K tokens
+(eq. 15, Sec. 3); orthonormal keys give linear attention (Vignette 1); the norm bound of eq. 13; linear maps are
+reproduced; feature-mapped LS is LS on mapped data ("Nonlinear associative memory").
 
 All in float64 with scale = 1 (the regressor evaluated at the query itself, as in the paper)."""
 
@@ -56,7 +57,7 @@ def test_newton_step_is_batch_least_squares_and_lstsq(mode):
 
 
 def rls_loop(q, k, v, g, lam):
-    """Weighted RLS as written in ttr.md L5 (L1 for g = None), literally: P_0 = I / lam, M_0 = 0,
+    """Weighted RLS (Vignette 2; Vignette 1 for g = None), literally: P_0 = I / lam, M_0 = 0,
     g_t = P k / (gamma + k^T P k),  M += (v - M k) g_t^T,  P = (P - P k k^T P / (gamma + k^T P k)) / gamma.
     Single head: q, k: [T, K]; v: [T, V]; g: None or [T]. Returns y: [T, V], y_t = M_t q_t."""
     T, K = k.shape

@@ -1,5 +1,5 @@
 """local_linear_attn and local_polynomial: *Test-time regression* (arXiv:2501.12352), Sec. 4
-Vignette 4, eqs. (48)-(54); ttr.md §5.1 T18, T19.
+Vignette 4, eqs. (48)-(54).
 
 - reference == recurrent == chunk (outputs, final KVState, every gradient) for the exponential kernel, the
   Gaussian kernel and QK-norm. float64 to 1e-10. float32 to relative RMS 1e-4 on N(0, 1) data with ridge = 0.1:
