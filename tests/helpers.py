@@ -15,7 +15,7 @@ STATES = [pytest.param(False, id="zero-state"), pytest.param(True, id="initial-s
 DECAYS = [pytest.param(False, id="gamma1"), pytest.param(True, id="decay")]
 MODES = ["chunk", "recurrent", "reference"]
 
-# float64: absolute + relative 1e-10; float32: relative RMS error 1e-4 (DESIGN.md, op contract).
+# float64: absolute + relative 1e-10; float32: relative RMS error 1e-4 (docs/architecture.md, "The op contract").
 TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-4}
 
 

@@ -1,5 +1,5 @@
-"""An upper layer imports only lower ones (DESIGN.md): cli -> experiments -> train -> tasks -> models -> layers
--> ops; `recipe` and `bench` sit beside them as listed below."""
+"""An upper layer imports only lower ones (docs/architecture.md): cli -> experiments -> train -> tasks -> models
+-> layers -> ops; `recipe` and `bench` sit beside them as listed below."""
 
 import ast
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Asymmetric HLA (ahla, spec hla.md §3): reference == recurrent == chunk (outputs, the (P, m, E, n) final state, every
+"""Asymmetric HLA (ahla, HLA sec. 6): reference == recurrent == chunk (outputs, the (P, m, E, n) final state, every
 gradient, decay and initial_state included) in float64 and float32; the three forms agree over random shapes
 (hypothesis); split + carry == one call; decoding == the parallel forward; cu_seqlens == per-sequence calls; gamma = 1
 output == ((A A) ⊙ L) V (eq 6.1); the paper's printed chunk formula with the exclusive prefix R_{<t} is wrong while the
@@ -116,7 +116,7 @@ def _paper_chunk_output(q, k, v, chunk_size, *, inclusive):
 
 
 def test_paper_chunk_formula_needs_the_inclusive_r_prefix():
-    """Spec §3 erratum: the printed R^{KQ}_{<t} disagrees with the serial definition; R_{<=t} agrees."""
+    """Erratum 4 (ops/hla/DERIVATION.md): printed R^{KQ}_{<t} disagrees with the serial definition; R_{<=t} agrees."""
     q, k, v = random_qkv(1, 24, 2, 4, 3)
     serial, _ = ahla(q, k, v, scale=1.0, mode="recurrent")
     assert_close(_paper_chunk_output(q, k, v, 8, inclusive=True), serial, "inclusive R_{<=t}")

@@ -1,4 +1,4 @@
-"""The test-time-regression identities of the delta-rule family (ttr.md §5.1 T10-T14, T21, T23) and its special
+"""The test-time-regression identities of the delta-rule family (arXiv:2501.12352, eqs. 26-41) and its special
 cases, each against an independent literal computation in the paper's orientation M = S^T: [V, K]."""
 
 from functools import partial
@@ -50,7 +50,7 @@ def _leaky_lms_step(M, k, v, beta, lam):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_leaky_lms_equals_the_literal_leaky_lms_recurrence(mode):
-    """ttr.md L14, T13: leaky_lms (run as Gated DeltaNet by eq. 38-41) is eq. (37) step by step."""
+    """Eq. (34)-(37): leaky_lms (run as Gated DeltaNet by eq. 38-41) is eq. (37) step by step."""
     q, k, v = _qkv()
     beta, lam = _uniform(B, T, H, high=1.5), _uniform(B, T, H, high=0.6, seed=4)
     S0 = torch.randn(B, H, K, V, dtype=torch.float64)
@@ -63,7 +63,7 @@ def test_leaky_lms_equals_the_literal_leaky_lms_recurrence(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_gated_delta_rule_is_leaky_lms_under_the_ttr_map_and_its_inverse(mode):
-    """ttr.md T13, eq. (38)-(41): Gated DeltaNet (alpha, eta, v') equals Leaky LMS with
+    """Eq. (38)-(41): Gated DeltaNet (alpha, eta, v') equals Leaky LMS with
     (lam, beta, v) = ((1 - alpha) / (alpha eta), alpha eta, v' / alpha), and the forward map round-trips."""
     q, k, v_prime = _qkv()
     g = random_log_gate((B, T, H), 1.0, zero_fraction=0.0)
@@ -87,7 +87,7 @@ def test_gated_delta_rule_is_leaky_lms_under_the_ttr_map_and_its_inverse(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_decoupled_weight_decay_equals_its_literal_recurrence(mode):
-    """ttr.md L15: M_t = (1 - lam_t) M_{t-1} + beta_t (v_t - M_{t-1} k_t) k_t^T with lam independent of beta."""
+    """After eq. (41): M_t = (1 - lam_t) M_{t-1} + beta_t (v_t - M_{t-1} k_t) k_t^T with lam independent of beta."""
     q, k, v = _qkv()
     beta, lam = _uniform(B, T, H, high=2.0), _uniform(B, T, H, high=0.95, seed=4)
     S0 = torch.randn(B, H, K, V, dtype=torch.float64)
@@ -105,7 +105,7 @@ def test_decoupled_weight_decay_equals_its_literal_recurrence(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_nlms_recalls_the_newest_pair_exactly(mode):
-    """ttr.md T12, eq. (33): beta = 1 / ||k||^2 gives M_t k_t = v_t (read out with q = k_t, scale 1)."""
+    """Eq. (33): beta = 1 / ||k||^2 gives M_t k_t = v_t (read out with q = k_t, scale 1)."""
     _, k, v = _qkv()
     k = k * _uniform(B, T, H, 1, low=0.3, high=3.0)  # keys of any norm
     o, _ = nlms(k, k, v, eps=0.0, scale=1.0, initial_state=torch.randn(B, H, K, V, dtype=torch.float64),
@@ -117,7 +117,7 @@ def test_nlms_recalls_the_newest_pair_exactly(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_longhorn_step_is_the_minimiser_of_its_proximal_objective(mode):
-    """ttr.md T11, eq. (30)-(31): M_t = argmin 1/2 ||M - M_{t-1}||^2 + delta/2 ||v_t - M k_t||^2, solved as the
+    """Eq. (30)-(31): M_t = argmin 1/2 ||M - M_{t-1}||^2 + delta/2 ||v_t - M k_t||^2, solved as the
     linear system M (I + delta k k^T) = M_{t-1} + delta v k^T by torch.linalg.solve."""
     q, k, v = _qkv()
     k = k * _uniform(B, T, H, 1, low=0.5, high=2.0)
@@ -148,7 +148,7 @@ def test_longhorn_with_zero_delta_leaves_the_state_unchanged():
 
 @pytest.mark.parametrize("mode", MODES)
 def test_several_steps_on_one_pair_equal_one_step_with_the_closed_form_beta(mode):
-    """ttr.md L11, T21: I delta steps on the same (k, v) (DeltaProduct with the pair repeated) equal one step
+    """Vignette 3, after eq. (29): I delta steps on the same (k, v) (DeltaProduct with the pair repeated) equal one step
     with 1 - beta_eff ||k||^2 = prod_i (1 - beta_i ||k||^2); outputs, state and every gradient."""
     q, k, v = _qkv()
     k = k * _uniform(B, T, H, 1, low=0.5, high=1.2)
@@ -205,7 +205,7 @@ def test_delta_product_with_one_step_is_the_gated_delta_rule():
 
 @pytest.mark.parametrize("mode", MODES)
 def test_delta_rule_with_unit_beta_and_orthonormal_keys_is_linear_attention(mode):
-    """ttr.md L9, T23: from M_0 = 0 with beta = 1 and orthonormal keys (t <= K) DeltaNet equals linear attention."""
+    """From M_0 = 0 with beta = 1 and orthonormal keys (t <= K) DeltaNet equals linear attention."""
     q, _, v = _qkv()
     basis = torch.linalg.qr(torch.randn(B, H, K, K, dtype=torch.float64,
                                         generator=torch.Generator().manual_seed(2)))[0]  # [B, H, K, K]
@@ -220,7 +220,7 @@ def test_delta_rule_with_unit_beta_and_orthonormal_keys_is_linear_attention(mode
 
 @pytest.mark.parametrize("mode", MODES)
 def test_delta_rule_is_one_sgd_step_on_the_newest_pair(mode):
-    """ttr.md T10, eq. (26)-(29): M_t = M_{t-1} - beta_t grad_M 1/2 ||v_t - M k_t||^2 at M_{t-1} (autograd)."""
+    """Eq. (26)-(29): M_t = M_{t-1} - beta_t grad_M 1/2 ||v_t - M k_t||^2 at M_{t-1} (autograd)."""
     q, k, v = _qkv()
     beta = _uniform(B, T, H, high=2.0)
     S0 = torch.randn(B, H, K, V, dtype=torch.float64)
@@ -238,7 +238,7 @@ def test_delta_rule_is_one_sgd_step_on_the_newest_pair(mode):
 
 
 def test_zero_gate_is_the_delta_rule():
-    """ttr.md T14: Gated DeltaNet with alpha = 1 reduces to DeltaNet, for scalar and diagonal gates."""
+    """Gated DeltaNet with alpha = 1 reduces to DeltaNet, for scalar and diagonal gates."""
     q, k, v = _qkv()
     beta = _uniform(B, T, H, high=2.0)
     o_ref, S_ref = delta_rule(q, k, v, beta, output_final_state=True, chunk_size=8)
@@ -269,7 +269,7 @@ def test_default_scale_is_inverse_sqrt_key_dim():
 
 
 def test_outputs_are_causal():
-    """ttr.md T25: changing tokens after t leaves outputs up to t unchanged."""
+    """Causality: changing tokens after t leaves outputs up to t unchanged."""
     q, k, v = random_qkv(1, 40, 2, K, V)
     beta, g = _uniform(1, 40, 2, high=2.0), random_log_gate((1, 40, 2, K), 1.0)
     o, _ = gated_delta_rule(q, k, v, g, beta, chunk_size=16)

@@ -1,7 +1,7 @@
 """Second-order HLA (hla2), masked (eq 3.3) and unmasked (eq 3.1): reference == recurrent == chunk (outputs, the 5-tuple
 final state, every gradient, decay and initial_state included) in float64 and float32; chunk size invariance; the three
 forms agree over random shapes (hypothesis); split + carry == one call; decoding == the parallel forward; cu_seqlens ==
-per-sequence calls; the F-form identity S_t C_t - G_t = sum_{j<=t} S_j q_j v_j^T (spec hla.md §1); bad input fails with
+per-sequence calls; the identity S_t C_t - G_t = sum_{j<=t} S_j q_j v_j^T (ops/hla/DERIVATION.md); bad input fails with
 a ValueError naming the argument. Ratio normalisation (eq 3.4) with a sign-safe denominator and the ridge read-out (Alg.
 1's stabilised S_t + lambda I): forms agree, num / den from the unnormalised op on v and on ones, the sign of the guard,
 ridge = lambda q_t^T C_t per token."""
@@ -129,7 +129,7 @@ def test_cu_seqlens_equals_per_sequence_calls_with_grads(mode):
 
 
 def test_masked_state_equals_the_f_form():
-    """gamma = 1: S_t C_t - G_t = F_t = sum_{j<=t} S_j q_j v_j^T at every t (spec §1), and o_t = q_t^T F_t."""
+    """gamma = 1: S_t C_t - G_t = F_t = sum_{j<=t} S_j q_j v_j^T at every t, o_t = q_t^T F_t (ops/hla/DERIVATION.md)."""
     q, k, v = random_qkv(2, 19, 2, 4, 3)
     state, F = None, torch.zeros(2, 2, 4, 3, dtype=torch.float64)
     for t in range(19):

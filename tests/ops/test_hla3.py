@@ -187,7 +187,7 @@ def test_paper_recurrence_is_the_repeated_max_triple_sum_not_the_causal_operator
 
 
 def test_unmasked_identity_at_the_last_token():
-    """Spec §4: q_t^T S^K_t S^Q_t P_t is row t of the unmasked (A A^T A) V over tokens <= t; at t = T the paper's
+    """HLA sec. 7: q_t^T S^K_t S^Q_t P_t is row t of the unmasked (A A^T A) V over tokens <= t; at t = T the paper's
     output plus q_T^T G_T is that row."""
     q, k, v, qh, kh, vh = _one_head(T=7)
     o, state = hla3_paper(q, k, v, scale=1.0, output_final_state=True)

@@ -1,9 +1,9 @@
-"""Associative scan of second-order HLA and AHLA (scan.py; spec hla.md §2, §3, §6, §7): the paper's way of
+"""Associative scan of second-order HLA and AHLA (scan.py; arXiv:2510.27258 sec. 4, 6): the paper's way of
 computing the state after every token (token segments, per-segment summaries, exclusive scan over them, local scan,
 prefix ⊕ local) equals the serial recurrence for any segmentation, with decay and initial_state; the combine
 operators are associative with the zero segment as identity; negative controls for errata 1-3 (the printed decayed
 operators of eq 4.1 / eq 6.2 and the printed chunk formula of Fig. 1C fail, the corrected ones are exact); the
-compact (S, F, eta) form (§7 claim 2); bad input fails with a ValueError naming the argument."""
+compact (S, F, eta) form; bad input fails with a ValueError naming the argument."""
 
 import random
 from typing import NamedTuple
@@ -154,7 +154,7 @@ def test_associative_scan_matches_a_serial_fold():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Errata negative controls (spec hla.md §6).
+# Errata negative controls (errata 1 and 3 of ops/hla/DERIVATION.md).
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -228,13 +228,13 @@ def test_printed_chunk_formula_fails_and_corrected_is_exact(chunk_size):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Spec §7 claim 2 and bad input.
+# The compact (S, F, eta) form and bad input.
 # ---------------------------------------------------------------------------------------------------------------
 
 
 def test_five_tuple_equals_the_compact_f_eta_form():
     """gamma = 1: S_t C_t - G_t = F_t = sum_{j<=t} S_j q_j v_j^T and S_t m_t - h_t = eta_t = sum_{j<=t} S_j q_j at
-    every t, so o_t = q_t^T F_t and den_t = q_t^T eta_t (spec §7 claim 2)."""
+    every t, so o_t = q_t^T F_t and den_t = q_t^T eta_t (ops/hla/DERIVATION.md, "Compact state")."""
     q, k, v, _ = inputs(None)
     states = hla2_scan_states(q, k, v, scale=1.0, segment_lengths=[4, 5, 4])
     Sq = torch.einsum("bthkj,bthj->bthk", states.S, q)  # [B, T, H, K], S_j q_j

@@ -1,5 +1,5 @@
 """kernel_regression, the exact kernel ridge regression memory of *Test-time regression* (arXiv:2501.12352,
-Sec. 4 Vignette 4, eqs. 42-47; ttr.md §2.2 L17-L18, §5.1 T15): reference (per-prefix solves) == recurrent (growing
+Sec. 4 Vignette 4, eqs. 42-47): reference (per-prefix solves) == recurrent (growing
 Cholesky) == chunk (one Cholesky) with every gradient, KV-cache carrying, decoding, varlen packing, interpolation,
 the k(K, K) ~ I limit (unnormalised softmax attention), dual == primal ridge regression, and validation.
 

@@ -1,4 +1,4 @@
-"""The conjugate-gradient solver of least_squares.chunk (MesaNet, ttr.md Appendix A.1) converges to the exact
+"""The conjugate-gradient solver of least_squares.chunk (MesaNet, arXiv:2506.05233) converges to the exact
 Cholesky solve: in exact arithmetic CG solves an F x F system in F steps, so F + 2 steps reach float64 rounding."""
 
 from functools import partial

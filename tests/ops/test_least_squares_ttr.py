@@ -1,7 +1,8 @@
-"""The test-time-regression identities of least_squares (ttr.md §2.2 L1, L4, L5, §5.1): the Newton step is batch
-LS (T3); the literal RLS recurrence, plain and weighted, with P_0 = I / lam (T4, T5); weighted = rescaled data (T6);
-min-norm interpolation below K tokens (T7, T20); orthonormal keys give linear attention (T8); the norm bound of eq.
-13 (T9); linear maps are reproduced (T19); feature-mapped LS is LS on mapped data (L4).
+"""The test-time-regression identities of least_squares (*Test-time regression*, arXiv:2501.12352, Sec. 4
+Vignettes 1-2, V1 and V2 below): the Newton step is batch LS (eq. 25); the literal RLS recurrence, plain and
+weighted, with P_0 = I / lam ("Efficient computation"); weighted = rescaled data (V2); min-norm interpolation below K
+tokens (eq. 15, Sec. 3); orthonormal keys give linear attention (V1); the norm bound of eq. 13; linear maps are
+reproduced; feature-mapped LS is LS on mapped data (V1, "Nonlinear associative memory").
 
 All in float64 with scale = 1 (the regressor evaluated at the query itself, as in the paper)."""
 
@@ -39,7 +40,7 @@ def rls_states(lam, K, V):
 
 @pytest.mark.parametrize("mode", SOLVE_MODES)
 def test_newton_step_is_batch_least_squares_and_lstsq(mode):
-    """T3 (eq. 25, fn. 1): one Newton step from M = 0, M = -grad L_t(0) H^{-1} with H = K_t^T K_t, is the LS
+    """Eq. 25, fn. 1: one Newton step from M = 0, M = -grad L_t(0) H^{-1} with H = K_t^T K_t, is the LS
     solution, which is torch.linalg.lstsq, at every t >= K."""
     T, K, V = 20, 4, 3
     q, k, v = single_head(T, K, V)
@@ -56,7 +57,7 @@ def test_newton_step_is_batch_least_squares_and_lstsq(mode):
 
 
 def rls_loop(q, k, v, g, lam):
-    """Weighted RLS as written in ttr.md L5 (L1 for g = None), literally: P_0 = I / lam, M_0 = 0,
+    """Weighted RLS (Vignette 2; Vignette 1 for g = None), literally: P_0 = I / lam, M_0 = 0,
     g_t = P k / (gamma + k^T P k),  M += (v - M k) g_t^T,  P = (P - P k k^T P / (gamma + k^T P k)) / gamma.
     Single head: q, k: [T, K]; v: [T, V]; g: None or [T]. Returns y: [T, V], y_t = M_t q_t."""
     T, K = k.shape
@@ -77,7 +78,7 @@ def rls_loop(q, k, v, g, lam):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("decay", [pytest.param(False, id="T4-uniform"), pytest.param(True, id="T5-decay")])
 def test_rls_recurrence_equals_the_op_with_initial_state_lam_identity(mode, decay):
-    """T4/T5: the RLS recurrence from P_0 = I / lam equals the op with initial_state = (lam I, 0) and ridge = 0 at
+    """V1-2: the RLS recurrence from P_0 = I / lam equals the op with initial_state = (lam I, 0) and ridge = 0 at
     every t (the implicit ridge decays as (prod gamma) lam), and the batch weighted ridge solution with that decayed
     ridge."""
     T, K, V, lam = 24, 5, 3, 0.7
@@ -113,7 +114,7 @@ def test_with_decay_the_constant_ridge_and_the_decaying_rls_ridge_differ():
 
 @pytest.mark.parametrize("mode", MODES)
 def test_constant_ridge_without_decay_is_batch_ridge_and_rls(mode):
-    """T4: ridge = lam with uniform weights is (sum v k^T)(sum k k^T + lam I)^{-1}, and the RLS loop from I / lam."""
+    """V1: ridge = lam, uniform weights: (sum v k^T)(sum k k^T + lam I)^{-1}, and the RLS loop from I / lam."""
     T, K, V, lam = 15, 4, 3, 0.4
     q, k, v = single_head(T, K, V, seed=1)
     o, _ = least_squares(q, k, v, ridge=lam, scale=1.0, mode=mode, chunk_size=16)
@@ -126,7 +127,7 @@ def test_constant_ridge_without_decay_is_batch_ridge_and_rls(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_weighted_ls_is_unweighted_ls_on_rescaled_data(mode):
-    """T6: weights gamma_i^(t) = rescaling k_i, v_i by sqrt(gamma_i^(t)). The ridge is MesaNet's (not decayed), so
+    """V2: weights gamma_i^(t) = rescaling k_i, v_i by sqrt(gamma_i^(t)). The ridge is MesaNet's (not decayed), so
     the identity holds exactly with the same ridge on both sides."""
     T, K, V = 18, 4, 3
     q, k, v = single_head(T, K, V, seed=2)
@@ -142,7 +143,7 @@ def test_weighted_ls_is_unweighted_ls_on_rescaled_data(mode):
 
 @pytest.mark.parametrize(("mode", "decay"), TINY_RIDGE_CASES)
 def test_below_k_tokens_the_output_is_the_min_norm_solution(mode, decay):
-    """T7 (eq. 11, 15): for t < K with a tiny ridge the memory is the min-norm interpolant V^T (K^+)^T, and the
+    """Eq. 11, 15: for t < K with a tiny ridge the memory is the min-norm interpolant V^T (K^+)^T, and the
     weights do not matter (every solution interpolates). The ridge 1e-9 moves it by ~1e-9 / lambda_min(K_t K_t^T)."""
     T, K, V = 7, 8, 3
     q, k, v = single_head(T, K, V, seed=6)
@@ -155,7 +156,7 @@ def test_below_k_tokens_the_output_is_the_min_norm_solution(mode, decay):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_perfect_retrieval_below_k_tokens(mode):
-    """T20: for t <= K independent keys, m_t(k_i) = v_i for every i <= t. m_t is read by a second call from the
+    """Sec. 3: for t <= K independent keys, m_t(k_i) = v_i for every i <= t. m_t is read by a second call from the
     state after t tokens, with neutral tokens (k = v = 0, g = 0) that leave it unchanged and queries k_1..k_t."""
     T, K, V = 6, 6, 4
     _, k, v = single_head(T, K, V, seed=8)
@@ -171,7 +172,7 @@ def test_perfect_retrieval_below_k_tokens(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_orthonormal_keys_give_linear_attention(mode):
-    """T8: for t <= K orthonormal keys, K_t^T K_t is a projection, so (K_t^T K_t + lam I)^{-1} k_i = k_i / (1 + lam)
+    """V1: for t <= K orthonormal keys, K_t^T K_t is a projection, so (K_t^T K_t + lam I)^{-1} k_i = k_i / (1 + lam)
     and least squares is linear attention / (1 + lam), exactly, for every ridge lam (lam -> 0: LA itself)."""
     T, K, V, lam = 6, 6, 3, 0.25
     gen = torch.Generator().manual_seed(10)
@@ -185,7 +186,7 @@ def test_orthonormal_keys_give_linear_attention(mode):
 
 @pytest.mark.parametrize(("mode", "decay"), TINY_RIDGE_CASES)
 def test_exact_ls_reproduces_a_linear_map(mode, decay):
-    """T19: if v_i = A k_i then m_t(q) = A q once the keys span R^K (t >= K), whatever the weights."""
+    """If v_i = A k_i then m_t(q) = A q once the keys span R^K (t >= K), whatever the weights."""
     T, K, V = 16, 4, 3
     q, k, _ = single_head(T, K, V, seed=12)
     A = torch.randn(V, K, dtype=torch.float64, generator=torch.Generator().manual_seed(13))
@@ -198,7 +199,7 @@ def test_exact_ls_reproduces_a_linear_map(mode, decay):
 
 @given(seed=st.integers(0, 10_000), T=st.integers(4, 30), K=st.integers(1, 4), ridge=st.sampled_from([0.0, 0.1]))
 def test_output_norm_bound_of_eq_13(seed, T, K, ridge):
-    """T9 (eq. 13, App. A): ||y_t|| <= ||q_t|| sum_{i<=t} ||v_i|| ||k_i|| / lambda_min(K_t^T K_t) for t >= K (a
+    """Eq. 13, App. A: ||y_t|| <= ||q_t|| sum_{i<=t} ||v_i|| ||k_i|| / lambda_min(K_t^T K_t) for t >= K (a
     ridge only enlarges the denominator). ridge 0 needs a positive-definite R_0; R_0 = 1e-12 I is negligible."""
     q, k, v = single_head(T, K, 3, seed=seed)
     state = LeastSquaresState(1e-12 * torch.eye(K, dtype=torch.float64).expand(1, 1, K, K),
@@ -213,7 +214,7 @@ def test_output_norm_bound_of_eq_13(seed, T, K, ridge):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_feature_mapped_ls_is_ls_on_mapped_keys_and_queries(mode):
-    """L4: least squares with phi is least squares on phi(k), phi(q) (taylor2: K = 3 -> F = 13)."""
+    """V1: least squares with phi is least squares on phi(k), phi(q) (taylor2: K = 3 -> F = 13)."""
     T, K, V = 20, 3, 4
     q, k, v = single_head(T, K, V, seed=15)
     g = random_log_gate((1, T, 1), 0.5, seed=16)

@@ -1,4 +1,4 @@
-"""The test-time-regression identities of this family (ttr.md §5.1) and its special cases."""
+"""The test-time-regression identities of this family (arXiv:2501.12352) and its special cases."""
 
 import pytest
 import torch
@@ -33,7 +33,7 @@ def _single_head():
 
 @pytest.mark.parametrize("mode", ["reference", "recurrent", "chunk"])
 def test_linear_attention_is_one_gradient_step_on_least_squares(mode):
-    """ttr.md T1, eq. (24): one full-batch GD step from 0 with beta = 1 on uniform LS is linear attention."""
+    """Eq. (24): one full-batch GD step from 0 with beta = 1 on uniform LS is linear attention."""
     q, k, v, q1, k1, v1 = _single_head()
     weights = torch.ones(T, T, dtype=q.dtype).tril()
     expected = _one_gd_step_outputs(q1, k1, v1, weights)
@@ -43,7 +43,7 @@ def test_linear_attention_is_one_gradient_step_on_least_squares(mode):
 
 @pytest.mark.parametrize("mode", ["reference", "recurrent", "chunk"])
 def test_gated_linear_attention_is_one_gradient_step_on_weighted_least_squares(mode):
-    """ttr.md T2, eq. (16): with gamma_i^(t) = prod_{j=i+1}^t exp(g_j) the GD step is gated linear attention."""
+    """Eq. (16): with gamma_i^(t) = prod_{j=i+1}^t exp(g_j) the GD step is gated linear attention."""
     q, k, v, q1, k1, v1 = _single_head()
     g = random_log_gate((1, T, 1), 1.0)
     weights = torch.exp(segsum(g[0, :, 0]))  # [T, T], gamma_i^(t), zero above the diagonal
@@ -53,7 +53,7 @@ def test_gated_linear_attention_is_one_gradient_step_on_weighted_least_squares(m
 
 
 def test_diagonal_gate_is_a_gradient_step_with_decayed_keys_not_a_weighted_least_squares_step():
-    """The paper derives scalar gates only (ttr.md §2.2 L6). A diagonal gate (GLA) is the GD step on LS with
+    """The paper derives scalar gates only (Vignette 2). A diagonal gate (GLA) is the GD step on LS with
     keys decayed per channel, k_i -> (prod_j alpha_j) ⊙ k_i; no choice of scalar weights reproduces it."""
     q, k, v, q1, k1, v1 = _single_head()
     g = random_log_gate((1, T, 1, K), 2.0)
@@ -66,7 +66,7 @@ def test_diagonal_gate_is_a_gradient_step_with_decayed_keys_not_a_weighted_least
 
 
 def test_linear_attention_equals_least_squares_with_orthonormal_keys():
-    """ttr.md T8: with orthonormal keys (t <= K) linear attention is the exact LS memory."""
+    """Vignette 1: with orthonormal keys (t <= K) linear attention is the exact LS memory."""
     q, _, v, _, _, v1 = _single_head()
     keys = torch.linalg.qr(torch.randn(K, K, dtype=torch.float64, generator=torch.Generator().manual_seed(2)))[0]
     k = keys[:, :K].T.reshape(1, K, 1, K)  # [1, T=K, 1, K], rows orthonormal
@@ -119,7 +119,7 @@ def test_default_scale_is_inverse_sqrt_key_dim():
 
 
 def test_heads_are_independent_memories():
-    """ttr.md T27: H heads equal H single-head calls."""
+    """Sec. 3: H heads equal H single-head calls."""
     q, k, v = random_qkv(2, 25, 3, K, V)
     g = random_log_gate((2, 25, 3, K), 1.0)
     o, _ = gated_linear_attn(q, k, v, g)
@@ -129,7 +129,7 @@ def test_heads_are_independent_memories():
 
 
 def test_outputs_are_causal():
-    """ttr.md T25: changing tokens after t leaves outputs up to t unchanged."""
+    """Causality: changing tokens after t leaves outputs up to t unchanged."""
     q, k, v = random_qkv(1, 40, 2, K, V)
     g = random_log_gate((1, 40, 2), 1.0)
     o, _ = gated_linear_attn(q, k, v, g, chunk_size=16)

@@ -1,12 +1,12 @@
 """local_linear_attn and local_polynomial: *Test-time regression* (arXiv:2501.12352), Sec. 4
-Vignette 4, eqs. (48)-(54); ttr.md §5.1 T18, T19.
+Vignette 4, eqs. (48)-(54).
 
 - reference == recurrent == chunk (outputs, final KVState, every gradient) for the exponential kernel, the
   Gaussian kernel and QK-norm. float64 to 1e-10. float32 to relative RMS 1e-4 on N(0, 1) data with ridge = 0.1:
   the error of every form grows like eps * cond(C_kk + ridge I), and at the default ridge 1e-3 with t <= K the
   float32 *reference* (an uncentred (1 + K)-dim system) is itself ~3e-4 off float64 (the chunk form ~6e-5).
 - split + carried KVState, token-by-token decoding and cu_seqlens all equal one call.
-- T18: eq. (52) == eq. (54) == the centred closed form; T19: affine maps reproduced (p = 1), constants only
+- eq. (52) == eq. (54) == the centred closed form; affine maps reproduced (p = 1), constants only
   (p = 0); p = 2 reproduces quadratic maps.
 - the chunk form never allocates a [T, T, K] tensor.
 
@@ -139,7 +139,7 @@ def test_forms_agree_with_a_random_key_mask(shape, kernel):
     assert_forms_agree(partial(local_linear_attn, **KERNELS[kernel]), inputs, chunk_size=8)
 
 
-# --- T18: eq. 52 == eq. 54 == the centred closed form ---------------------------------------------------------
+# --- eq. 52 == eq. 54 == the centred closed form --------------------------------------------------------------
 
 
 def _weighted_least_squares(q, k, v, t, ridge, scale):
@@ -168,7 +168,7 @@ def test_t18_eq52_equals_eq54_equals_centred_closed_form(ridge):
         assert_close(o_chunk[0, t, 0], M0, f"chunk (centred closed form) at t={t}")
 
 
-# --- T19: what each degree reproduces exactly --------------------------------------------------------------------
+# --- what each degree reproduces exactly -------------------------------------------------------------------------
 
 
 def _affine_data(B=2, T=40, H=2, K=5, V=3):

@@ -21,7 +21,7 @@ DTYPES = [pytest.param(torch.float64, id="f64"), pytest.param(torch.float32, id=
 
 def gd_inputs(B, T, H, K, V, I, *, dtype=torch.float64, with_state=True, seed=0):
     """Keys of norm ~1 and beta_t in [0, 1 / (t + 5)]: lambda_max(R_t) <~ t + 1 + lambda_max(R_0), so every step
-    is stable (beta lambda_max < 2, ttr.md L7) and float32 comparisons measure the algorithm, not a blow-up.
+    is stable (beta lambda_max < 2) and float32 comparisons measure the algorithm, not a blow-up.
     The initial R_0 is a Gram matrix (symmetric, PSD), as a real state is."""
     q, k, v = random_qkv(B, T, H, K, V, dtype=dtype, seed=seed)
     gen = torch.Generator().manual_seed(seed + 1)

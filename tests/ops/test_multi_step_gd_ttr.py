@@ -1,5 +1,5 @@
-"""The test-time-regression identities of multi_step_gd (ttr.md §2.2 L7, §5.1): one step of size 1 is linear
-attention (eq. 24); many small steps reach the min-norm least-squares memory (T22); two steps in closed form."""
+"""The test-time-regression identities of multi_step_gd (arXiv:2501.12352, eqs. 18-24): one step of size 1 is linear
+attention (eq. 24); many small steps reach the min-norm least-squares memory; two steps in closed form."""
 
 import pytest
 import torch
@@ -27,7 +27,7 @@ def test_one_unit_step_is_linear_attention(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_many_small_steps_reach_the_min_norm_least_squares_memory(mode):
-    """ttr.md T22: with 0 < beta < 2 / lambda_max(R_t) the iterates from 0 converge to the min-norm LS memory
+    """With 0 < beta < 2 / lambda_max(R_t) the iterates from 0 converge to the min-norm LS memory
     argmin ||K_t S - V_t|| (rank-deficient prefixes t < K included). Here beta_t = 1 / lambda_max(R_t) and
     I = 200 on well-conditioned keys: the error factor max (1 - lambda_min+ / lambda_max)^200 is below 1e-13."""
     T, K, V, I = 8, 3, 2, 200

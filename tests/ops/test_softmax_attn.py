@@ -1,5 +1,5 @@
 """softmax_attn, the local-constant (Nadaraya-Watson) regression memory of *Test-time regression*
-(arXiv:2501.12352, Sec. 4 Vignette 4, eqs. 48-51; ttr.md §5.1 T16, T17): reference == recurrent == chunk (SDPA)
+(arXiv:2501.12352, Sec. 4 Vignette 4, eqs. 48-51): reference == recurrent == chunk (SDPA)
 with every gradient, KV-cache carrying, decoding, varlen packing, the NW/QK-norm identities, and validation.
 
 Shapes: q, k: [B, T, H, K]; v: [B, T, H, V]; cache KVState(k [B, S, H, K], v [B, S, H, V]); weights [B, H, T, T].

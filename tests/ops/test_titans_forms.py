@@ -22,7 +22,7 @@ STRENGTHS = [pytest.param(0.0, id="g0"), pytest.param(1.0, id="g1"), pytest.para
 
 
 def titans_inputs(B, T, H, K, V, *, strength=1.0, dtype=torch.float64, with_state=True, seed=0):
-    """Unit-norm keys and beta in [0, 1] keep each step contractive along k (ttr.md L9), so the memory stays O(1)
+    """Unit-norm keys and beta in [0, 1] keep each step contractive along k (beta |k|^2 <= 2), so the memory stays O(1)
     and float32 comparisons measure the algorithm, not a blow-up; gates in [-strength, 0] with exact zeros."""
     q, k, v = random_qkv(B, T, H, K, V, dtype=dtype, seed=seed)
     gen = torch.Generator().manual_seed(seed + 1)

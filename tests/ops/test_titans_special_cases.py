@@ -1,5 +1,5 @@
-"""Special cases of momentum_delta_rule that reduce to known rules (ttr.md §2.2 L9, L14-L16), and its reading as
-SGD with momentum and decoupled weight decay on the per-token regression loss."""
+"""Special cases of momentum_delta_rule that reduce to known rules (arXiv:2501.12352, eqs. 29, 37, 41), and its reading
+as SGD with momentum and decoupled weight decay on the per-token regression loss."""
 
 import pytest
 import torch
@@ -13,7 +13,7 @@ B, T, H, K, V = 2, 45, 2, 6, 4
 
 
 def _gated_delta_by_hand(q, k, v, g, beta, S0):
-    """Decoupled gated delta rule (ttr.md L15, suggested modification; L14 with lambda decoupled), written out:
+    """Decoupled gated delta rule (suggested after eq. (41): eq. (37) with lambda decoupled), written out:
     S_t = exp(g_t) S_{t-1} + beta_t k_t (v_t - S_{t-1}^T k_t)^T, o_t = S_t^T q_t (q unscaled here)."""
     S, outputs = S0.clone(), []
     for t in range(q.shape[1]):
@@ -41,7 +41,7 @@ def test_without_momentum_is_the_decoupled_gated_delta_rule(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_without_momentum_or_decay_is_the_delta_rule(mode):
-    """eta -> 0 and alpha = 0 (g = 0): S_t = S_{t-1} + beta_t k_t (v_t - S_{t-1}^T k_t)^T (ttr.md L9, eq. 29)."""
+    """eta -> 0 and alpha = 0 (g = 0): S_t = S_{t-1} + beta_t k_t (v_t - S_{t-1}^T k_t)^T (eq. 29)."""
     x = titans_inputs(B, T, H, K, V)
     g = torch.zeros(B, T, H, dtype=torch.float64)
     log_eta = torch.full((B, T, H), -50.0, dtype=torch.float64)

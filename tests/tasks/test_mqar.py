@@ -1,4 +1,4 @@
-"""MQAR generator (spec/benchmarks.md §1.1) and the task interface: worked example, label/key invariants,
+"""MQAR generator (zoology's, src/regmem/tasks/mqar.py) and the task interface: worked example, label/key invariants,
 seeding, validation, the gap law, and the accuracy metric."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ WORKED_TARGETS = [-100, -100, -100, -100, 13, -100, -100, -100, -100, -100, -100
 
 
 def check_mqar_invariants(config: MQARConfig, inputs: torch.Tensor, targets: torch.Tensor) -> None:
-    """Everything spec §1.1 fixes about one batch, checked row by row."""
+    """Everything the generator fixes about one batch, checked row by row."""
     P, C, V = config.num_kv_pairs, config.context_size, config.vocab_size
     assert inputs.dtype == targets.dtype == torch.int64
     assert inputs.shape == targets.shape and inputs.shape[1] == config.seq_len

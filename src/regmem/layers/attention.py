@@ -1,8 +1,8 @@
 """Softmax attention on torch's scaled_dot_product_attention, with a KV cache, rotary positions and QK-norm.
 
-In the TTR view (eq. 50, ttr.md L20) it is the Nadaraya-Watson (local constant) regressor with weights
+In the TTR view (arXiv:2501.12352, eq. 50) it is the Nadaraya-Watson (local constant) regressor with weights
 s(k_i, q_t) = exp(k_i.q_t / sqrt(K)); with QK-norm and a learnable temperature tau it is a Gaussian-kernel
-regressor of bandwidth 2 tau (eq. 51, L21), so the temperature is the kernel bandwidth.
+regressor of bandwidth 2 tau (eq. 51), so the temperature is the kernel bandwidth.
 
 Padding: padded keys stay in the KV cache with mask False, and rotary positions count the real tokens of each
 row, so a left- or right-padded prefill followed by one-token steps equals the unpadded run.

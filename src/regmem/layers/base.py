@@ -1,4 +1,4 @@
-"""The mixer contract (DESIGN.md, "Layers and models").
+"""The mixer contract (docs/architecture.md, "The mixer contract").
 
 `Mixer.forward(x: [B, T, d_model], state=None, *, attention_mask=None) -> (y: [B, T, d_model], new_state)`.
 `state` is the mixer's whole decoding state (memory plus conv or KV cache); None means empty. `attention_mask`

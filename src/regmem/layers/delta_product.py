@@ -1,4 +1,4 @@
-"""DeltaProduct (Siems et al. 2025, arXiv:2502.10297; TTR L11): n_h delta steps per token with their own keys,
+"""DeltaProduct (Siems et al. 2025, arXiv:2502.10297; TTR Vignette 3): n_h delta steps per token with their own keys,
 values and step sizes, i.e. a product of n_h generalised Householder transitions, plus Gated DeltaNet's gate."""
 
 from __future__ import annotations

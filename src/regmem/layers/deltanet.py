@@ -1,5 +1,5 @@
 """Delta-rule mixers: DeltaNet, GatedDeltaNet, Longhorn, NLMS — streaming SGD on the test-time regression
-(TTR Vignette 3, ttr.md L9, L12, L13, L15). Each is the memory skeleton of memory.py plus its step size and gate.
+(arXiv:2501.12352 Vignette 3, eqs. 29-41). Each is the memory skeleton of memory.py plus its step size and gate.
 
 Padding: a padded token gets step size 0 and log-gate 0, so it leaves the memory unchanged.
 """

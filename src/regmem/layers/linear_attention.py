@@ -1,7 +1,7 @@
 """LinearAttention: uniform weights, (feature-mapped) linear regressor, one GD step (TTR eq. 2-3, 24).
 
 The feature map is applied here, so that padded keys can be zeroed after it (phi(0) != 0 for most maps); the
-op then runs on features. The Katharopoulos normaliser is replaced by the per-head output RMSNorm (TTR L24,
+op then runs on features. The Katharopoulos normaliser is replaced by the per-head output RMSNorm (TTR Sec. 5,
 TransNormer), as the TTR paper and fla's LinearAttention do.
 """
 

@@ -1,6 +1,6 @@
-"""Mesa: the exact (decay-weighted) ridge-regression memory as a layer — the TTR paper's RLS layer (L1, L5;
-arXiv:2501.12352 Vignettes 1-2, eqs. 11, 15) with MesaNet's learned ridge and write strength (von Oswald et al.
-2025; ttr.md Appendix A.1):
+"""Mesa: the exact (decay-weighted) ridge-regression memory as a layer — the TTR paper's RLS layer
+(arXiv:2501.12352 Vignettes 1-2, eqs. 11, 15) with MesaNet's learned ridge and write strength (von Oswald et al.
+2025, arXiv:2506.05233):
 
     R_t = gamma_t R_{t-1} + beta_t k_t k_t^T,   S_t = gamma_t S_{t-1} + beta_t k_t v_t^T,
     o_t = S_t^T (R_t + diag(lambda))^{-1} q_t

@@ -1,4 +1,4 @@
-"""TitansLinear: the linear memory of Titans (Behrouz et al. 2024, arXiv:2501.00663; TTR L16) — streaming SGD
+"""TitansLinear: the linear memory of Titans (Behrouz et al. 2024, arXiv:2501.00663; TTR Fig. 1) — streaming SGD
 with momentum and weight decay on the test-time regression:
 
     P_t = eta_t P_{t-1} + theta_t k_t (v_t - S_{t-1}^T k_t)^T,    S_t = (1 - alpha_t) S_{t-1} + P_t

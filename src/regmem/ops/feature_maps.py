@@ -1,8 +1,8 @@
 """Feature maps phi: R^K -> R^F for feature-mapped linear memories, M_t = M_{t-1} + v_t phi(k_t)^T.
 
 Implements the feature maps of eq. (3) of *Test-time regression* (Wang, Shi, Fox; arXiv:2501.12352, Sec. 2):
-the regressor class {k -> M phi(k)} (ttr.md §2.2 L3). Each map is token-wise: x: [..., K] -> [..., F], so
-it commutes with chunking, state passing and varlen packing. `feature_dim(K)` gives F.
+the regressor class {k -> M phi(k)} (Sec. 4 Vignette 1, "Nonlinear associative memory"). Each map is token-wise:
+x: [..., K] -> [..., F], so it commutes with chunking, state passing and varlen packing. `feature_dim(K)` gives F.
 
 | name            | phi(x)                                             | F           | phi(q).phi(k)              |
 |-----------------|----------------------------------------------------|-------------|----------------------------|

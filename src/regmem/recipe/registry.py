@@ -1,5 +1,5 @@
 """Registry of known points of the design space: each op and named model with its test-time-regression
-coordinates and the equation of *Test-time regression* (arXiv:2501.12352; ttr.md §2.1) it comes from."""
+coordinates and the equation of *Test-time regression* (arXiv:2501.12352; Sec. 4, Fig. 1) it comes from."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ class RecipeEntry:
     name: str  # short name, e.g. "retnet"
     recipe: Recipe
     op: str  # the regmem op call that computes it
-    source: str  # equation / catalogue row of the TTR paper
+    source: str  # equation / section of the TTR paper
     models: tuple[str, ...] = ()  # published models at this point
     note: str = ""
 
@@ -60,127 +60,128 @@ _LINEAR = Regressor("linear")
 
 register(RecipeEntry(
     "linear_attn", Recipe(Weights("uniform"), _LINEAR, _GD_STEP), "linear_attn(q, k, v)",
-    "eq. (2), (24); L2", ("Linear Transformer without normaliser",),
+    "eq. (2), (24)", ("Linear Transformer without normaliser",),
 ))
 register(RecipeEntry(
     "feature_linear_attn", Recipe(Weights("uniform"), Regressor("feature_linear", feature_map="phi"), _GD_STEP),
-    "linear_attn(q, k, v, feature_map=phi)", "eq. (3); L3",
+    "linear_attn(q, k, v, feature_map=phi)", "eq. (3)",
     ("Performer (random_features)", "Based (taylor2)", "DPFP", "1+ELU"),
 ))
 register(RecipeEntry(
     "normalized_linear_attn",
     Recipe(Weights("query_similarity"), Regressor("local_polynomial", degree=0, feature_map="phi"),
            Solver("analytic")),
-    "linear_attn(q, k, v, feature_map=phi, normalize=True)", "eq. (50) with s(k, q) = phi(k).phi(q); L20",
+    "linear_attn(q, k, v, feature_map=phi, normalize=True)", "eq. (50) with s(k, q) = phi(k).phi(q)",
     ("Linear Transformer (Katharopoulos 2020)",), "Nadaraya-Watson with a feature-map kernel",
 ))
 register(RecipeEntry(
     "softmax_attn",
     Recipe(Weights("query_similarity"), Regressor("local_polynomial", degree=0), Solver("analytic")),
-    "softmax_attn(q, k, v) (SDPA)", "eq. (50); L20 (with QK-norm: eq. (51), L21)", ("Transformer",),
+    "softmax_attn(q, k, v) (SDPA)", "eq. (50) (with QK-norm: eq. (51))", ("Transformer",),
     "Nadaraya-Watson with s(k, q) = exp(k.q / sqrt(K))",
 ))
 register(RecipeEntry(
     "gated_linear_attn", Recipe(Weights("scalar_decay"), _LINEAR, _GD_STEP), "gated_linear_attn(q, k, v, g[B,T,H])",
-    "eq. (4), (16); L6", ("mLSTM (forget gate)", "GateLoop"),
+    "eq. (4), (16)", ("mLSTM (forget gate)", "GateLoop"),
 ))
 register(RecipeEntry(
     "retnet", Recipe(Weights("constant_decay"), _LINEAR, _GD_STEP),
-    "gated_linear_attn(q, k, v, g = log gamma_h)", "eq. (16); L6", ("RetNet",),
+    "gated_linear_attn(q, k, v, g = log gamma_h)", "eq. (16)", ("RetNet",),
 ))
 register(RecipeEntry(
     "mamba2", Recipe(Weights("scalar_decay"), _LINEAR, _GD_STEP),
-    "gated_linear_attn(q=C, k=B, v=x dt, g = A dt)", "eq. (16) via SSD; L6", ("Mamba-2",),
+    "gated_linear_attn(q=C, k=B, v=x dt, g = A dt)", "eq. (16) via SSD", ("Mamba-2",),
 ))
 register(RecipeEntry(
     "gla", Recipe(Weights("diagonal_decay"), _LINEAR, _GD_STEP), "gated_linear_attn(q, k, v, g[B,T,H,K])",
-    "eq. (16), per channel; L6", ("GLA", "RWKV-6", "HGRN-2"), "outside the paper's scalar derivation",
+    "eq. (16), per channel", ("GLA", "RWKV-6", "HGRN-2"), "outside the paper's scalar derivation",
 ))
 
 _SGD = Solver("sgd")
 register(RecipeEntry(
     "deltanet", Recipe(Weights("uniform"), _LINEAR, _SGD), "delta_rule(q, k, v, beta)",
-    "eq. (26)-(29); L9", ("DeltaNet",), "streaming SGD: recent pairs weigh more",
+    "eq. (26)-(29)", ("DeltaNet",), "streaming SGD: recent pairs weigh more",
 ))
 register(RecipeEntry(
     "gated_deltanet", Recipe(Weights("uniform"), _LINEAR, Solver("sgd_weight_decay")),
-    "gated_delta_rule(q, k, v, g, beta)", "eq. (38)-(41); L15", ("Gated DeltaNet",), "= Leaky LMS, reparameterised",
+    "gated_delta_rule(q, k, v, g, beta)", "eq. (38)-(41)", ("Gated DeltaNet",), "= Leaky LMS, reparameterised",
 ))
 register(RecipeEntry(
     "leaky_lms", Recipe(Weights("uniform"), _LINEAR, Solver("sgd_weight_decay")),
-    "leaky_lms(q, k, v, beta, lam)", "eq. (34)-(37); L14", ("Leaky LMS",), "weight decay tied to the step",
+    "leaky_lms(q, k, v, beta, lam)", "eq. (34)-(37)", ("Leaky LMS",), "weight decay tied to the step",
 ))
 register(RecipeEntry(
     "decoupled_gated_deltanet", Recipe(Weights("uniform"), _LINEAR, Solver("sgd_weight_decay")),
-    "decoupled_gated_delta_rule(q, k, v, beta, lam)", "L15, proposed modification", (),
+    "decoupled_gated_delta_rule(q, k, v, beta, lam)", "after eq. (41), proposed modification", (),
     "weight decay independent of the step (AdamW-style)",
 ))
 register(RecipeEntry(
     "longhorn", Recipe(Weights("uniform"), _LINEAR, Solver("sgd_adaptive")), "longhorn(q, k, v, delta)",
-    "eq. (30)-(31); L12", ("Longhorn",), "beta = delta / (1 + delta |k|^2), a proximal step",
+    "eq. (30)-(31)", ("Longhorn",), "beta = delta / (1 + delta |k|^2), a proximal step",
 ))
 register(RecipeEntry(
     "nlms", Recipe(Weights("uniform"), _LINEAR, Solver("sgd_adaptive")),
-    "nlms(q, k, v)", "eq. (32)-(33); L13", ("NLMS / Kaczmarz",), "beta = 1 / |k|^2: the newest pair is exact",
+    "nlms(q, k, v)", "eq. (32)-(33)", ("NLMS / Kaczmarz",), "beta = 1 / |k|^2: the newest pair is exact",
 ))
 register(RecipeEntry(
     "delta_product", Recipe(Weights("uniform"), _LINEAR, Solver("sgd", steps=2)),
-    "delta_product(q, k, v, beta) with n_h pairs per token", "L11", ("DeltaProduct",),
+    "delta_product(q, k, v, beta) with n_h pairs per token", "Vignette 3, after eq. (29)", ("DeltaProduct",),
     "n_h Householder steps per token (steps=2 shown)",
 ))
 register(RecipeEntry(
     "titans_linear", Recipe(Weights("uniform"), _LINEAR, Solver("sgd_momentum")),
-    "momentum_delta_rule(q, k, v, g, beta, log_eta)", "L16 (Titans)", ("Titans LMM (linear)",),
+    "momentum_delta_rule(q, k, v, g, beta, log_eta)", "Fig. 1 (+ Momentum); arXiv:2501.00663",
+    ("Titans LMM (linear)",),
     "SGD with momentum and weight decay",
 ))
 register(RecipeEntry(
     "multi_step_gd", Recipe(Weights("uniform"), _LINEAR, Solver("gd_steps", steps=2)),
-    "multi_step_gd(q, k, v, beta[..., I])", "eq. (18)-(23); L7", (), "I full-batch GD steps from 0 (I=2 shown)",
+    "multi_step_gd(q, k, v, beta[..., I])", "eq. (18)-(23)", (), "I full-batch GD steps from 0 (I=2 shown)",
 ))
 
 _ANALYTIC = Solver("analytic")
 register(RecipeEntry(
     "least_squares", Recipe(Weights("uniform"), _LINEAR, _ANALYTIC), "least_squares(q, k, v, ridge=lam)",
-    "eq. (10)-(11), (25); L1, L8", ("RLS", "mesa-layer", "Intention"),
+    "eq. (10)-(11), (25)", ("RLS", "mesa-layer", "Intention"),
     "one Newton step = the exact (ridge) solution",
 ))
 register(RecipeEntry(
     "weighted_least_squares", Recipe(Weights("scalar_decay"), _LINEAR, _ANALYTIC),
-    "least_squares(q, k, v, g, ridge=lam)", "eq. (14)-(15); L5", ("MesaNet", "weighted RLS"),
+    "least_squares(q, k, v, g, ridge=lam)", "eq. (14)-(15)", ("MesaNet", "weighted RLS"),
     "exponentially forgetting RLS",
 ))
 register(RecipeEntry(
     "feature_least_squares", Recipe(Weights("uniform"), Regressor("feature_linear", feature_map="phi"), _ANALYTIC),
-    "least_squares(q, k, v, feature_map=phi)", "Vignette 1 (nonlinear memory); L4", (),
+    "least_squares(q, k, v, feature_map=phi)", "Vignette 1 (nonlinear memory)", (),
     "the optimal feature-map memory",
 ))
 register(RecipeEntry(
     "mesa", Recipe(Weights("scalar_decay"), _LINEAR, _ANALYTIC),
-    "least_squares(q, k, v, g, ridge=lam[H, K])", "L5 + MesaNet (ttr.md A.1)", ("MesaNet",),
+    "least_squares(q, k, v, g, ridge=lam[H, K])", "eq. (14)-(15) + MesaNet (arXiv:2506.05233)", ("MesaNet",),
     "exact by Cholesky; MesaNet's conjugate gradient is solver='cg'",
 ))
 register(RecipeEntry(
     "kernel_regression", Recipe(Weights("uniform"), Regressor("kernel"), _ANALYTIC),
-    "kernel_regression(q, k, v, kernel, ridge)", "eq. (42)-(43); L17", ("Skyformer", "SOFT", "Intention (kernel)"),
+    "kernel_regression(q, k, v, kernel, ridge)", "eq. (42)-(43)", ("Skyformer", "SOFT", "Intention (kernel)"),
     "exact: a growing t x t Gram solve",
 ))
 register(RecipeEntry(
     "gaussian_nw", Recipe(Weights("query_similarity"), Regressor("local_polynomial", degree=0), _ANALYTIC),
-    "softmax_attn(q, k, v, bandwidth=B) or softmax_attn(q, k, v, qk_norm=True)", "eq. (51); L21",
+    "softmax_attn(q, k, v, bandwidth=B) or softmax_attn(q, k, v, qk_norm=True)", "eq. (51)",
     ("QK-norm Transformer",), "s = exp(-|k - q|^2 / B); QK-norm: B = 2 x temperature",
 ))
 register(RecipeEntry(
     "local_linear_attn", Recipe(Weights("query_similarity"), Regressor("local_polynomial", degree=1), _ANALYTIC),
-    "local_linear_attn(q, k, v, ridge)", "eq. (52)-(54); L22", (),
+    "local_linear_attn(q, k, v, ridge)", "eq. (52)-(54)", (),
     "the paper's new layer: softmax attention + a regression correction",
 ))
 register(RecipeEntry(
     "local_polynomial", Recipe(Weights("query_similarity"), Regressor("local_polynomial", degree=2), _ANALYTIC),
-    "local_polynomial(q, k, v, degree=2)", "eq. (48)-(49); L19", (), "reference only (small K)",
+    "local_polynomial(q, k, v, degree=2)", "eq. (48)-(49)", (), "reference only (small K)",
 ))
 
 # Higher-order linear attention (arXiv:2510.27258) is not one of the TTR paper's layers; these rows say how close
-# it comes (spec hla.md, ttr.md) rather than forcing it into a category.
+# it comes (HLA sec. 3-7 against TTR Sec. 4) rather than forcing it into a category.
 register(RecipeEntry(
     "hla2", Recipe(Weights("constant_decay"), _LINEAR, Solver("metric_gd_step")),
     "hla2(q, k, v, decay=log_gamma)", "not in TTR; HLA eq. (3.3), sec. 4.3", ("HLA",),

@@ -1,4 +1,4 @@
-"""Synthetic tasks: a config plus a pure seeded generator of (inputs, targets) and a metric (spec/benchmarks.md)."""
+"""Synthetic tasks: a config plus a pure seeded generator of (inputs, targets) and a metric (docs/architecture.md)."""
 
 from regmem.tasks.base import Task, accuracy
 from regmem.tasks.mqar import MQAR, MQARConfig, multiquery_ar

@@ -3,7 +3,7 @@
 Dimension legend: N sequences (examples), T time (sequence length), V vocabulary size.
 
 Every task generator takes exactly one of an integer `seed` or a `torch.Generator` and never reads or advances
-global RNG state (STYLE.md, "Tests as specification"). Targets use `IGNORE_INDEX` (-100, the default
+global RNG state (CONTRIBUTING.md, "Style"). Targets use `IGNORE_INDEX` (-100, the default
 `ignore_index` of `torch.nn.functional.cross_entropy`) wherever no loss applies.
 """
 

@@ -1,7 +1,7 @@
 """MQAR, multi-query associative recall (Arora, Eyuboglu et al., "Zoology", arXiv:2312.04927).
 
-Implements the generator of HazyResearch/zoology `zoology/data/multiquery_ar.py` as specified in
-spec/benchmarks.md §1.1, steps 1-6. A sequence is a key-value context `k1 v1 k2 v2 ...` (tiled `num_passes`
+Implements the generator of HazyResearch/zoology `zoology/data/multiquery_ar.py` (at commit d88d6f5),
+in the six steps of `multiquery_ar` below. A sequence is a key-value context `k1 v1 k2 v2 ...` (tiled `num_passes`
 times, JRT repetition), then a query region where each key reappears once, at an even offset `2·gap` whose gap
 follows a power law p_i ∝ a·i^(a−1). The target at a query key's position is the value bound to it; every other
 target is -100. Keys come from `[1, V/2)`, values from `[V/2, V)`, and 0 is the filler token (replaced by uniform
@@ -110,7 +110,7 @@ def _sample_gaps(config: MQARConfig, num_examples: int, generator: torch.Generat
 def multiquery_ar(
     config: MQARConfig, num_examples: int, *, seed: int | None = None, generator: torch.Generator | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generates `num_examples` MQAR sequences (spec/benchmarks.md §1.1). Exactly one of `seed` and `generator`
+    """Generates `num_examples` MQAR sequences (zoology's generator, above). Exactly one of `seed` and `generator`
     must be given; global RNG state is neither read nor advanced.
 
     Returns `(inputs, targets)`, both int64 `[N, T]`. `targets[n, t]` is the value bound to key `inputs[n, t]`

@@ -1,5 +1,5 @@
 """Online regression over switching autoregressive keys: the parameter-free experiment of *Test-time regression*
-(Wang, Shi, Fox; arXiv:2501.12352, Sec. 5, eq. 55, Fig. 2; spec/benchmarks.md §8, ttr.md §4.1).
+(Wang, Shi, Fox; arXiv:2501.12352, Sec. 5, eq. 55, Fig. 2).
 
 Keys follow a vector AR(1) process whose retention switches from fast to slow at T/4:
 
@@ -9,9 +9,9 @@ Keys follow a vector AR(1) process whose retention switches from fast to slow at
 and each key is bound to the direction of the next one, v_t = k_{t+1} / ||k_{t+1}|| (next-token prediction).
 Token t queries with the next key, q_t = k_{t+1}, which the memory has not stored as a key yet: y_t = m_t(q_t),
 fitted to the prefix {(k_i, v_i)}_{i<=t}, is an out-of-sample prediction of v_{t+1}, and Fig. 2 plots the loss
-||v_{t+1} - m_t(k_{t+1})||^2. The naive forecaster (ttr.md L23) predicts v_{t+1} by v_t.
+||v_{t+1} - m_t(k_{t+1})||^2. The naive forecaster (Sec. 5) predicts v_{t+1} by v_t.
 
-Choices the paper leaves open (ttr.md §4.1, [AMBIG]), all exposed: the correlation rho (0.5), the first key
+Choices the paper leaves open (Sec. 5 does not state them), all exposed: the correlation rho (0.5), the first key
 k_1 = noise * eps_0, and float64 data.
 
 Shapes: q, k, v, target: [N, T, D] (N sequences, T tokens, D key dim); target_t = v_{t+1}.

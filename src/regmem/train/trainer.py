@@ -1,4 +1,4 @@
-"""One training loop for every task (DESIGN.md, "Training and experiments"), after nanoGPT's train.py.
+"""One training loop for every task (docs/architecture.md, "Layers"), after nanoGPT's train.py.
 
 Step s reads top to bottom: lr multiplier schedule(s) -> batch s of a seeded per-epoch permutation -> loss (sum
 of token losses / labelled tokens of the global batch) -> backward -> clip -> optimizer step -> log -> eval ->

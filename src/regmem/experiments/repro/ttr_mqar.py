@@ -6,7 +6,7 @@ solves MQAR when P <= d_model (P = 64) but not when P > d_model (P = 128: 128 ke
 dimensions), while RLS, which accounts for the key covariance, solves it in both cases — memory capacity, not
 sequence length, limits recall.
 
-The paper gives no training settings (ttr.md §4.2, [AMBIG]). The default run is scaled to fit 10 minutes on 2
+The paper gives no training settings (Sec. 6). The default run is scaled to fit 10 minutes on 2
 CPU cores: d_model 32 with P = d_model / 2 and P = d_model (seq_len 4P), zoology's generator with vocabulary 512,
 one learning rate, AdamW with warm-up and cosine decay, early stop at 99% held-out accuracy. `PAPER_SCALE` is
 the paper's d_model 64, P in {64, 128} (hours on this CPU; `regmem repro ttr-mqar --paper-scale`). The RLS

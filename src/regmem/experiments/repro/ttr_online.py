@@ -6,8 +6,8 @@ current key over a key process that switches from fast to slow dynamics at T/4 (
 reported over the first T/4 tokens and the last 3T/4, beside the paper's (qualitative) claims.
 
 The paper does not give the kernel bandwidth of softmax / local-linear attention, the ridge, the weighted RLS's
-forgetting factor or which output norm linear attention uses (ttr.md §4.1, [AMBIG]); they are arguments here,
-printed with the results. Defaults: Gaussian kernels on raw keys (bandwidth 0.01 for softmax, 0.1 for local
+forgetting factor or which output norm linear attention uses (Sec. 5 states none of them); they are arguments
+here, printed with the results. Defaults: Gaussian kernels on raw keys (bandwidth 0.01 for softmax, 0.1 for local
 linear; with the literal 1/sqrt(D) scale the weights on these small keys are nearly uniform, and that variant is
 shown too), ridge 1e-2 for RLS (plus a near-min-norm RLS with ridge 1e-6, the paper's pinv branch for t < D),
 forgetting factor 0.9 with a constant ridge 1e-2 (MesaNet's convention) for weighted RLS, ridge 1e-3 for local
@@ -38,7 +38,7 @@ class OnlineSettings:
     local_linear_ridge: float = 1e-3
     rls_ridge: float = 1e-2  # unweighted RLS
     min_norm_ridge: float = 1e-6  # unweighted RLS close to the pinv / min-norm branch of eq. 11
-    forgetting: float = 0.9  # weighted RLS: gamma_t = forgetting (L5)
+    forgetting: float = 0.9  # weighted RLS: gamma_t = forgetting (eq. 14)
     weighted_rls_ridge: float = 1e-2  # constant (not decayed) ridge
 
 

@@ -14,7 +14,8 @@ import torch
 def segsum(g: torch.Tensor) -> torch.Tensor:
     """g: [..., T] -> D: [..., T, T] with D[t, s] = sum_{j=s+1}^{t} g_j for s <= t and -inf above the diagonal.
 
-    exp(D) is the causal decay matrix L of ttr.md §2.2 L6 (L_{ts} = prod_{j=s+1}^t gamma_j)."""
+    exp(D) is the causal decay matrix L of the parallel form of eq. (16) of *Test-time regression* (arXiv:2501.12352),
+    L_{ts} = prod_{j=s+1}^t gamma_j."""
     return _SegmentSums.apply(g)
 
 

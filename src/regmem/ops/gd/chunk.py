@@ -1,7 +1,7 @@
 """Chunk-parallel form of multi-step gradient descent: the statistics entering each chunk by a prefix sum over
 chunks, then the I gradient steps of all tokens of all chunks at once, by matmuls; no loop over tokens or chunks.
 
-Implements eqs. (18)-(23) of *Test-time regression* (Wang, Shi, Fox; arXiv:2501.12352; ttr.md §2.2 L7). As in the
+Implements eqs. (18)-(23) of *Test-time regression* (Wang, Shi, Fox; arXiv:2501.12352, Sec. 4 Vignette 3). As in the
 recurrent form, the steps run on the read-out (DERIVATION.md): (S_t^(I))^T q_t = C_t^T z_t^(I) with
 z^(i) = z^(i-1) - beta^(i) (R_t^T z^(i-1) - q_t). For token t of chunk n, with R_n, C_n the statistics entering
 the chunk, R_t = R_n + sum_{s<=t in chunk} k_s k_s^T and C_t = C_n + sum_{s<=t} k_s v_s^T, so for all t at once

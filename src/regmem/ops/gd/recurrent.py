@@ -1,7 +1,7 @@
 """Recurrent form of multi-step gradient descent: per token, update the statistics (R, C), then run the I
 gradient steps; constant memory in T. This is the form decoding uses.
 
-Implements eqs. (18)-(23) of *Test-time regression* (Wang, Shi, Fox; arXiv:2501.12352; ttr.md §2.2 L7) in
+Implements eqs. (18)-(23) of *Test-time regression* (Wang, Shi, Fox; arXiv:2501.12352, Sec. 4 Vignette 3) in
 regmem's layout, S_t^(i) = S_t^(i-1) - beta_t^(i) (R_t S_t^(i-1) - C_t) from S_t^(0) = 0, o_t = (S_t^(I))^T q_t.
 The steps run on the read-out instead of the memory (DERIVATION.md, "Steps on the query"): every factor
 (1 - beta^(i) R_t) commutes with the others, so (S_t^(I))^T q_t = C_t^T z_t^(I) with

@@ -1,12 +1,12 @@
 """Reference form of multi-step gradient descent: for every prefix, I full-batch gradient steps from zero on
 the least-squares loss of that prefix, the gradient computed from the residuals of all its tokens.
 
-Implements eqs. (18)-(23) of *Test-time regression* (Wang, Shi, Fox; arXiv:2501.12352, Sec. 4 Vignette 3;
-ttr.md §2.2 L7) for the linear memory M: [V, K] in the paper's orientation:
+Implements eqs. (18)-(23) of *Test-time regression* (Wang, Shi, Fox; arXiv:2501.12352, Sec. 4 Vignette 3)
+for the linear memory M: [V, K] in the paper's orientation:
     L_t(M) = 1/2 sum_{s<=t} ||v_s - M k_s||^2,       grad L_t(M) = sum_{s<=t} (M k_s - v_s) k_s^T
     M_t^(0) = 0,   M_t^(i) = M_t^(i-1) - beta_t^(i) grad L_t(M_t^(i-1))   (i = 1..I),   y_t = M_t^(I) q_t.
 Tokens before this call enter through the statistics of the initial state, R_0 = sum k k^T and C_0 = sum k v^T,
-whose gradient term is M R_0^T - C_0^T (ttr.md L7 implementation note; regmem stores S = M^T). O(T^2 I K V).
+whose gradient term is M R_0^T - C_0^T (DERIVATION.md beside this file; regmem stores S = M^T). O(T^2 I K V).
 
 Legend: B batch, T time, H heads, K key dim, V value dim, I gradient steps.
 """

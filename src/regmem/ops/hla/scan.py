@@ -2,7 +2,8 @@
 decay errata corrected, a generic log-depth scan, and the state after every token computed the paper's way.
 
 Implements the masked scan of sec. 4 (eq 4.1, Theorem 4.1) and the AHLA scan of sec. 6 (eq 6.2) of
-*Higher-order Linear Attention* (Zhang, Qin, Wang, Gu; arXiv:2510.27258), spec hla.md §2, §3.
+*Higher-order Linear Attention* (Zhang, Qin, Wang, Gu; arXiv:2510.27258); the algebra is in DERIVATION.md
+beside this file.
 
 Segments. A segment of tokens 1..l with per-token log retention gates g_t, a_t = sum_{s<=t} g_s (from the segment
 start), summarises what the segment does to a state entering it. Its state fields are the serial recurrence's
@@ -24,7 +25,7 @@ Kbar combines as written because a token of A sits rho_B further from the end an
 before it. The identity element is all zeros (log_rho = 0). A token is the segment
 (k k^T, q v^T, q, 0, 0, Kbar = k k^T, log g) (hla2) or (k q^T, k v^T, k, k (q.k) v^T, k (q.k), log g) (ahla).
 
-Errata. The decayed operators as printed in the paper are wrong for gamma < 1 (spec hla.md §6 errata 1, 3): the
+Errata. The decayed operators as printed in the paper are wrong for gamma < 1 (errata 1 and 3 of DERIVATION.md): the
 cross term S_B (rho_B C_A) of eq 4.1 must be Kbar_B C_A (S_B is decayed, the cross term needs the key moment
 weighted by the decay before each token), and the R of eq 6.2 must not be decayed. For gamma = 1 Kbar = S and both
 printed operators are exact. With these fixes Theorem 4.1 (serial == scan) holds for every segmentation.

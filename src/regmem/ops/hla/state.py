@@ -30,7 +30,7 @@ class HLA2State(NamedTuple):
 
 
 class AHLAState(NamedTuple):
-    """State of AHLA: P [N, H, K, V], m [N, H, K], E [N, H, K, V], n [N, H, K] (spec hla.md §3)."""
+    """State of AHLA: P [N, H, K, V], m [N, H, K], E [N, H, K, V], n [N, H, K] (paper sec. 6, Theorem 6.1)."""
 
     P: torch.Tensor
     m: torch.Tensor
@@ -40,7 +40,7 @@ class AHLAState(NamedTuple):
 
 class HLA3State(NamedTuple):
     """State of the causal variant: S [N, H, K, K] = sum k k^T, P [N, H, K, V] = sum k v^T,
-    F [N, H, K, V] = sum_u (S_u q_u)(q_u^T P_u) (spec hla.md §4)."""
+    F [N, H, K, V] = sum_u (S_u q_u)(q_u^T P_u) (paper sec. 7; DERIVATION.md)."""
 
     S: torch.Tensor
     P: torch.Tensor
@@ -49,7 +49,7 @@ class HLA3State(NamedTuple):
 
 class HLA3PaperState(NamedTuple):
     """State of the paper variant: SK [N, H, K, K] = sum k k^T, SQ [N, H, K, K] = sum q q^T (q scaled),
-    P [N, H, K, V] = sum k v^T, G [N, H, K, V] = G1 + G2 + G3 of the paper's Alg. 3 (spec hla.md §4)."""
+    P [N, H, K, V] = sum k v^T, G [N, H, K, V] = G1 + G2 + G3 of the paper's Alg. 3 (sec. 7)."""
 
     SK: torch.Tensor
     SQ: torch.Tensor

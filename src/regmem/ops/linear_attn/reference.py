@@ -3,7 +3,7 @@
 Implements eq. (2)-(4) and (16) of *Test-time regression* (Wang, Shi, Fox; arXiv:2501.12352):
     M_t = gamma_t M_{t-1} + v_t k_t^T,        y_t = M_t q_t,
 unrolled (eq. 16) to y_t = sum_{s<=t} (prod_{j=s+1}^t gamma_j) v_s k_s^T q_t, i.e. the parallel form
-Y = ((Q K^T) ⊙ L) V with L_ts = prod_{j=s+1}^t gamma_j (ttr.md §2.2 L6). With a diagonal gate the product is
+Y = ((Q K^T) ⊙ L) V with L_ts = prod_{j=s+1}^t gamma_j (Sec. 4 Vignette 2). With a diagonal gate the product is
 taken per key channel (GLA; outside the paper's scalar derivation). In regmem's layout the state is S = M^T.
 
 Legend: B batch, T time, H heads, K key (feature) dim, V value dim. Gates g are log retention, g = log gamma.

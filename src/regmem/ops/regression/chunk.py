@@ -3,9 +3,9 @@ one batched Cholesky solve per token for z_t = (R_t + diag(ridge))^{-1} q_t, and
 gated linear attention with queries z.
 
 Implements the parallel computation of *Test-time regression* (Wang, Shi, Fox; arXiv:2501.12352, Sec. 4 Vignettes
-1-2, eqs. (11), (15), (25): "a batch of T independent linear systems"; ttr.md §2.2 L1, L5, §8), with MesaNet's
-non-decaying ridge (ttr.md Appendix A.1). For token t of chunk n, R_n the statistic entering the chunk and b_t the
-log decay from the chunk start to t:
+1-2, eqs. (11), (15), (25): "a batch of T independent linear systems"), with MesaNet's non-decaying ridge (von
+Oswald et al., arXiv:2506.05233). For token t of chunk n, R_n the statistic entering the chunk and b_t the log decay
+from the chunk start to t:
     R_t = e^{b_t} R_n + sum_{s<=t in chunk} L_ts k_s k_s^T,    L_ts = prod_{j=s+1}^t exp(g_j)   (one matmul of the
                                                                  [C, C] decay matrix with the [C, F*F] outer products)
     z_t = cholesky_solve(q_t, cholesky(R_t + diag(ridge)))     (backward by implicit differentiation, CholeskySolve)
@@ -115,7 +115,7 @@ def covariances(k, g, R0, chunk_size):
 
 def conjugate_gradient(q, k, g, R0, ridge, chunk_size, steps):
     """z_t ~= (R_t + diag(ridge))^{-1} q_t for every t by `steps` of conjugate gradient from MesaNet's start
-    x_0 = q / (diag(R_t) + ridge) (ttr.md Appendix A.1), all tokens at once. R_t is applied chunkwise and never
+    x_0 = q / (diag(R_t) + ridge) (arXiv:2506.05233), all tokens at once. R_t is applied chunkwise and never
     formed: as rows, R_t x_t = e^{b_t} x_t R_n + ((X K^T) ⊙ L) K within the chunk (like gd/chunk.py). Autograd runs
     through the iterations. q, k: [B, T, H, F]; g: None or [B, T, H]; R0: [B, H, F, F]; ridge: [H, F].
     Returns z: [B, T, H, F] and R_T: [B, H, F, F]."""

@@ -2,16 +2,16 @@
 inverse P_t = (R_t + diag(ridge))^{-1}, then read out; constant memory in T. This is the form decoding uses.
 
 Implements the sequential ("RLS") computation of *Test-time regression* (Wang, Shi, Fox; arXiv:2501.12352, Sec. 4
-Vignettes 1-2, eqs. (11), (15); ttr.md §2.2 L1, L5), with MesaNet's non-decaying ridge (ttr.md Appendix A.1):
+Vignettes 1-2, eqs. (11), (15)), with MesaNet's non-decaying ridge (von Oswald et al., arXiv:2506.05233):
     R_t = exp(g_t) R_{t-1} + k_t k_t^T,   S_t = exp(g_t) S_{t-1} + k_t v_t^T,   o_t = S_t^T P_t q_t.
 P_t is updated by Sherman-Morrison (RLS) where that is exact:
-  - g is None: R_t + diag(ridge) = (R_{t-1} + diag(ridge)) + k k^T, a rank-one update (L1):
+  - g is None: R_t + diag(ridge) = (R_{t-1} + diag(ridge)) + k k^T, a rank-one update (Vignette 1):
         P_t = P_{t-1} - P_{t-1} k k^T P_{t-1} / (1 + k^T P_{t-1} k);
-  - ridge = 0: R_t = gamma R_{t-1} + k k^T, weighted RLS (L5):
+  - ridge = 0: R_t = gamma R_{t-1} + k k^T, weighted RLS (Vignette 2):
         P_t = (P_{t-1} - P_{t-1} k k^T P_{t-1} / (gamma + k^T P_{t-1} k)) / gamma.
 With decay and a nonzero ridge (MesaNet) the ridge does not decay with R, the update is not rank-one, and
 P_t q_t = (R_t + diag(ridge))^{-1} q_t is a Cholesky solve of R_t + diag(ridge) at every step (O(F^3) per token).
-P is symmetrised after each update (ttr.md §8: float32 RLS can lose symmetry and definiteness).
+P is symmetrised after each update (float32 RLS can lose symmetry and definiteness; DERIVATION.md, "Numerics").
 
 Accuracy: RLS is as accurate as its inverse. P_0 = (R_0 + diag(ridge))^{-1} is ~1 / ridge when R_0 = 0, and the
 rank-one downdates cancel it to O(1) once the keys span R^F, losing ~log10(||R_t|| / ridge) digits: with ridge >~ 1e-4

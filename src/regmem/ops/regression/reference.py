@@ -2,8 +2,9 @@
 prefix.
 
 Implements eqs. (10)-(11) and (14)-(15) of *Test-time regression* (Wang, Shi, Fox; arXiv:2501.12352, Sec. 4
-Vignettes 1-2; ttr.md §2.2 L1, L4, L5), with MesaNet's non-decaying ridge (ttr.md Appendix A.1). For every t, with
-weights gamma_i^(t) = prod_{j=i+1}^t exp(g_j) (eq. 14) and the feature map phi (L4):
+Vignettes 1-2), with MesaNet's non-decaying ridge (von Oswald et al., arXiv:2506.05233). For every t, with
+weights gamma_i^(t) = prod_{j=i+1}^t exp(g_j) (eq. 14) and the feature map phi (Vignette 1, "Nonlinear
+associative memory"):
     R_t = sum_{i<=t} gamma_i^(t) phi(k_i) phi(k_i)^T + (prod_{j<=t} exp(g_j)) R_0          [F, F]
     S_t = sum_{i<=t} gamma_i^(t) phi(k_i) v_i^T      + (prod_{j<=t} exp(g_j)) S_0          [F, V]
     z_t = (R_t + diag(ridge))^{-1} phi(q_t) scale,     o_t = S_t^T z_t

@@ -1,8 +1,8 @@
 """Chunk-parallel form of the momentum delta rule: one unit-lower-triangular solve per chunk (the UT/WY trick of
 DeltaNet with a scalar decay kernel), matmuls for outputs and chunk-end states, (S, P) carried across chunks.
 
-Implements the Titans linear memory (Behrouz, Zhong, Mirrokni; arXiv:2501.00663, Sec. 3.1, eqs. 9-15; ttr.md
-§2.2 L16) in regmem's layout; the algebra is in DERIVATION.md beside this file. Inside a chunk, with (S_0, P_0)
+Implements the Titans linear memory (Behrouz, Zhong, Mirrokni; arXiv:2501.00663, Sec. 3.1, eqs. 9-15) in
+regmem's layout; the algebra is in DERIVATION.md beside this file. Inside a chunk, with (S_0, P_0)
 entering it, token positions i, r and gamma = exp(g), eta = exp(log_eta):
     S_i = a_i S_0 + b_i P_0 + sum_{r<=i} W_ir beta_r k_r e_r^T,    P_i = c_i P_0 + sum_{r<=i} Eta_ir beta_r k_r e_r^T
     a_i = prod_{j<=i} gamma_j,  c_i = prod_{j<=i} eta_j,  Gam_iu = prod_{u<j<=i} gamma_j,  Eta_ur = prod_{r<j<=u} eta_j

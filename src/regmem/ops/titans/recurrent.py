@@ -1,7 +1,7 @@
 """Recurrent form of the momentum delta rule: one update of (S, P) per token, constant memory in T.
 
-Implements the Titans linear memory (Behrouz, Zhong, Mirrokni; arXiv:2501.00663, Sec. 3.1, eqs. 9-15; ttr.md
-§2.2 L16) in regmem's layout S = M^T, P = (momentum)^T:
+Implements the Titans linear memory (Behrouz, Zhong, Mirrokni; arXiv:2501.00663, Sec. 3.1, eqs. 9-15) in
+regmem's layout S = M^T, P = (momentum)^T:
     e_t = v_t - S_{t-1}^T k_t                         (the error of the memory before the token)
     P_t = exp(log_eta_t) P_{t-1} + beta_t k_t e_t^T    (momentum of the SGD updates)
     S_t = exp(g_t) S_{t-1} + P_t                        (weight decay, then the momentum step)

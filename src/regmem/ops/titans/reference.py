@@ -1,7 +1,8 @@
 """Reference form of the momentum delta rule: the Titans linear memory, literally, in the paper's orientation.
 
 Implements the long-term memory update of *Titans: Learning to Memorize at Test Time* (Behrouz, Zhong, Mirrokni;
-arXiv:2501.00663, Sec. 3.1, eqs. 9-15) for a linear memory M: [V, K], as listed in ttr.md §2.2 L16:
+arXiv:2501.00663, Sec. 3.1, eqs. 9-15) for a linear memory M: [V, K] (in *Test-time regression*,
+arXiv:2501.12352, Fig. 1 "+ Momentum"):
     grad_t = d/dM 1/2 ||M k_t - v_t||^2 at M_{t-1} = (M_{t-1} k_t - v_t) k_t^T
     P_t = eta_t P_{t-1} - theta_t grad_t                      (momentum of the surprise; eqs. 10, 14)
     M_t = (1 - alpha_t) M_{t-1} + P_t                          (forgetting; eq. 13)
