@@ -222,7 +222,15 @@ NORM_OPTIONS = [
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("options", NORM_OPTIONS)
 def test_normalized_and_ridge_forms_match_reference_with_grads(options, dtype, decay, with_state):
+    """Float64 keeps the default eps = 1e-6. In float32 a normalised run uses eps = 0.1: with decay and a state
+    these inputs bring the masked den_t within 0.039 of zero, where the float32 *reference* itself lands 1.1e-4
+    (relative RMS, worst output or gradient) from the float64 result of the same inputs, and the chunk form 3.5e-5,
+    so two float32 forms can differ by more than the 1e-4 tolerance however exact the algorithm (whether they did
+    depended on the CPU). eps = 0.1 bounds 1 / |den ± eps| by 10; every float32 form is then within 1.3e-5 of
+    float64 (test_forms_match_reference_property does the same)."""
     inputs = positive_inputs(2, 21, 2, 5, 3, dtype=dtype, decay=decay, with_state=with_state)
+    if dtype == torch.float32 and options.get("normalize"):
+        options = {**options, "eps": 0.1}
     assert_forms_agree(partial(hla2, **options), inputs, chunk_size=8)
 
 

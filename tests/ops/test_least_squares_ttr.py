@@ -144,14 +144,19 @@ def test_weighted_ls_is_unweighted_ls_on_rescaled_data(mode):
 @pytest.mark.parametrize(("mode", "decay"), TINY_RIDGE_CASES)
 def test_below_k_tokens_the_output_is_the_min_norm_solution(mode, decay):
     """Eq. 11, 15: for t < K with a tiny ridge the memory is the min-norm interpolant V^T (K^+)^T, and the
-    weights do not matter (every solution interpolates). The ridge 1e-9 moves it by ~1e-9 / lambda_min(K_t K_t^T)."""
+    weights do not matter (every solution interpolates). Measured normwise, |o_t - S_t^T q_t| / (|S_t| |q_t|): the
+    ridge lam biases it by ~lam / s_min(K_t)^2 and float64 rounding adds ~1e-16 s_max(K_t)^2 / lam, since K_t^T K_t
+    + lam I is rank-deficient but for lam. At t = 6 these keys have s_min^2 = 0.09 and s_max^2 = 13, so lam = 1e-8
+    makes both ~1e-7 (measured <= 1.9e-7 over the forms); lam = 1e-9 would leave rounding at ~1.4e-6. Any other
+    interpolant differs by a null-space component of order 1."""
     T, K, V = 7, 8, 3
     q, k, v = single_head(T, K, V, seed=6)
     g = random_log_gate((1, T, 1), 0.5, seed=7) if decay else None
-    o, _ = least_squares(q, k, v, g, ridge=1e-9, scale=1.0, mode=mode, chunk_size=16)
+    o, _ = least_squares(q, k, v, g, ridge=1e-8, scale=1.0, mode=mode, chunk_size=16)
     for t in range(T):
         S = torch.linalg.pinv(k[0, : t + 1, 0]) @ v[0, : t + 1, 0]  # [K, V], min-norm
-        torch.testing.assert_close(o[0, t, 0], S.T @ q[0, t, 0], rtol=1e-6, atol=1e-6, msg=f"t={t}")
+        error = (o[0, t, 0] - S.T @ q[0, t, 0]).norm() / (torch.linalg.matrix_norm(S, 2) * q[0, t, 0].norm())
+        assert error < 1e-6, f"t={t}: normwise relative error {error:.3g}"
 
 
 @pytest.mark.parametrize("mode", MODES)
