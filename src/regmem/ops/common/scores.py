@@ -40,7 +40,7 @@ def diagonal_decayed_scores(q, k, g):
     causal = torch.ones(c, c, dtype=torch.bool, device=q.device).tril().unsqueeze(-1)  # [c(t), c(s), 1]
     log_L = (a.unsqueeze(-2) - a.unsqueeze(-3)).masked_fill(~causal, float("-inf"))  # [B, H, N, I, c, c, K]
     W = torch.exp(log_L) * ks.unsqueeze(-3)  # [B, H, N, I, c(t), c(s), K], W_ts = L_ts ⊙ k_s
-    A_diag = (W @ qs.unsqueeze(-1)).squeeze(-1)  # [(..), B, H, N, I, c, c], A_ts = W_ts . q_t
+    A_diag = (W * qs.unsqueeze(-2)).sum(dim=-1)  # [(..), B, H, N, I, c(t), c(s)], A_ts = W_ts . q_t
 
     # Pairs in sub-chunks j < i: decay t <- start of i, start of i <- end of j, end of j <- s.
     q_in = qs * torch.exp(a)  # [(..), B, H, N, I, c, K]
@@ -48,11 +48,13 @@ def diagonal_decayed_scores(q, k, g):
     log_through = segsum(rearrange(gs.sum(dim=4), "b h n i k -> b h n k i"))  # [B, H, N, K, I, I]
     # sum_{m=j+1}^{i-1} of sub-chunk totals = log_through[i - 1, j]; row i = 0 has no earlier sub-chunk
     no_earlier = torch.full_like(log_through[..., :1, :], float("-inf"))  # [B, H, N, K, 1, I]
-    log_between = torch.cat([no_earlier, log_through[..., :-1, :]], dim=-2)  # [B, H, N, K, I, I]
-    between = torch.exp(log_between)  # [B, H, N, K, I(i), I(j)], zero for j >= i
-    q_ij = torch.einsum("...itk,...kij->...ijtk", q_in, between)  # [(..), B, H, N, I, I, c, K]
-    A_off = torch.einsum("...ijtk,...jsk->...itjs", q_ij, k_out)  # [(..), B, H, N, I, c, I, c]
+    log_between = torch.cat([no_earlier, log_through[..., :-1, :]], dim=-2)  # [B, H, N, K, I(i), I(j)]
+    between = rearrange(torch.exp(log_between), "... k i j -> ... j i 1 k")  # [B, H, N, I(j), I(i), 1, K], 0 if j >= i
+    # Sub-chunk j's keys against every query decayed to j's end: one [(I c), K] x [K, c] matmul per j, laid out
+    # j-major so the batch of matmuls is contiguous (an einsum over these dims ran per-slice copies on CPU).
+    q_through = rearrange(q_in.unsqueeze(-4) * between, "... j i t k -> ... j (i t) k")  # [(..), B, H, N, I, I c, K]
+    A_off = rearrange(q_through @ k_out.transpose(-1, -2), "... j (i t) s -> ... i t j s", i=I)  # [.., I, c, I, c]
 
-    eye = torch.eye(I, dtype=A_diag.dtype, device=q.device)
-    A = A_off + torch.einsum("...its,ij->...itjs", A_diag, eye)  # [(..), B, H, N, I, c, I, c]
+    # The diagonal blocks (i = j, where A_off is 0) take the in-sub-chunk scores.
+    A = torch.diagonal_scatter(A_off, rearrange(A_diag, "... i t s -> ... t s i"), dim1=-4, dim2=-2)
     return rearrange(A, "... i t j s -> ... (i t) (j s)")  # [(..), B, H, N, C, C]
