@@ -31,7 +31,7 @@ test-thorough: install
 	HYPOTHESIS_PROFILE=thorough $(VENV)/bin/pytest -q -n 2 -m hypothesis
 
 demo: install
-	$(VENV)/bin/regmem compare mqar --preset quick --sweep num_kv_pairs=4,8,16
+	$(VENV)/bin/regmem compare mqar --preset quick --sweep num_kv_pairs=4,16
 
 bench: install
 	$(VENV)/bin/regmem bench ops
