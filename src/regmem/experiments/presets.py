@@ -56,6 +56,6 @@ def make_preset(name: str, d_model: int) -> Preset:
 
 PRESETS = {
     "tiny": make_preset("tiny", 16),  # seconds per run: tests and smoke runs
-    "quick": make_preset("quick", 64),  # `make demo`: a sweep of three points in minutes on 2 CPU cores
+    "quick": make_preset("quick", 64),  # `make demo`: five mixers at two points in minutes on 2 CPU cores
     "small": make_preset("small", 128),
 }
