@@ -1,6 +1,6 @@
 """The `regmem` command line: one argparse parser, one subcommand per job.
 
-    regmem compare mqar ...     train several mixers with one budget; leaderboard, CSV, JSON and plot
+    regmem compare mqar|s5 ...  train several mixers with one budget; leaderboard, CSV, JSON and plot
     regmem train mqar ...       train one mixer (also under torchrun: DDP)
     regmem recipes              the design space: each op / model with its test-time-regression recipe
     regmem bench ops            time ops and forms; write benchmarks/results/<date>-ops.{json,md}
@@ -24,6 +24,12 @@ def _mixer_names() -> list[str]:
     from regmem.layers import MIXERS
 
     return list(MIXERS)
+
+
+def _task_help() -> str:
+    from regmem.tasks import TASKS
+
+    return f"task name: {', '.join(TASKS)} (mqar: associative recall; s5: the S5 word problem, state tracking)"
 
 
 def _int_list(text: str) -> list[int]:
@@ -177,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     decode.set_defaults(func=_cmd_bench_decode)
 
     compare = commands.add_parser("compare", help="train several mixers with one budget; write a leaderboard")
-    compare.add_argument("task", help="task name, e.g. mqar")
+    compare.add_argument("task", help=_task_help())
     compare.add_argument("--mixers", type=_name_list, default=["attn", "linear", "retnet", "mamba2", "gla"],
                          help=f"comma-separated mixer names: {', '.join(_mixer_names())}")
     compare.add_argument("--preset", default="quick", help="tiny | quick | small (derived from d_model)")
@@ -188,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.set_defaults(func=_cmd_compare)
 
     train = commands.add_parser("train", help="train one mixer on a task (runs under torchrun as well)")
-    train.add_argument("task", help="task name, e.g. mqar")
+    train.add_argument("task", help=_task_help())
     train.add_argument("--mixer", required=True, help=f"mixer name: {', '.join(_mixer_names())}")
     train.add_argument("--preset", default="quick", help="tiny | quick | small")
     train.add_argument("--set", dest="task_field", action="append", default=[],

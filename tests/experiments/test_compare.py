@@ -139,3 +139,17 @@ def test_presets_derive_from_d_model():
     quick = make_preset("x", 64)
     assert (quick.n_heads, quick.task["seq_len"], quick.task["vocab_size"], quick.steps) == (4, 64, 256, 512)
     assert make_preset("y", 128).steps == 2 * quick.steps
+
+
+def test_s5_takes_the_presets_shared_fields_and_runs_through_compare(tmp_path):
+    task = build_task("s5", PRESETS["tiny"], {})  # the preset's seq_len; its MQAR-only fields are not S5's
+    assert (task.name, task.seq_len, task.vocab_size, task.config.degree) == ("s5", 16, 120, 5)
+    assert build_task("s5", PRESETS["tiny"], {"seq_len": 40, "degree": 3}).vocab_size == 6
+    with pytest.raises(ValueError, match="unknown s5 fields"):
+        build_task("s5", PRESETS["tiny"], {"num_kv_pairs": 4})
+    short = dataclasses.replace(PRESETS["tiny"], steps=8, num_train=8 * 64, eval_every=4)
+    run_dir = compare("s5", ["linear"], short, sweep="seq_len=8,16", out_dir=tmp_path, progress=False,
+                      log=lambda *_: None)
+    result = json.loads((run_dir / "results.json").read_text())
+    assert result["meta"]["task"] == "s5"
+    assert [(r["mixer"], r["sweep_value"]) for r in result["results"]] == [("linear", 8), ("linear", 16)]

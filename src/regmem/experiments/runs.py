@@ -30,7 +30,9 @@ def build_task(task_name: str, preset: Preset, overrides: dict):
     unknown = set(overrides) - config_fields
     if unknown:
         raise ValueError(f"unknown {task_name} fields {sorted(unknown)}; known: {sorted(config_fields)}")
-    return task_class(task_class.config_class(**{**preset.task, **overrides}))
+    # The preset's task point is MQAR's (vocab_size, seq_len, num_kv_pairs, ...); a task takes the fields it has.
+    shared = {k: v for k, v in preset.task.items() if k in config_fields}
+    return task_class(task_class.config_class(**{**shared, **overrides}))
 
 
 def build_model(mixer: str, preset: Preset, vocab_size: int, *, seed: int) -> LM:
