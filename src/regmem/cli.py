@@ -29,7 +29,7 @@ def _mixer_names() -> list[str]:
 def _task_help() -> str:
     from regmem.tasks import TASKS
 
-    return f"task name: {', '.join(TASKS)} (mqar: associative recall; s5: the S5 word problem, state tracking)"
+    return f"task name: {', '.join(TASKS)}"
 
 
 def _int_list(text: str) -> list[int]:

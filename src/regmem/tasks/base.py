@@ -41,6 +41,24 @@ class Task(Protocol):
         ...
 
 
+def check_int(field: str, value, minimum: int) -> None:
+    """Raises ValueError naming `field` unless `value` is an int (not a bool) >= `minimum`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{field} must be an int >= {minimum}, got {value!r}")
+
+
+class ConfigTask:
+    """Mixin for a task dataclass holding `config`: `vocab_size` and `seq_len` are the config's."""
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def seq_len(self) -> int:
+        return self.config.seq_len
+
+
 def make_generator(seed: int | None, generator: torch.Generator | None) -> torch.Generator:
     """Returns `generator`, or a fresh CPU `torch.Generator` seeded with `seed`; exactly one must be given."""
     if (seed is None) == (generator is None):

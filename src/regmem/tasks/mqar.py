@@ -31,12 +31,7 @@ from typing import ClassVar
 import torch
 from einops import rearrange, repeat
 
-from regmem.tasks.base import IGNORE_INDEX, accuracy, make_generator
-
-
-def _check_int(field: str, value, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{field} must be an int >= {minimum}, got {value!r}")
+from regmem.tasks.base import IGNORE_INDEX, ConfigTask, accuracy, check_int, make_generator
 
 
 @dataclass(frozen=True)
@@ -51,14 +46,14 @@ class MQARConfig:
     random_non_queries: bool = True  # replace filler zeros by uniform tokens in [0, V)
 
     def __post_init__(self):
-        _check_int("seq_len", self.seq_len, 2)
+        check_int("seq_len", self.seq_len, 2)
         if self.seq_len % 2 != 0:
             raise ValueError(f"seq_len must be even, got {self.seq_len}")
-        _check_int("vocab_size", self.vocab_size, 1)
+        check_int("vocab_size", self.vocab_size, 1)
         if self.vocab_size <= self.seq_len:
             raise ValueError(f"vocab_size must exceed seq_len = {self.seq_len}, got {self.vocab_size}")
-        _check_int("num_kv_pairs", self.num_kv_pairs, 1)
-        _check_int("num_passes", self.num_passes, 1)
+        check_int("num_kv_pairs", self.num_kv_pairs, 1)
+        check_int("num_passes", self.num_passes, 1)
         needed = self.num_kv_pairs * 2 * self.num_passes + self.num_kv_pairs * 2
         if needed > self.seq_len:
             raise ValueError(
@@ -126,7 +121,7 @@ def multiquery_ar(
         >>> targets.tolist()
         [[-100, -100, -100, -100, 13, -100, -100, -100, -100, -100, -100, -100, 17, -100, -100, -100]]
     """
-    _check_int("num_examples", num_examples, 1)
+    check_int("num_examples", num_examples, 1)
     generator = make_generator(seed, generator)
     N, T, P, V, C = num_examples, config.seq_len, config.num_kv_pairs, config.vocab_size, config.context_size
 
@@ -158,20 +153,12 @@ def multiquery_ar(
 
 
 @dataclass(frozen=True)
-class MQAR:
+class MQAR(ConfigTask):
     """The MQAR task (see `multiquery_ar`); metric: accuracy over labelled (query) positions."""
 
     name: ClassVar[str] = "mqar"
     config_class: ClassVar[type] = MQARConfig  # what `regmem compare` builds from preset and sweep fields
     config: MQARConfig = MQARConfig()
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
-
-    @property
-    def seq_len(self) -> int:
-        return self.config.seq_len
 
     def generate(
         self, num_examples: int, *, seed: int | None = None, generator: torch.Generator | None = None

@@ -27,14 +27,9 @@ from typing import ClassVar
 
 import torch
 
-from regmem.tasks.base import accuracy, make_generator
+from regmem.tasks.base import ConfigTask, accuracy, check_int, make_generator
 
 MAX_DEGREE = 6  # S6 has 720 elements; a larger vocabulary is not a laptop task
-
-
-def _check_int(field: str, value, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{field} must be an int >= {minimum}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -45,10 +40,10 @@ class WordProblemConfig:
     seq_len: int = 64  # T, elements per sequence (each position labelled)
 
     def __post_init__(self):
-        _check_int("degree", self.degree, 2)
+        check_int("degree", self.degree, 2)
         if self.degree > MAX_DEGREE:
             raise ValueError(f"degree must be <= {MAX_DEGREE} (vocabulary n!), got {self.degree}")
-        _check_int("seq_len", self.seq_len, 1)
+        check_int("seq_len", self.seq_len, 1)
 
     @property
     def vocab_size(self) -> int:
@@ -63,13 +58,12 @@ def permutations(degree: int) -> list[tuple[int, ...]]:
 def multiplication_table(degree: int) -> torch.Tensor:
     """int64 `[V, V]`: `table[a, b]` = the token of `compose(perm[a], perm[b])`, `compose(p, q)[i] = p[q[i]]`."""
     perms = torch.tensor(permutations(degree), dtype=torch.int64)  # [V, n]
-    composed = torch.gather(perms.unsqueeze(1).expand(-1, len(perms), -1), 2,
-                            perms.unsqueeze(0).expand(len(perms), -1, -1))  # [V(a), V(b), n], p_a[p_b[i]]
-    # Rank of a permutation in lexicographic order (Lehmer code): sum_i (#{j > i: p_j < p_i}) * (n - 1 - i)!
-    n = degree
-    smaller_after = (composed.unsqueeze(-1) > composed.unsqueeze(-2)).triu(diagonal=1).sum(dim=-1)  # [V, V, n]
-    weights = torch.tensor([math.factorial(n - 1 - i) for i in range(n)], dtype=torch.int64)  # [n]
-    return (smaller_after * weights).sum(dim=-1)  # [V, V]
+    V = len(perms)
+    composed = torch.gather(perms.unsqueeze(1).expand(-1, V, -1), 2,
+                            perms.unsqueeze(0).expand(V, -1, -1))  # [V(a), V(b), n], p_a[p_b[i]]
+    # Read as base-n numbers, permutations in lexicographic order are ascending: a code's rank is its token.
+    place = degree ** torch.arange(degree - 1, -1, -1)  # [n]
+    return torch.searchsorted(perms @ place, composed @ place)  # [V, V]
 
 
 def word_problem(
@@ -84,7 +78,7 @@ def word_problem(
         >>> bool(targets[0, 1] == table[targets[0, 0], inputs[0, 1]])
         True
     """
-    _check_int("num_examples", num_examples, 1)
+    check_int("num_examples", num_examples, 1)
     generator = make_generator(seed, generator)
     table = multiplication_table(config.degree)  # [V, V]
     inputs = torch.randint(config.vocab_size, (num_examples, config.seq_len), generator=generator)  # [N, T]
@@ -97,20 +91,12 @@ def word_problem(
 
 
 @dataclass(frozen=True)
-class WordProblem:
+class WordProblem(ConfigTask):
     """The S_n word problem (see `word_problem`); metrics: accuracy over every position, and at the last one."""
 
     name: ClassVar[str] = "s5"
     config_class: ClassVar[type] = WordProblemConfig
     config: WordProblemConfig = WordProblemConfig()
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
-
-    @property
-    def seq_len(self) -> int:
-        return self.config.seq_len
 
     def with_seq_len(self, seq_len: int) -> WordProblem:
         """The same group at another length: the length-generalisation split (train at T, test at 2T, 4T, ...)."""
