@@ -13,7 +13,7 @@ def test_help_lists_every_command(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("    ")]
-    assert listed == ["recipes", "bench", "compare", "train", "repro", "showcase"]  # in the parser's order
+    assert listed == ["recipes", "bench", "compare", "suite", "train", "generate", "repro", "showcase"]  # parser order
 
 
 def test_module_entry_point_prints_recipes():

@@ -1,11 +1,13 @@
 """The `regmem` command line: one argparse parser, one subcommand per job.
 
-    regmem compare mqar|s5 ...  train several mixers with one budget; leaderboard, CSV, JSON and plot
-    regmem train mqar ...       train one mixer (also under torchrun: DDP)
+    regmem compare mqar|s5 ...  train several mixers fairly (lr grid or tuned lr, seeds); leaderboard and plot
+    regmem suite --tasks ...    every mixer on many tasks: a mixers x tasks leaderboard and heat map, resumable
+    regmem train mqar|text ...  train one mixer (also under torchrun: DDP)
+    regmem generate MODEL_DIR   continue a prompt with a model trained on text
     regmem recipes              the design space: each op / model with its test-time-regression recipe
     regmem bench ops            time ops and forms; write benchmarks/results/<date>-ops.{json,md}
     regmem bench decode         one decoding step's latency against the context length
-    regmem repro NAME           reproduce a seed's figure (ttr-online-regression, ttr-mqar): claim beside result
+    regmem repro NAME           reproduce a seed's figure or table (ttr-mqar, nl-mad, ...): claim beside result
     regmem showcase             a short tour: every op, its three forms agreeing, and their speed
 """
 
@@ -32,8 +34,18 @@ def _task_help() -> str:
     return f"task name: {', '.join(TASKS)}"
 
 
+def _group_help() -> str:
+    from regmem.tasks import TASK_GROUPS
+
+    return ", ".join(f"{g} ({'/'.join(names)})" for g, names in TASK_GROUPS.items()) or "none"
+
+
 def _int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
+
+
+def _float_list(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x]
 
 
 def _name_list(text: str) -> list[str]:
@@ -90,11 +102,43 @@ def _preset(name: str):
     return PRESETS[name]
 
 
+def _lrs(args) -> list[float] | None:
+    from regmem.experiments.protocol import LR_GRID
+
+    if args.lrs and args.sweep_lr:
+        raise SystemExit("--lrs and --sweep-lr: give one (--sweep-lr is --lrs " + ",".join(map(str, LR_GRID)) + ")")
+    return list(LR_GRID) if args.sweep_lr else args.lrs
+
+
 def _cmd_compare(args) -> None:
     from regmem.experiments.compare import compare
 
-    compare(args.task, args.mixers, _preset(args.preset), sweep=args.sweep, seed=args.seed, out_dir=args.out_dir,
-            progress=not args.no_progress)
+    compare(args.task, args.mixers, _preset(args.preset), sweep=args.sweep, seeds=args.seeds, lrs=_lrs(args),
+            out_dir=args.out_dir, run_dir=args.run_dir, progress=not args.no_progress)
+
+
+def _cmd_suite(args) -> None:
+    from regmem.experiments.suite import suite
+
+    try:
+        suite(args.tasks, args.mixers, _preset(args.preset), seeds=args.seeds, lrs=_lrs(args), run_dir=args.run_dir,
+              save_tuned_to=args.save_tuned, progress=not args.no_progress)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+
+
+def _add_protocol_options(parser: argparse.ArgumentParser) -> None:
+    from regmem.experiments.protocol import LR_GRID, SEEDS
+
+    grid = ",".join(map(str, LR_GRID))
+    parser.add_argument("--seeds", type=_int_list, default=list(SEEDS),
+                        help="comma-separated seeds of data, init and data order; the leaderboard shows their mean "
+                             f"and min-max (default: {','.join(map(str, SEEDS))})")
+    parser.add_argument("--lrs", type=_float_list, default=None,
+                        help="learning-rate grid, e.g. 1e-3,3e-3,1e-2: each mixer is reported at its best "
+                             "(default: its tuned lr for the preset, else the preset's)")
+    parser.add_argument("--sweep-lr", action="store_true", help=f"re-run the lr sweep over the grid {grid}")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def _cmd_train(args) -> None:
@@ -120,6 +164,17 @@ def _parse_assignment(text: str) -> tuple[str, int | float | str]:
         except ValueError:
             pass
     return key.replace("-", "_"), {"true": True, "false": False}.get(value.lower(), value)
+
+
+def _cmd_generate(args) -> None:
+    from regmem.experiments.text import generate_text
+
+    try:
+        text = generate_text(args.model_dir, args.prompt, max_new_bytes=args.max_new_bytes,
+                             temperature=args.temperature, top_k=args.top_k, seed=args.seed)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    print(args.prompt + text)
 
 
 def _cmd_showcase(args) -> None:
@@ -182,16 +237,33 @@ def build_parser() -> argparse.ArgumentParser:
     decode.add_argument("--out-dir", default="benchmarks/results", help="where the JSON and markdown go")
     decode.set_defaults(func=_cmd_bench_decode)
 
-    compare = commands.add_parser("compare", help="train several mixers with one budget; write a leaderboard")
+    compare = commands.add_parser("compare", help="train several mixers on one task, fairly; write a leaderboard")
     compare.add_argument("task", help=_task_help())
     compare.add_argument("--mixers", type=_name_list, default=["attn", "linear", "retnet", "mamba2", "gla"],
                          help=f"comma-separated mixer names: {', '.join(_mixer_names())}")
     compare.add_argument("--preset", default="quick", help="tiny | quick | small (derived from d_model)")
     compare.add_argument("--sweep", default=None, help="a task field and values, e.g. num_kv_pairs=4,8,16")
-    compare.add_argument("--seed", type=int, default=0, help="seed of data, init and data order")
+    _add_protocol_options(compare)
     compare.add_argument("--out-dir", default="results", help="parent of the <task>-<timestamp> directory")
-    compare.add_argument("--no-progress", action="store_true", help="no progress bars")
+    compare.add_argument("--run-dir", default=None,
+                         help="write here instead; an existing run directory resumes (finished runs are skipped)")
     compare.set_defaults(func=_cmd_compare)
+
+    suite = commands.add_parser("suite", help="many tasks, one table: every mixer on every task, fairly")
+    suite.add_argument("--tasks", type=_name_list, default=["mqar", "s5"],
+                       help="comma-separated tasks or groups: " + _task_help().removeprefix("task name: ")
+                            + "; groups: " + _group_help())
+    suite.add_argument("--mixers", type=_name_list, default=["attn", "linear", "gla", "gated_deltanet"],
+                       help=f"comma-separated mixer names: {', '.join(_mixer_names())}")
+    suite.add_argument("--preset", default="quick", help="tiny | quick | small (derived from d_model)")
+    _add_protocol_options(suite)
+    suite.add_argument("--run-dir", default=None,
+                       help="where runs and tables go (default results/suite-<preset>); repeating the command "
+                            "with the same directory skips the finished runs")
+    suite.add_argument("--save-tuned", default=None, metavar="PATH",
+                       help="write each mixer's best lr per task into this tuned-lr table (the committed one is "
+                            "src/regmem/experiments/tuned_lr.json)")
+    suite.set_defaults(func=_cmd_suite)
 
     train = commands.add_parser("train", help="train one mixer on a task (runs under torchrun as well)")
     train.add_argument("task", help=_task_help())
@@ -209,11 +281,22 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=_cmd_train)
 
+    generate = commands.add_parser("generate", help="continue a prompt with a byte-level model (`regmem train text`)")
+    generate.add_argument("model_dir", help="a saved model: <train --out-dir>/model")
+    generate.add_argument("--prompt", required=True, help="text to continue (UTF-8)")
+    generate.add_argument("--max-new-bytes", type=int, default=200, help="bytes to sample")
+    generate.add_argument("--temperature", type=float, default=0.8, help="softmax temperature; 0 is greedy")
+    generate.add_argument("--top-k", type=int, default=None, help="sample among the k most likely bytes")
+    generate.add_argument("--seed", type=int, default=0, help="seed of the sampling")
+    generate.set_defaults(func=_cmd_generate)
+
     repro = commands.add_parser("repro", help="reproduce a seed's figure: paper's claim beside our result")
-    repro.add_argument("name", choices=["ttr-online-regression", "ttr-mqar"],
+    repro.add_argument("name", choices=["ttr-online-regression", "ttr-mqar", "nl-mad", "nl-niah"],
                        help="ttr-online-regression: TTR Fig. 2, parameter-free online regression (seconds); "
                             "ttr-mqar: TTR Fig. 3, one layer + key conv on MQAR, linear attention vs RLS "
-                            "(about 8 minutes)")
+                            "(about 8 minutes); nl-mad: Nested Learning Table 4, MAD's tasks at CPU scale beside "
+                            "the paper (resumable; about an hour on 2 cores); nl-niah: Table 1's pattern, "
+                            "needle heat maps at 1x/2x/4x the training length")
     repro.add_argument("--out-dir", default="results/repro", help="where the report, JSON and plot go")
     repro.add_argument("--quick", action="store_true", help="a seconds-long smoke run, not a reproduction")
     repro.add_argument("--set", dest="settings", action="append", default=[],

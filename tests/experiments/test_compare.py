@@ -11,9 +11,10 @@ import torch
 from safetensors.torch import load_file
 
 from regmem.cli import main
-from regmem.experiments.compare import RunResult, compare, parse_sweep
+from regmem.experiments.compare import compare, parse_sweep
 from regmem.experiments.presets import PRESETS, make_preset
 from regmem.experiments.runs import build_task
+from regmem.tasks import TASKS
 from regmem.train import Trainer
 
 # tiny (d_model 16, seq_len 16, vocabulary 64) with 384 steps instead of 128: at 128 steps attention's accuracy
@@ -25,29 +26,28 @@ ATTN_LEARNS_MQAR = 0.85
 
 
 def test_attention_learns_two_pair_mqar_and_the_leaderboard_holds_the_asked_cells(tmp_path):
-    run_dir = compare("mqar", ["attn", "linear"], TINY_384, sweep="num_kv_pairs=1,2", out_dir=tmp_path,
-                      progress=False, log=lambda *_: None)
-    assert {p.name for p in run_dir.iterdir()} == {"leaderboard.md", "results.csv", "results.json", "plot.png"}
+    run_dir = compare("mqar", ["attn", "linear"], TINY_384, sweep="num_kv_pairs=1,2", seeds=[0], lrs=[1e-2],
+                      out_dir=tmp_path, progress=False, log=lambda *_: None)
+    assert {p.name for p in run_dir.iterdir()} == {"runs", "leaderboard.md", "results.csv", "results.json", "plot.png"}
     with open(run_dir / "results.csv") as file:
-        reader = csv.DictReader(file)
-        assert reader.fieldnames == [f.name for f in dataclasses.fields(RunResult)]
-        rows = list(reader)
-    assert sorted((r["mixer"], r["sweep_value"]) for r in rows) == [
-        ("attn", "1"), ("attn", "2"), ("linear", "1"), ("linear", "2")
+        rows = list(csv.DictReader(file))
+    assert sorted((r["mixer"], r["setting"]) for r in rows) == [
+        ("attn", "num_kv_pairs=1"), ("attn", "num_kv_pairs=2"), ("linear", "num_kv_pairs=1"),
+        ("linear", "num_kv_pairs=2"),
     ]  # fmt: skip
-    accuracy = {(r["mixer"], int(r["sweep_value"])): float(r["accuracy"]) for r in rows}
+    accuracy = {(r["mixer"], int(r["setting"].split("=")[1])): float(r["mean"]) for r in rows}
     assert accuracy["attn", 1] > ATTN_LEARNS_MQAR and accuracy["attn", 2] > ATTN_LEARNS_MQAR, accuracy
-    assert all(1 <= int(r["steps"]) <= TINY_384.steps for r in rows)
 
     result = json.loads((run_dir / "results.json").read_text())
     assert result["meta"]["sweep_field"] == "num_kv_pairs" and result["meta"]["preset"]["steps"] == 384
-    assert [(r["mixer"], r["sweep_value"], r["accuracy"]) for r in result["results"]] == [
-        (r["mixer"], int(r["sweep_value"]), float(r["accuracy"])) for r in rows
-    ]
+    assert all(1 <= r["steps"] <= TINY_384.steps for r in result["runs"])
+    # one seed and one lr: a cell's mean is its one run's accuracy
+    assert sorted((r["mixer"], r["setting"]["num_kv_pairs"], r["score"]) for r in result["runs"]) == sorted(
+        (m, v, a) for (m, v), a in accuracy.items())
     board = (run_dir / "leaderboard.md").read_text().splitlines()
-    assert board[0] == "# mqar: preset tiny (d_model 16, 1 layers, 384 steps x batch 64)"
-    assert board[2] == "| mixer | num_kv_pairs | accuracy | parameters | state floats | train s | tokens/s |"
-    cells = [line.split(" | ") for line in board[4:]]
+    assert board[0] == ("# mqar: preset tiny (d_model 16, 1 layer(s), ffn none, 384 steps x batch 64, early stop at "
+                        "accuracy 0.99)")
+    cells = [line.split(" | ") for line in board[6:]]
     # one line per cell, by sweep value and then best accuracy first, with the CSV's accuracy
     expected = sorted(accuracy.items(), key=lambda item: (item[0][1], -item[1]))
     assert [(c[0].lstrip("| "), int(c[1]), c[2]) for c in cells] == [(m, v, f"{a:.3f}") for (m, v), a in expected]
@@ -63,12 +63,12 @@ def test_compare_without_sweep_draws_one_bar_per_mixer(tmp_path, monkeypatch):
 
     monkeypatch.setattr(matplotlib.axes.Axes, "bar", recording_bar)
     main(["compare", "mqar", "--preset", "tiny", "--mixers", "linear,retnet", "--out-dir", str(tmp_path),
-          "--no-progress"])
+          "--seeds", "0", "--no-progress"])
     (run_dir,) = tmp_path.iterdir()
     result = json.loads((run_dir / "results.json").read_text())
     assert result["meta"]["sweep_field"] is None
-    assert [(r["mixer"], r["sweep_value"]) for r in result["results"]] == [("linear", None), ("retnet", None)]
-    assert bars == [(["linear", "retnet"], [r["accuracy"] for r in result["results"]])]
+    assert [(r["mixer"], r["setting"]) for r in result["runs"]] == [("linear", {}), ("retnet", {})]
+    assert bars == [(["linear", "retnet"], [r["score"] for r in result["runs"]])]
     assert "| mixer | - | accuracy |" in (run_dir / "leaderboard.md").read_text()
 
 
@@ -148,8 +148,19 @@ def test_s5_takes_the_presets_shared_fields_and_runs_through_compare(tmp_path):
     with pytest.raises(ValueError, match="unknown s5 fields"):
         build_task("s5", PRESETS["tiny"], {"num_kv_pairs": 4})
     short = dataclasses.replace(PRESETS["tiny"], steps=8, num_train=8 * 64, eval_every=4)
-    run_dir = compare("s5", ["linear"], short, sweep="seq_len=8,16", out_dir=tmp_path, progress=False,
+    run_dir = compare("s5", ["linear"], short, sweep="seq_len=8,16", seeds=[0], out_dir=tmp_path, progress=False,
                       log=lambda *_: None)
     result = json.loads((run_dir / "results.json").read_text())
     assert result["meta"]["task"] == "s5"
-    assert [(r["mixer"], r["sweep_value"]) for r in result["results"]] == [("linear", 8), ("linear", 16)]
+    assert [(r["mixer"], r["setting"]) for r in result["runs"]] == [
+        ("linear", {"seq_len": 8}), ("linear", {"seq_len": 16})]
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_task_builds_and_generates_at_every_preset(preset):
+    for name in TASKS:
+        task = build_task(name, PRESETS[preset], {})
+        inputs, targets = task.generate(2, seed=0)
+        assert inputs.shape == targets.shape == (2, task.seq_len), name
+        assert 0 <= int(inputs.min()) and int(inputs.max()) < task.vocab_size, name
+        assert bool((targets != -100).any()), name

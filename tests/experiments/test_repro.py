@@ -1,4 +1,4 @@
-"""`regmem repro`: both reproductions run end to end (quick settings) and write their report, JSON and plot;
+"""`regmem repro`: every reproduction runs end to end (quick settings) and write their report, JSON and plot;
 the parameter-free online regression (TTR Fig. 2) shows the paper's robust orderings."""
 
 import json
@@ -19,6 +19,29 @@ def test_quick_repro_writes_report_json_and_plot(name, tmp_path):
     assert "claim" in report and report.strip() in "\n".join(lines)
     assert json.loads(paths["json"].read_text())["settings"]
     assert paths["plot"].stat().st_size > 1000
+
+
+def test_quick_nl_mad_prints_the_papers_table_beside_ours_and_resumes(tmp_path):
+    lines = []
+    paths = run_repro("nl-mad", tmp_path, quick=True, log=lines.append)
+    report = paths["report"].read_text()
+    assert "| paper: Titans | 100 | 83.4 |" in report  # ICR and memorisation, the two quick tasks
+    result = json.loads(paths["json"].read_text())
+    assert {(c["task"], c["mixer"]) for c in result["cells"]} == {
+        (t, m) for t in ("icr", "memorization") for m in ("attn", "linear")}
+    for cell in result["cells"]:
+        assert f"{100 * cell['mean']:.1f}" in report
+    assert "Hope: not built yet" in report and paths["plot"].stat().st_size > 1000
+    again = []
+    run_repro("nl-mad", tmp_path, quick=True, log=again.append)
+    assert "4 of 4 runs already finished" in again[0]
+
+
+def test_quick_nl_niah_writes_a_heat_map_per_variant(tmp_path):
+    paths = run_repro("nl-niah", tmp_path, quick=True, log=lambda *_: None)
+    report = paths["report"].read_text()
+    assert "| niah_single | attn |" in report and "| niah_single | linear |" in report
+    assert paths["niah_single"].read_bytes()[:4] == b"\x89PNG"
 
 
 def test_online_regression_orderings_of_the_paper():

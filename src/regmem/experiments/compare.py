@@ -1,9 +1,12 @@
-"""`regmem compare`: train several mixers on one task with one preset and budget; write a leaderboard.
+"""`regmem compare`: train several mixers on one task under one preset and budget; write a fair leaderboard.
 
-For each mixer (and each value of an optional sweep over a task field) one cell is trained by `train_cell`, the
-path `regmem train` takes, from the same seed on the same generated data, and evaluated on held-out data.
-Outputs go to `<out_dir>/<task>-<timestamp>/`: leaderboard.md, results.csv, results.json and plot.png
-(accuracy against the swept value, or a bar chart).
+For each mixer (and each value of an optional sweep over a task field) and each learning rate of its grid and
+each seed, one run is trained by `train_cell`, the path `regmem train` takes, and evaluated on held-out data.
+The leaderboard gives each mixer its best learning rate's mean over the seeds, the spread (min-max) and the
+learning rate (experiments/protocol.py). The grid is `--lrs`, or `--sweep-lr` for the default grid, or else the
+mixer's tuned learning rate for the preset (experiments/tuned.py), or else the preset's.
+Outputs go to `<out_dir>/<task>-<timestamp>/` (or `run_dir`, which resumes): leaderboard.md, results.csv,
+results.json (every run and every cell) and plot.png (score against the swept value, or a bar chart).
 """
 
 from __future__ import annotations
@@ -16,20 +19,9 @@ from pathlib import Path
 
 from regmem.experiments.plots import plot_results
 from regmem.experiments.presets import Preset
-from regmem.experiments.runs import Cell, train_cell
+from regmem.experiments.protocol import SEEDS, CellSummary, RunStore, execute, run_specs, summarize
+from regmem.experiments.tuned import tuned_lr
 from regmem.tasks import TASKS
-
-
-@dataclasses.dataclass(frozen=True)
-class RunResult:
-    mixer: str
-    sweep_value: int | float | None
-    accuracy: float
-    parameters: int
-    state_floats: int  # decoding state per sequence at the task's seq_len (KV cache for attention)
-    train_seconds: float
-    tokens_per_second: float
-    steps: int
 
 
 def parse_sweep(text: str | None) -> tuple[str | None, list]:
@@ -43,54 +35,91 @@ def parse_sweep(text: str | None) -> tuple[str | None, list]:
     return field.replace("-", "_"), parsed
 
 
-def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | None = None, seed: int = 0,
-            out_dir: str | Path = "results", progress: bool = True, log=print) -> Path:
-    """Runs every (mixer, sweep value); writes the leaderboard, CSV, JSON and plot; returns the run directory."""
+def lr_grid(preset: Preset, lrs: list[float] | None):
+    """(task, mixer) -> the learning rates to train: `lrs` if given, else the tuned one, else the preset's."""
+    def grid(task: str, mixer: str) -> list[float]:
+        if lrs:
+            return list(lrs)
+        tuned = tuned_lr(preset.name, task, mixer)
+        return [preset.lr if tuned is None else tuned]
+    return grid
+
+
+def lr_source(preset: Preset, lrs: list[float] | None, task: str, mixers: list[str]) -> str:
+    if lrs:
+        return f"best of the grid {', '.join(f'{lr:g}' for lr in lrs)}"
+    untuned = [m for m in mixers if tuned_lr(preset.name, task, m) is None]
+    text = f"tuned per mixer (src/regmem/experiments/tuned_lr.json, preset {preset.name})"
+    return text + (f"; not tuned, the preset's {preset.lr:g}: {', '.join(untuned)}" if untuned else "")
+
+
+def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | None = None,
+            seeds: list[int] = SEEDS, lrs: list[float] | None = None, out_dir: str | Path = "results",
+            run_dir: str | Path | None = None, progress: bool = True, log=print) -> Path:
+    """Trains every (mixer, sweep value, lr, seed) not yet in `run_dir`; writes the leaderboard, CSV, JSON and
+    plot; returns the run directory."""
     if task_name not in TASKS:
         raise ValueError(f"task must be one of {sorted(TASKS)}, got {task_name!r}")
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
     field, values = parse_sweep(sweep)
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = Path(out_dir) / f"{task_name}-{stamp}"
-    run_dir.mkdir(parents=True, exist_ok=False)
-    results = []
-    for value in values:
-        overrides = {field: value} if field else {}
-        for mixer in mixers:
-            log(f"[compare] {task_name} {mixer} {field or ''}{'=' if field else ''}{value if field else ''}")
-            trained = train_cell(Cell(task_name, mixer, preset, seed=seed, task_overrides=overrides), progress=progress)
-            results.append(RunResult(mixer=mixer, sweep_value=value, **trained.row()))
-            log(f"[compare]   accuracy {trained.accuracy:.3f} in {trained.train_seconds:.1f}s")
-    write_outputs(run_dir, task_name, preset, field, results)
+    if run_dir is None:
+        run_dir = Path(out_dir) / f"{task_name}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    run_dir = Path(run_dir)
+    settings = [{field: v} if field else {} for v in values]
+    specs = run_specs([task_name], mixers, settings, lr_grid(preset, lrs), seeds)
+    records = execute(specs, preset, RunStore(run_dir, preset), progress=progress, log=log)
+    summaries = summarize(records)
+    source = lr_source(preset, lrs, task_name, mixers)
+    write_outputs(run_dir, task_name, preset, field, records, summaries, source)
     log((run_dir / "leaderboard.md").read_text())
     log(f"wrote {run_dir}")
     return run_dir
 
 
-def write_outputs(run_dir: Path, task_name: str, preset: Preset, field: str | None, results: list[RunResult]):
-    rows = [dataclasses.asdict(r) for r in results]
+def write_outputs(run_dir: Path, task_name: str, preset: Preset, field: str | None, records: list[dict],
+                  summaries: list[CellSummary], source: str) -> None:
+    rows = [s.row() for s in summaries]
     with open(run_dir / "results.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    meta = {"task": task_name, "preset": preset.to_dict(), "sweep_field": field}
-    (run_dir / "results.json").write_text(json.dumps({"meta": meta, "results": rows}, indent=1))
-    (run_dir / "leaderboard.md").write_text(leaderboard(task_name, preset, field, results))
-    plot_results(run_dir / "plot.png", task_name, field, results)
+    meta = {"task": task_name, "preset": preset.to_dict(), "sweep_field": field, "learning_rates": source}
+    cells = [dataclasses.asdict(s) for s in summaries]
+    (run_dir / "results.json").write_text(json.dumps({"meta": meta, "cells": cells, "runs": records}, indent=1))
+    (run_dir / "leaderboard.md").write_text(leaderboard(task_name, preset, field, summaries, source))
+    plot_results(run_dir / "plot.png", task_name, field, summaries)
 
 
-def leaderboard(task_name: str, preset: Preset, field: str | None, results: list[RunResult]) -> str:
+def budget_line(preset: Preset) -> str:
+    return (f"preset {preset.name} (d_model {preset.d_model}, {preset.n_layers} layer(s), ffn {preset.ffn}, "
+            f"{preset.steps} steps x batch {preset.batch_size}, early stop at accuracy 0.99)")
+
+
+def leaderboard(task_name: str, preset: Preset, field: str | None, summaries: list[CellSummary],
+                source: str) -> str:
     column = field or "-"
+    metric = summaries[0].metric
+    higher = metric != "bits_per_byte"
+    seeds = sorted({s.seeds for s in summaries})
     lines = [
-        f"# {task_name}: preset {preset.name} (d_model {preset.d_model}, {preset.n_layers} layers, "
-        f"{preset.steps} steps x batch {preset.batch_size})",
+        f"# {task_name}: {budget_line(preset)}",
         "",
-        f"| mixer | {column} | accuracy | parameters | state floats | train s | tokens/s |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        f"Learning rate: {source}. Score: {metric}, mean over {'/'.join(map(str, seeds))} seeds at the best learning "
+        f"rate, with the min-max over those seeds.",
+        "",
+        f"| mixer | {column} | {metric} | min-max | best lr | lr: mean {metric} | parameters | state floats | "
+        f"train s | tokens/s |",
+        "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
-    for r in sorted(results, key=lambda r: (r.sweep_value or 0, -r.accuracy)):
-        value = "" if r.sweep_value is None else r.sweep_value
+    def order(s: CellSummary):
+        value = next(iter(s.setting.values()), 0)
+        return (value, -s.mean if higher else s.mean)
+    for s in sorted(summaries, key=order):
+        value = "" if not s.setting else next(iter(s.setting.values()))
+        grid = ", ".join(f"{lr:g}: {m:.3f}" for lr, m in s.lr_means.items())
         lines.append(
-            f"| {r.mixer} | {value} | {r.accuracy:.3f} | {r.parameters:,} | {r.state_floats:,} | "
-            f"{r.train_seconds:.1f} | {r.tokens_per_second:,.0f} |"
+            f"| {s.mixer} | {value} | {s.mean:.3f} | {s.low:.3f}-{s.high:.3f} | {s.best_lr:g} | {grid} | "
+            f"{s.parameters:,} | {s.state_floats:,} | {s.train_seconds:.1f} | {s.tokens_per_second:,.0f} |"
         )
     return "\n".join(lines) + "\n"

@@ -10,28 +10,64 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def plot_results(path: Path, task_name: str, field: str | None, results) -> None:
-    """Accuracy against the swept value per mixer; a bar chart of accuracy without a sweep."""
+def plot_results(path: Path, task_name: str, field: str | None, summaries) -> None:
+    """Score against the swept value per mixer, or a bar chart without a sweep; the mean over seeds at each
+    mixer's best learning rate, error bars from the min to the max over those seeds."""
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-    mixers = list(dict.fromkeys(r.mixer for r in results))
+    mixers = list(dict.fromkeys(s.mixer for s in summaries))
+    metric = summaries[0].metric
     if field is None:
-        accuracies = [next(r.accuracy for r in results if r.mixer == m) for m in mixers]
-        ax.bar(mixers, accuracies, color="tab:blue")
+        cells = [next(s for s in summaries if s.mixer == m) for m in mixers]
+        means = [c.mean for c in cells]
+        errors = [[c.mean - c.low for c in cells], [c.high - c.mean for c in cells]]
+        ax.bar(mixers, means, yerr=errors, capsize=3, color="tab:blue")
         ax.set_xlabel("mixer")
+        ax.tick_params(axis="x", labelrotation=45)
     else:
         for mixer in mixers:
-            points = sorted((r.sweep_value, r.accuracy) for r in results if r.mixer == mixer)
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=mixer)
-        values = sorted({r.sweep_value for r in results})
+            cells = sorted((s for s in summaries if s.mixer == mixer), key=lambda s: s.setting[field])
+            x = [c.setting[field] for c in cells]
+            ax.errorbar(x, [c.mean for c in cells], capsize=3, marker="o", label=mixer,
+                        yerr=[[c.mean - c.low for c in cells], [c.high - c.mean for c in cells]])
+        values = sorted({s.setting[field] for s in summaries})
         ax.set_xscale("log", base=2)
         ax.set_xticks(values, [str(v) for v in values])
         ax.minorticks_off()
         ax.set_xlabel(field)
         ax.legend()
-    ax.set_ylabel("accuracy")
-    ax.set_ylim(0, 1.02)
-    ax.set_title(f"{task_name}: accuracy by mixer")
+    ax.set_ylabel(f"{metric} (best lr, mean and min-max over seeds)")
+    if metric != "bits_per_byte":
+        ax.set_ylim(0, 1.02)
+    ax.set_title(f"{task_name}: {metric} by mixer")
     ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_heatmap(path: Path, tasks: list[str], mixers: list[str], cell: dict, title: str) -> None:
+    """Mixers x tasks, colour = accuracy (0 red .. 1 green); a lower-is-better column (bits per byte) is coloured
+    by its rank among the mixers, best green. Every cell shows its value."""
+    import numpy as np
+
+    colours = np.zeros((len(mixers), len(tasks)))
+    for j, t in enumerate(tasks):
+        values = [cell[(t, m)].mean for m in mixers]
+        if cell[(t, mixers[0])].metric == "accuracy":
+            colours[:, j] = values
+        else:  # lower is better: min -> 1, max -> 0
+            low, high = min(values), max(values)
+            colours[:, j] = [1.0 if high == low else (high - v) / (high - low) for v in values]
+    fig, ax = plt.subplots(figsize=(1.0 + 0.75 * len(tasks), 1.2 + 0.4 * len(mixers)), dpi=120)
+    ax.imshow(colours, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
+    for i, m in enumerate(mixers):
+        for j, t in enumerate(tasks):
+            ax.text(j, i, f"{cell[(t, m)].mean:.2f}", ha="center", va="center", fontsize=7)
+    labels = [t if cell[(t, mixers[0])].metric == "accuracy" else f"{t}\n({cell[(t, mixers[0])].metric})"
+              for t in tasks]
+    ax.set_xticks(range(len(tasks)), labels, rotation=45, ha="right", fontsize=7)
+    ax.set_yticks(range(len(mixers)), mixers, fontsize=8)
+    ax.set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -27,6 +27,8 @@ class Preset:
     num_eval: int  # held-out examples
     eval_every: int  # steps between evaluations, the granularity of the early stop
     mixer_kwargs: dict = field(default_factory=dict)  # per mixer name, applied to every run
+    # Per task name, that task's config fields at this scale; a task not listed takes the fields of `task` it has.
+    task_points: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -51,7 +53,29 @@ def make_preset(name: str, d_model: int) -> Preset:
         # Every mixer gets the short conv (memory mixers have it by default); Mamba-2's state N x P per head is
         # cut to 16 x 2 head_dim so its recurrent state is close to the d_model x 16 of the other memories.
         mixer_kwargs={"attn": {"short_conv": 4}, "local_linear": {"short_conv": 4}, "mamba2": {"state_size": 16}},
+        task_points=task_points(d_model),
     )
+
+
+def task_points(d_model: int) -> dict[str, dict]:
+    """Every task's point at this size: T = d_model where the task allows it (so a step costs about what an
+    MQAR step does), MAD's baseline vocabularies (Poli et al. 2024, arXiv:2403.17844, App. B; at d_model 128
+    the recall tasks are at MAD's baseline length). Tasks not listed (s5, parity, cycle_navigation, text) take
+    the MQAR point's seq_len."""
+    return {
+        "icr": {"vocab_size": 16, "seq_len": d_model},
+        "noisy_icr": {"vocab_size": 32, "seq_len": d_model},
+        "fuzzy_icr": {"vocab_size": 16, "seq_len": d_model},
+        "selective_copy": {"vocab_size": 16, "seq_len": 2 * d_model, "num_tokens_to_copy": max(d_model // 4, 1)},
+        "compression": {"vocab_size": 16, "input_len": max(d_model // 2, 2)},  # T = d_model - 1
+        "memorization": {"vocab_size": 4 * d_model, "seq_len": max(d_model // 2, 2)},
+        # At quick scale four needles are not learnt in 512 steps (measured: attention 0.41, DeltaNet at chance),
+        # two separate the mixers; the multi-value needle needs >= 41 tokens at its default key and value lengths.
+        "niah_single": {"seq_len": max(d_model, 64)},
+        "niah_multikey": {"seq_len": max(d_model, 64), "num_needles": 2},
+        "niah_multivalue": {"seq_len": max(d_model, 64), "num_needles": 2},
+        "modular_arithmetic": {"seq_len": d_model - 1},  # odd: number, operator, ..., number
+    }
 
 
 PRESETS = {

@@ -30,9 +30,20 @@ def build_task(task_name: str, preset: Preset, overrides: dict):
     unknown = set(overrides) - config_fields
     if unknown:
         raise ValueError(f"unknown {task_name} fields {sorted(unknown)}; known: {sorted(config_fields)}")
-    # The preset's task point is MQAR's (vocab_size, seq_len, num_kv_pairs, ...); a task takes the fields it has.
-    shared = {k: v for k, v in preset.task.items() if k in config_fields}
+    # A task's own point in the preset, else the fields it has of the preset's MQAR point (vocab_size, seq_len...).
+    if task_name in preset.task_points:
+        shared = dict(preset.task_points[task_name])
+    else:
+        shared = {k: v for k, v in preset.task.items() if k in config_fields}
     return task_class(task_class.config_class(**{**shared, **overrides}))
+
+
+def training_data(task, num_examples: int, *, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training set: the task's optional `generate_train` where its training data differs from what it is
+    scored on (MAD's recall tasks train on every next token; text trains on the training split), else
+    `generate`. Evaluation data always comes from `generate`."""
+    generate = getattr(task, "generate_train", task.generate)
+    return generate(num_examples, seed=seed)
 
 
 def build_model(mixer: str, preset: Preset, vocab_size: int, *, seed: int) -> LM:
@@ -81,6 +92,7 @@ class CellResult:
     steps: int  # steps completed, counting those before a resume
     metrics: dict[str, float]  # the last evaluation: loss and the task's metric
     stopped_early: bool
+    model: LM | None = field(default=None, repr=False, compare=False)  # the trained model, for further evals
 
     def row(self) -> dict:
         """The numbers a leaderboard row shows, by name: accuracy through steps."""
@@ -109,7 +121,7 @@ def train_cell(
         resolved = {"task": dataclasses.asdict(task.config), "model": model.config.to_dict(),
                     "train": config.to_dict()}
         log(json.dumps(resolved, indent=1))
-    trainer = Trainer(model, config, train_data=task.generate(preset.num_train, seed=cell.seed),
+    trainer = Trainer(model, config, train_data=training_data(task, preset.num_train, seed=cell.seed),
                       eval_data=task.generate(preset.num_eval, seed=cell.seed + 1), metric=task.metric)
     start = time.perf_counter()
     summary = trainer.fit(resume=resume)
@@ -121,5 +133,5 @@ def train_cell(
         accuracy=summary["metrics"]["accuracy"], parameters=model.num_parameters(),
         state_floats=model.state_size(task.seq_len), train_seconds=seconds,
         tokens_per_second=trained * config.batch_size * task.seq_len / seconds, steps=summary["step"],
-        metrics=summary["metrics"], stopped_early=summary["stopped_early"],
+        metrics=summary["metrics"], stopped_early=summary["stopped_early"], model=model,
     )

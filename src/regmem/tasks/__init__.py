@@ -1,14 +1,20 @@
 """Synthetic tasks: a config plus a pure seeded generator of (inputs, targets) and a metric (docs/architecture.md)."""
 
 from regmem.tasks.base import Task, accuracy
+from regmem.tasks.formal import FORMAL_TASKS
+from regmem.tasks.mad import MAD_SETTINGS, MAD_TASKS
 from regmem.tasks.mqar import MQAR, MQARConfig, multiquery_ar
+from regmem.tasks.niah import NIAH_TASKS
 from regmem.tasks.online_regression import OnlineRegressionConfig, switching_keys
+from regmem.tasks.text import Text, TextConfig
 from regmem.tasks.word_problem import WordProblem, WordProblemConfig
 
 # Task registry keyed by short name: name -> constructor taking the task's config.
-TASKS = {"mqar": MQAR, "s5": WordProblem}
+TASKS = {"mqar": MQAR, **MAD_TASKS, "s5": WordProblem, **NIAH_TASKS, **FORMAL_TASKS, "text": Text}
+# Names standing for several tasks on the command line (`regmem suite --tasks mad,s5`).
+TASK_GROUPS: dict[str, list[str]] = {"mad": list(MAD_TASKS), "niah": list(NIAH_TASKS), "formal": list(FORMAL_TASKS)}
 
 __all__ = [
-    "MQAR", "TASKS", "MQARConfig", "OnlineRegressionConfig", "Task", "WordProblem", "WordProblemConfig", "accuracy",
-    "multiquery_ar", "switching_keys",
+    "MAD_SETTINGS", "MQAR", "TASKS", "TASK_GROUPS", "MQARConfig", "OnlineRegressionConfig", "Task", "Text",
+    "TextConfig", "WordProblem", "WordProblemConfig", "accuracy", "multiquery_ar", "switching_keys",
 ]

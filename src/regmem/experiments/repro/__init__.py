@@ -3,6 +3,8 @@ measured result and writes a markdown report, JSON and a plot.
 
     ttr-online-regression   Test-time regression, Fig. 2 (Sec. 5): parameter-free online regression
     ttr-mqar                Test-time regression, Fig. 3 (Sec. 6): one layer + key conv on MQAR, LA vs RLS
+    nl-mad                  Nested Learning, Table 4 (Sec. 9.4): MAD's tasks at CPU scale, beside the paper
+    nl-niah                 Nested Learning, Table 1's pattern (Sec. 9.2): needle-in-a-haystack heat maps
 """
 
 from __future__ import annotations
@@ -31,6 +33,17 @@ def run_repro(name: str, out_dir: str | Path = "results/repro", *, quick: bool =
             settings = repro.MQARSettings(cells=((8, 32), (16, 64)), d_model=16, vocab_size=128, steps=4,
                                           batch_size=8, num_eval=8)
         result = repro.run_mqar(_replace(settings, overrides), log=log)
+    elif name == "nl-mad":
+        from regmem.experiments.repro import nl_mad as repro
+
+        settings = repro.QUICK if quick else repro.MADSettings()
+        points = repro.QUICK_POINTS if quick else None
+        result = repro.run_mad(_replace(settings, overrides), out_dir, points=points, progress=not quick, log=log)
+    elif name == "nl-niah":
+        from regmem.experiments.repro import nl_niah as repro
+
+        settings = repro.QUICK if quick else repro.NIAHSettings()
+        result = repro.run_niah_repro(_replace(settings, overrides), out_dir, log=log)
     else:
         raise ValueError(f"unknown reproduction {name!r}; known: {REPROS}")
     paths = repro.write_outputs(result, out_dir)
@@ -39,7 +52,7 @@ def run_repro(name: str, out_dir: str | Path = "results/repro", *, quick: bool =
     return paths
 
 
-REPROS = ("ttr-online-regression", "ttr-mqar")
+REPROS = ("ttr-online-regression", "ttr-mqar", "nl-mad", "nl-niah")
 
 
 def _replace(settings, overrides: dict | None):

@@ -1,0 +1,177 @@
+"""The fair protocol of `regmem compare` and `regmem suite`: every mixer gets the same budget, its own best
+learning rate from a grid, and at least two seeds.
+
+Zoology (Arora et al. 2023, arXiv:2312.04927, Sec. 3 and App. E) and MAD (Poli et al. 2024, arXiv:2403.17844,
+Sec. 3) tune the learning rate per model and report the best run: a single learning rate favours the mixers it
+happens to suit. Here a *run* is one (task, mixer, setting, lr, seed); runs with the same (task, mixer, setting)
+form a *cell*; a cell's reported score is that of the learning rate with the best mean over seeds, shown with
+the spread over those seeds (min and max) and the learning rate itself.
+
+Runs are stored one JSON file each under `<run_dir>/runs/`, keyed by everything that fixes them (task, mixer,
+setting, lr, seed and the preset's fields), so a command repeated after an interruption skips what finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from regmem.experiments.presets import Preset
+from regmem.experiments.runs import Cell, train_cell
+from regmem.tasks import TASKS
+
+LR_GRID = (3e-3, 1e-2, 3e-2)  # the default grid: the quick preset's 1e-2 and a factor ~3 either side
+SEEDS = (0, 1)  # the default seeds: two, the fewest that show a spread
+
+
+def score_of(task_name: str) -> tuple[str, bool]:
+    """(metric name, higher is better) a task is ranked by: its `score_metric` (default "accuracy")."""
+    task_class = TASKS[task_name]
+    name = getattr(task_class, "score_metric", "accuracy")
+    return name, name != "bits_per_byte"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run of the protocol."""
+
+    task: str
+    mixer: str
+    lr: float
+    seed: int
+    setting: dict = field(default_factory=dict)  # task-config fields over the preset's point, e.g. num_kv_pairs
+
+    def key(self, preset: Preset) -> str:
+        """A stable name for the run's file: a hash of everything that fixes the run."""
+        budget = {k: v for k, v in preset.to_dict().items() if k != "task_points"}  # other tasks' points do not count
+        fixed = {"task": self.task, "mixer": self.mixer, "lr": self.lr, "seed": self.seed, "setting": self.setting,
+                 "preset": budget, "task_point": preset.task_points.get(self.task)}
+        return hashlib.sha256(json.dumps(fixed, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def run_specs(tasks: Iterable[str], mixers: Iterable[str], settings: Iterable[dict], lrs: Callable | Iterable[float],
+              seeds: Iterable[int]) -> list[RunSpec]:
+    """Every (task, setting, mixer, lr, seed); `lrs` is a grid, or a function (task, mixer) -> grid."""
+    specs = []
+    for task in tasks:
+        for setting in settings:
+            for mixer in mixers:
+                grid = lrs(task, mixer) if callable(lrs) else lrs
+                specs += [RunSpec(task, mixer, lr, seed, dict(setting)) for lr in grid for seed in seeds]
+    return specs
+
+
+class RunStore:
+    """Finished runs as `<run_dir>/runs/<key>.json`: {"spec": ..., "result": ...}."""
+
+    def __init__(self, run_dir: str | Path, preset: Preset):
+        self.dir = Path(run_dir) / "runs"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.preset = preset
+
+    def path(self, spec: RunSpec) -> Path:
+        return self.dir / f"{spec.key(self.preset)}.json"
+
+    def load(self, spec: RunSpec) -> dict | None:
+        path = self.path(spec)
+        return json.loads(path.read_text())["result"] if path.exists() else None
+
+    def save(self, spec: RunSpec, result: dict) -> None:
+        tmp = self.path(spec).with_suffix(".tmp")  # written whole, then renamed: an interrupt leaves no half file
+        tmp.write_text(json.dumps({"spec": dataclasses.asdict(spec), "result": result}, indent=1))
+        tmp.replace(self.path(spec))
+
+
+def train_run(spec: RunSpec, preset: Preset, progress: bool = False) -> dict:
+    """Trains one run; returns its numbers: score, every eval metric, size, time."""
+    cell = Cell(spec.task, spec.mixer, preset, seed=spec.seed, lr=spec.lr, task_overrides=spec.setting)
+    trained = train_cell(cell, progress=progress)
+    metric, _ = score_of(spec.task)
+    return {"score": trained.metrics[metric], **trained.row(), "metrics": trained.metrics,
+            "stopped_early": trained.stopped_early}
+
+
+def execute(specs: list[RunSpec], preset: Preset, store: RunStore, *, progress: bool = True,
+            log: Callable[[str], None] = print, train: Callable = train_run) -> list[dict]:
+    """Runs every spec not already in `store`, with one progress bar over all of them (ETA from the runs done in
+    this call); returns one record per spec, in order: {**spec fields, **result}."""
+    todo = [s for s in specs if store.load(s) is None]
+    if len(todo) < len(specs):
+        log(f"[protocol] {len(specs) - len(todo)} of {len(specs)} runs already finished in {store.dir}; skipped")
+    bar = tqdm(total=len(todo), desc="runs", unit="run", disable=not progress or not todo, dynamic_ncols=True)
+    for spec in todo:
+        bar.set_postfix_str(f"{spec.task} {spec.mixer} lr={spec.lr:g} seed={spec.seed}", refresh=True)
+        start = time.perf_counter()
+        result = train(spec, preset)
+        store.save(spec, result)
+        log(f"[protocol] {spec.task} {spec.mixer} {_setting_text(spec.setting)}lr={spec.lr:g} seed={spec.seed}: "
+            f"{score_of(spec.task)[0]} {result['score']:.4f} ({time.perf_counter() - start:.1f}s)")
+        bar.update(1)
+    bar.close()
+    return [{**dataclasses.asdict(s), **store.load(s)} for s in specs]
+
+
+def _setting_text(setting: dict) -> str:
+    return "".join(f"{k}={v} " for k, v in setting.items())
+
+
+@dataclass(frozen=True)
+class CellSummary:
+    """A (task, mixer, setting) cell: the best learning rate by mean score over seeds, and its spread."""
+
+    task: str
+    mixer: str
+    setting: dict
+    metric: str
+    best_lr: float
+    mean: float  # over the seeds at best_lr
+    low: float  # min over those seeds
+    high: float  # max over those seeds
+    seeds: int
+    lr_means: dict  # every lr of the grid -> its mean score
+    parameters: int
+    state_floats: int
+    train_seconds: float  # mean over the best lr's seeds
+    tokens_per_second: float
+
+    def row(self) -> dict:
+        flat = dataclasses.asdict(self)
+        flat["setting"] = _setting_text(self.setting).strip()
+        flat["lr_means"] = " ".join(f"{lr:g}:{m:.4f}" for lr, m in self.lr_means.items())
+        return flat
+
+
+def summarize(records: list[dict]) -> list[CellSummary]:
+    """Groups runs into cells and picks each cell's best learning rate (ties: the smaller lr)."""
+    cells: dict[tuple, list[dict]] = {}
+    for r in records:
+        cells.setdefault((r["task"], r["mixer"], json.dumps(r["setting"], sort_keys=True)), []).append(r)
+    summaries = []
+    for (task, mixer, _), runs in cells.items():
+        metric, higher = score_of(task)
+        by_lr: dict[float, list[dict]] = {}
+        for r in sorted(runs, key=lambda r: (r["lr"], r["seed"])):
+            by_lr.setdefault(r["lr"], []).append(r)
+        lr_means = {lr: statistics.fmean(r["score"] for r in rs) for lr, rs in by_lr.items()}
+        if higher:
+            best_lr = max(lr_means, key=lambda lr: (lr_means[lr], -lr))
+        else:
+            best_lr = min(lr_means, key=lambda lr: (lr_means[lr], lr))
+        best = by_lr[best_lr]
+        scores = [r["score"] for r in best]
+        summaries.append(CellSummary(
+            task=task, mixer=mixer, setting=runs[0]["setting"], metric=metric, best_lr=best_lr,
+            mean=statistics.fmean(scores), low=min(scores), high=max(scores), seeds=len(scores), lr_means=lr_means,
+            parameters=best[0]["parameters"], state_floats=best[0]["state_floats"],
+            train_seconds=statistics.fmean(r["train_seconds"] for r in best),
+            tokens_per_second=statistics.fmean(r["tokens_per_second"] for r in best),
+        ))
+    return summaries

@@ -1,0 +1,152 @@
+"""`regmem repro nl-mad`: Table 4 of *Nested Learning* (arXiv:2512.24695, Sec. 9.4) at CPU scale.
+
+The paper scores Transformer, RWKV-7, Comba, Titans and Hope on MAD's synthetic tasks (Poli et al. 2024,
+arXiv:2403.17844): compression, in-context recall, fuzzy in-context recall, selective copying and memorisation
+(noisy recall is not in its table), and claims Hope is best on all (ties at 100 on recall). It gives no model
+sizes. MAD's own protocol is dim 128, two blocks (mixer + SwiGLU), 200 epochs of 12,800 sequences and an lr grid.
+
+Here: two blocks of d_model 64 (mixer + SwiGLU), each task at a CPU point (shorter sequences than MAD's
+baselines, `MAD_POINTS`), a fixed step budget, the fair protocol of experiments/protocol.py (each mixer's best
+learning rate of the grid, mean and min-max over seeds). Mixers: attention (the Transformer row), Titans, Gated
+DeltaNet, DeltaNet and linear attention; RWKV-7 and Comba are not in regmem, and Hope is not built yet (its row
+stays the paper's only). Runs are stored in the output directory, so the command resumes after an interruption.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from regmem.experiments.plots import plot_heatmap
+from regmem.experiments.presets import Preset
+from regmem.experiments.protocol import RunStore, execute, run_specs, summarize
+
+# Table 4 of the paper (accuracy %), columns in TASK_ORDER minus noisy recall.
+PAPER_TABLE4 = {
+    "Transformers": {"compression": 49.4, "icr": 100, "fuzzy_icr": 47.9, "selective_copy": 96.2, "memorization": 83.7},
+    "RWKV-7": {"compression": 45.1, "icr": 100, "fuzzy_icr": 32.8, "selective_copy": 95.6, "memorization": 82.2},
+    "Comba": {"compression": 46.3, "icr": 100, "fuzzy_icr": 32.8, "selective_copy": 96.4, "memorization": 82.9},
+    "Titans": {"compression": 49.8, "icr": 100, "fuzzy_icr": 50.0, "selective_copy": 99.4, "memorization": 83.4},
+    "HOPE": {"compression": 51.2, "icr": 100, "fuzzy_icr": 52.1, "selective_copy": 99.7, "memorization": 85.2},
+}
+TASK_ORDER = ("compression", "icr", "noisy_icr", "fuzzy_icr", "selective_copy", "memorization")
+HEADERS = {"compression": "Compress.", "icr": "ICR", "noisy_icr": "Noisy ICR", "fuzzy_icr": "Fuzzy ICR",
+           "selective_copy": "Sel. copying", "memorization": "Memory"}
+PAPER_NAMES = {"attn": "Transformers", "titans": "Titans"}
+
+# Each task's CPU point: MAD's baseline vocabularies, sequences cut to <= 64 tokens so a run takes a minute.
+MAD_POINTS = {
+    "icr": {"vocab_size": 16, "seq_len": 64},
+    "noisy_icr": {"vocab_size": 32, "seq_len": 64},
+    "fuzzy_icr": {"vocab_size": 16, "seq_len": 64},
+    "selective_copy": {"vocab_size": 16, "seq_len": 64, "num_tokens_to_copy": 8},
+    "compression": {"vocab_size": 16, "input_len": 32},  # T = 2 x 32 - 1 = 63
+    "memorization": {"vocab_size": 256, "seq_len": 32},
+}
+
+
+@dataclass(frozen=True)
+class MADSettings:
+    mixers: tuple[str, ...] = ("attn", "titans", "gated_deltanet", "deltanet", "linear")
+    tasks: tuple[str, ...] = TASK_ORDER
+    d_model: int = 64
+    n_layers: int = 2
+    steps: int = 256
+    batch_size: int = 64
+    lrs: tuple[float, ...] = (3e-3,)
+    seeds: tuple[int, ...] = (0, 1)
+    num_eval: int = 256
+
+
+QUICK = MADSettings(mixers=("attn", "linear"), tasks=("icr", "memorization"), d_model=16, n_layers=1, steps=4,
+                    batch_size=8, seeds=(0,), num_eval=16)
+
+
+QUICK_POINTS = {"icr": {"vocab_size": 16, "seq_len": 16}, "memorization": {"vocab_size": 32, "seq_len": 16}}
+
+
+def mad_preset(settings: MADSettings, points: dict | None = None) -> Preset:
+    points = {t: p for t, p in (points or MAD_POINTS).items() if t in settings.tasks}
+    return Preset(
+        name=f"mad-d{settings.d_model}", d_model=settings.d_model, n_layers=settings.n_layers,
+        n_heads=max(settings.d_model // 16, 1), ffn="swiglu", task={}, steps=settings.steps,
+        batch_size=settings.batch_size, lr=settings.lrs[0], num_train=settings.steps * settings.batch_size,
+        num_eval=settings.num_eval, eval_every=max(settings.steps // 8, 1), task_points=points,
+        mixer_kwargs={"attn": {"short_conv": 4}},
+    )
+
+
+def run_mad(settings: MADSettings, out_dir: Path, *, points: dict | None = None, progress: bool = True,
+            log=print) -> dict:
+    preset = mad_preset(settings, points)
+    specs = run_specs(settings.tasks, settings.mixers, [{}], settings.lrs, settings.seeds)
+    records = execute(specs, preset, RunStore(out_dir / "nl-mad-runs", preset), progress=progress, log=log)
+    cells = [dataclasses.asdict(c) for c in summarize(records)]
+    return {"settings": dataclasses.asdict(settings), "preset": preset.to_dict(), "cells": cells, "runs": records}
+
+
+def _cell(result: dict, task: str, mixer: str) -> dict:
+    return next(c for c in result["cells"] if (c["task"], c["mixer"]) == (task, mixer))
+
+
+def format_report(result: dict) -> str:
+    s, p = result["settings"], result["preset"]
+    tasks = [t for t in TASK_ORDER if t in s["tasks"]]
+    lines = [
+        "Nested Learning Table 4 (Sec. 9.4): MAD tasks, accuracy %. Paper: model sizes not given; claim: Hope best "
+        "on all, ties at 100 on ICR.",
+        f"Ours: {p['n_layers']} blocks of d_model {p['d_model']} + SwiGLU, {p['steps']} steps x batch "
+        f"{p['batch_size']}, lr grid {', '.join(f'{lr:g}' for lr in s['lrs'])} (best per mixer and task), seeds "
+        f"{', '.join(map(str, s['seeds']))}: mean (min-max). Points: "
+        + "; ".join(f"{t} {json.dumps(p['task_points'][t])}" for t in tasks),
+        "",
+        "| model | " + " | ".join(HEADERS[t] for t in tasks) + " |",
+        "|---|" + "---:|" * len(tasks),
+    ]
+    for name, row in PAPER_TABLE4.items():
+        lines.append(f"| paper: {name} | " + " | ".join(str(row.get(t, "-")) for t in tasks) + " |")
+    for mixer in s["mixers"]:
+        label = f"ours: {mixer}" + (f" ({PAPER_NAMES[mixer]})" if mixer in PAPER_NAMES else "")
+        cells = [_cell(result, t, mixer) for t in tasks]
+        lines.append(f"| {label} | " + " | ".join(
+            f"{100 * c['mean']:.1f} ({100 * c['low']:.0f}-{100 * c['high']:.0f})" for c in cells) + " |")
+    lines += ["", *findings(result, tasks)]
+    return "\n".join(lines)
+
+
+def findings(result: dict, tasks: list[str]) -> list[str]:
+    """The paper's checkable statements against our numbers."""
+    mixers = result["settings"]["mixers"]
+    out = []
+    if "icr" in tasks:
+        solved = [m for m in mixers if _cell(result, "icr", m)["mean"] >= 0.99]
+        out.append(f"- Paper: every model reaches 100 on ICR. Ours: {len(solved)} of {len(mixers)} reach 99% "
+                   f"({', '.join(solved) or 'none'}).")
+    if {"attn", "titans"} <= set(mixers):
+        wins = [t for t in tasks if t in PAPER_TABLE4["Titans"] and PAPER_TABLE4["Titans"][t] > PAPER_TABLE4[
+            "Transformers"][t]]
+        ours = [t for t in wins if _cell(result, t, "titans")["mean"] > _cell(result, t, "attn")["mean"]]
+        out.append(f"- Paper: Titans above the Transformer on {', '.join(wins)}. Ours: Titans above attention on "
+                   f"{', '.join(ours) or 'none of them'}.")
+    out.append("- Hope: not built yet in regmem; the paper's claim that it is best on all tasks is not tested here.")
+    return out
+
+
+def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"report": out_dir / "nl-mad.md", "json": out_dir / "nl-mad.json", "plot": out_dir / "nl-mad.png"}
+    paths["report"].write_text(format_report(result) + "\n")
+    paths["json"].write_text(json.dumps(result, indent=1))
+    tasks = [t for t in TASK_ORDER if t in result["settings"]["tasks"]]
+    cells = {(c["task"], c["mixer"]): _Mean(c["mean"], c["metric"]) for c in result["cells"]}
+    plot_heatmap(paths["plot"], tasks, list(result["settings"]["mixers"]), cells,
+                 title="MAD at CPU scale (Nested Learning Table 4's tasks)")
+    return paths
+
+
+@dataclass(frozen=True)
+class _Mean:
+    mean: float
+    metric: str

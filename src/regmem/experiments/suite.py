@@ -1,0 +1,104 @@
+"""`regmem suite`: many tasks, one table — every mixer on every task under one preset and the fair protocol.
+
+Task names may be groups (`regmem.tasks.TASK_GROUPS`: "mad" is MAD's six tasks, "niah" the three needle
+variants, "formal" the formal languages). Each task is trained at the preset's point for it
+(`Preset.task_points`), each mixer at its tuned learning rate or over a grid, over the seeds
+(experiments/protocol.py). The run directory (default `results/suite-<preset>`) keeps every finished run, so the
+command repeated after an interruption continues where it stopped; one progress bar with an ETA covers all runs.
+Outputs: leaderboard.md (mixers x tasks, and per task the cells in detail), results.csv, results.json and
+heatmap.png.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import statistics
+from pathlib import Path
+
+from regmem.experiments.compare import budget_line, lr_grid, lr_source
+from regmem.experiments.plots import plot_heatmap
+from regmem.experiments.presets import Preset
+from regmem.experiments.protocol import SEEDS, CellSummary, RunStore, execute, run_specs, summarize
+from regmem.experiments.tuned import best_lrs, save_tuned
+from regmem.tasks import TASK_GROUPS, TASKS
+
+
+def resolve_tasks(names: list[str]) -> list[str]:
+    """Task and group names -> task names, groups expanded in place, duplicates dropped."""
+    tasks = []
+    for name in names:
+        if name in TASK_GROUPS:
+            tasks += TASK_GROUPS[name]
+        elif name in TASKS:
+            tasks.append(name)
+        else:
+            raise ValueError(f"tasks: unknown {name!r}; tasks: {', '.join(TASKS)}; groups: {', '.join(TASK_GROUPS)}")
+    return list(dict.fromkeys(tasks))
+
+
+def suite(task_names: list[str], mixers: list[str], preset: Preset, *, seeds: list[int] = SEEDS,
+          lrs: list[float] | None = None, run_dir: str | Path | None = None, save_tuned_to: str | Path | None = None,
+          progress: bool = True, log=print) -> Path:
+    """Trains every (task, mixer, lr, seed) not yet in `run_dir`; writes the mixers x tasks leaderboard, CSV, JSON
+    and heat map; with `save_tuned_to`, also each mixer's best lr per task into that tuned-lr table."""
+    tasks = resolve_tasks(task_names)
+    if not mixers:
+        raise ValueError("mixers must name at least one mixer")
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    run_dir = Path(run_dir or f"results/suite-{preset.name}")
+    specs = run_specs(tasks, mixers, [{}], lr_grid(preset, lrs), seeds)
+    log(f"[suite] {len(tasks)} tasks x {len(mixers)} mixers: {len(specs)} runs into {run_dir}")
+    records = execute(specs, preset, RunStore(run_dir, preset), progress=progress, log=log)
+    summaries = summarize(records)
+    sources = {task: lr_source(preset, lrs, task, mixers) for task in tasks}
+    write_suite(run_dir, preset, tasks, mixers, records, summaries, sources)
+    if save_tuned_to is not None:
+        save_tuned(preset.name, best_lrs(summaries), source=str(run_dir), path=save_tuned_to)
+        log(f"[suite] tuned learning rates written to {save_tuned_to}")
+    log((run_dir / "leaderboard.md").read_text())
+    log(f"wrote {run_dir}")
+    return run_dir
+
+
+def write_suite(run_dir: Path, preset: Preset, tasks: list[str], mixers: list[str], records: list[dict],
+                summaries: list[CellSummary], sources: dict[str, str]) -> None:
+    cell = {(s.task, s.mixer): s for s in summaries}
+    rows = [s.row() for s in summaries]
+    with open(run_dir / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    meta = {"tasks": tasks, "mixers": mixers, "preset": preset.to_dict(), "learning_rates": sources}
+    (run_dir / "results.json").write_text(json.dumps(
+        {"meta": meta, "cells": [dataclasses.asdict(s) for s in summaries], "runs": records}, indent=1))
+    (run_dir / "leaderboard.md").write_text(suite_table(preset, tasks, mixers, cell, sources))
+    plot_heatmap(run_dir / "heatmap.png", tasks, mixers, cell, title=f"suite, preset {preset.name}")
+
+
+def suite_table(preset: Preset, tasks: list[str], mixers: list[str], cell: dict, sources: dict[str, str]) -> str:
+    """The mixers x tasks table (mean over seeds at the best lr) and, per task, min-max and the best lr."""
+    lines = [f"# Suite: {budget_line(preset)}", "",
+             "Each cell: the mean over seeds at the mixer's best learning rate for the task; details below.", ""]
+    header = [f"{t} ({cell[(t, mixers[0])].metric})" if cell[(t, mixers[0])].metric != "accuracy" else t
+              for t in tasks]
+    lines += ["| mixer | " + " | ".join(header) + " | mean accuracy |",
+              "|---|" + "---:|" * (len(tasks) + 1)]
+    for m in mixers:
+        values = [cell[(t, m)] for t in tasks]
+        accuracies = [c.mean for c in values if c.metric == "accuracy"]
+        mean = f"{statistics.fmean(accuracies):.3f}" if accuracies else "-"
+        lines.append(f"| {m} | " + " | ".join(f"{c.mean:.3f}" for c in values) + f" | {mean} |")
+    for t in tasks:
+        metric = cell[(t, mixers[0])].metric
+        lines += ["", f"## {t}", "", f"Learning rate: {sources[t]}.", "",
+                  f"| mixer | {metric} | min-max | seeds | best lr | lr: mean | train s |",
+                  "|---|---:|---:|---:|---:|---|---:|"]
+        for m in mixers:
+            c = cell[(t, m)]
+            grid = ", ".join(f"{lr:g}: {v:.3f}" for lr, v in c.lr_means.items())
+            lines.append(f"| {m} | {c.mean:.3f} | {c.low:.3f}-{c.high:.3f} | {c.seeds} | {c.best_lr:g} | {grid} | "
+                         f"{c.train_seconds:.1f} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,203 @@
+"""Byte-level language modelling of real English text, reported in bits per byte.
+
+Every synthetic task in this package isolates one ability (recall, state tracking); this one checks that a mixer
+also models real text. A model reads raw UTF-8 bytes (vocabulary 256, no tokenizer) and predicts the next byte at
+every position; the score is the mean cross-entropy in bits per byte, the convention of Karpathy-style character
+models and of the enwik8 benchmark (a uniform guess scores 8.0, a perfect one 0).
+
+The corpus is CPython's own documentation, `pydoc_data.topics.topics`: the ~79 topics that `help()` shows
+("assert", "assignment", ..., "yield"), English prose with grammar rules and code examples, shipped with every
+CPython installation under the Python Software Foundation License 2.0, so the task needs no download. It is built
+deterministically: topics in sorted key order, UTF-8 encoded, joined with b"\\n\\n".
+
+The split is by byte range: the training split is the first bytes, the validation split the rest, cut at the
+start of the topic nearest to `(1 - validation_fraction)` of the corpus, so no topic straddles the two. With
+Python 3.11.7 and the default fraction 0.1 the corpus is 466,273 bytes: training 415,882 bytes (70 topics,
+"assert" to "typesfunctions"), validation 50,391 bytes (9 topics, "typesmapping" to "yield"). The topics are
+regenerated with each CPython release, so the sizes move slightly with the Python version.
+
+An example is a window of `seq_len + 1` consecutive bytes at a uniform random offset of one split: `inputs` are its
+first `seq_len` bytes and `targets` its last `seq_len` (inputs shifted by one), every position labelled.
+`generate` draws windows from the validation split (what is scored), `generate_train` from the training split.
+
+Dimension legend: N sequences, T = seq_len, V = 256 (bytes).
+
+Worked example, seq_len = 4: the window b"def f" (bytes 100 101 102 32 102) gives inputs [100, 101, 102, 32]
+("def ") and targets [101, 102, 32, 102] ("ef f").
+
+    >>> inputs, targets = shift_windows(encode("def f").unsqueeze(0))
+    >>> inputs.tolist(), targets.tolist()
+    ([[100, 101, 102, 32]], [[101, 102, 32, 102]])
+    >>> decode(encode("naïve"))
+    'naïve'
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from regmem.tasks.base import IGNORE_INDEX, ConfigTask, accuracy, check_int, make_generator
+
+VOCAB_SIZE = 256  # one token per byte value
+SEPARATOR = b"\n\n"  # between topics, as between paragraphs
+METRIC_CHUNK_ROWS = 64  # sequences per float64 cross-entropy chunk: [64, T, 256] at a time bounds the metric's memory
+
+
+def topics() -> dict[str, str]:
+    """The documentation topics of `pydoc_data.topics`, name -> text; raises RuntimeError if the module is absent."""
+    try:
+        from pydoc_data.topics import topics as pydoc_topics
+    except ImportError as error:
+        raise RuntimeError(
+            "the text task's corpus is pydoc_data.topics from CPython's standard library, which this Python "
+            "installation lacks (some distributions strip it); use a Python that ships pydoc_data"
+        ) from error
+    return pydoc_topics
+
+
+@functools.cache
+def corpus_bytes() -> bytes:
+    """The corpus: every topic in sorted key order, UTF-8 encoded, joined with `SEPARATOR` (cached)."""
+    documents = topics()
+    return SEPARATOR.join(documents[name].encode("utf-8") for name in sorted(documents))
+
+
+def check_validation_fraction(value) -> None:
+    """Raises ValueError naming validation_fraction unless it is a real number strictly between 0 and 1."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+        raise ValueError(f"validation_fraction must be a number in (0, 1), got {value!r}")
+
+
+@functools.cache
+def split_boundary(validation_fraction: float) -> int:
+    """The byte offset where the validation split starts: the start of the topic (not the first) nearest to
+    `(1 - validation_fraction) * len(corpus_bytes())`; the earlier start wins a tie."""
+    check_validation_fraction(validation_fraction)
+    corpus, documents = corpus_bytes(), topics()
+    starts, offset = [], 0
+    for name in sorted(documents)[:-1]:
+        offset += len(documents[name].encode("utf-8")) + len(SEPARATOR)
+        starts.append(offset)  # the start of the next topic; training ends with the separator before it
+    target = (1 - validation_fraction) * len(corpus)
+    return min(starts, key=lambda start: (abs(start - target), start))
+
+
+def split_corpus(validation_fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(train, validation)`, uint8 1-D tensors of corpus bytes `[0, b)` and `[b, len)`, b = `split_boundary`:
+    disjoint, and together the whole corpus. Fresh tensors on every call."""
+    boundary = split_boundary(validation_fraction)
+    data = torch.frombuffer(bytearray(corpus_bytes()), dtype=torch.uint8)  # a copy: the caller may write to it
+    return data[:boundary], data[boundary:]
+
+
+def encode(text: str) -> torch.Tensor:
+    """The UTF-8 bytes of `text` as int64 token ids `[len(bytes)]`."""
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a str, got {type(text).__name__}")
+    return torch.tensor(list(text.encode("utf-8")), dtype=torch.int64)
+
+
+def decode(ids) -> str:
+    """Token ids (a 1-D tensor or a list of ints in [0, 256)) as text; invalid UTF-8 becomes U+FFFD."""
+    values = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+    if any(isinstance(v, list) for v in values):
+        raise ValueError(f"ids must be one-dimensional, got shape {list(torch.as_tensor(ids).shape)}")
+    if any(not 0 <= v < VOCAB_SIZE for v in values):
+        raise ValueError(f"ids must lie in [0, {VOCAB_SIZE}), got values from {min(values)} to {max(values)}")
+    return bytes(values).decode("utf-8", errors="replace")
+
+
+def shift_windows(windows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """windows `[N, T + 1]` -> `(inputs, targets)`, int64 `[N, T]`: inputs = windows[:, :-1] and
+    targets = windows[:, 1:], so the target at t is the byte after input t."""
+    if windows.ndim != 2 or windows.shape[1] < 2:
+        raise ValueError(f"windows must have shape [N, T + 1] with T >= 1, got shape {list(windows.shape)}")
+    windows = windows.long()
+    return windows[:, :-1], windows[:, 1:]
+
+
+def sample_windows(
+    data: torch.Tensor, num_examples: int, seq_len: int, *, seed: int | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`num_examples` windows of `seq_len + 1` bytes of `data` (1-D) at uniform random offsets, shifted into
+    `(inputs, targets)`, int64 `[N, T]`. Exactly one of `seed` and `generator`; global RNG state is untouched."""
+    check_int("num_examples", num_examples, 1)
+    check_int("seq_len", seq_len, 1)
+    if seq_len + 1 > data.numel():
+        raise ValueError(f"seq_len + 1 = {seq_len + 1} exceeds the {data.numel()} bytes of the split")
+    generator = make_generator(seed, generator)
+    starts = torch.randint(data.numel() - seq_len, (num_examples,), generator=generator)  # [N], last start fits
+    positions = starts.unsqueeze(1) + torch.arange(seq_len + 1)  # [N, T + 1]
+    return shift_windows(data[positions])
+
+
+@dataclass(frozen=True)
+class TextConfig:
+    """The text task: window length and the share of the corpus held out (defaults: T = 128, 10 %)."""
+
+    seq_len: int = 128  # T, bytes per input sequence (each position labelled)
+    validation_fraction: float = 0.1  # share of the corpus bytes held out for scoring, cut at a topic start
+
+    def __post_init__(self):
+        check_int("seq_len", self.seq_len, 1)
+        check_validation_fraction(self.validation_fraction)
+
+    @property
+    def vocab_size(self) -> int:
+        return VOCAB_SIZE
+
+
+@dataclass(frozen=True)
+class Text(ConfigTask):
+    """Next-byte prediction on CPython's documentation (module docstring); metrics: bits per byte and accuracy."""
+
+    name: ClassVar[str] = "text"
+    config_class: ClassVar[type] = TextConfig
+    score_metric: ClassVar[str] = "bits_per_byte"  # what leaderboards rank by (lower is better)
+    config: TextConfig = TextConfig()
+
+    def generate(
+        self, num_examples: int, *, seed: int | None = None, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Windows of the validation split, the scored data: `(inputs, targets)`, int64 `[N, T]`."""
+        _, validation = split_corpus(self.config.validation_fraction)
+        return sample_windows(validation, num_examples, self.config.seq_len, seed=seed, generator=generator)
+
+    def generate_train(
+        self, num_examples: int, *, seed: int | None = None, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Windows of the training split: `(inputs, targets)`, int64 `[N, T]`."""
+        train, _ = split_corpus(self.config.validation_fraction)
+        return sample_windows(train, num_examples, self.config.seq_len, seed=seed, generator=generator)
+
+    def metric(self, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+        """logits `[N, T, V]`, targets `[N, T]` -> {"bits_per_byte", "accuracy"} (see `bits_per_byte`)."""
+        return {"bits_per_byte": bits_per_byte(logits, targets), "accuracy": accuracy(logits, targets)}
+
+
+def bits_per_byte(logits: torch.Tensor, targets: torch.Tensor) -> float:
+    """Mean next-byte cross-entropy in bits (nats / ln 2) over labelled positions (`targets != IGNORE_INDEX`).
+
+    logits: `[N, T, V]` float; targets: `[N, T]` int64. Computed in float64, per position, so uniform logits give
+    exactly log2(256) = 8.0; chunks of `METRIC_CHUNK_ROWS` sequences bound the extra memory.
+    """
+    if logits.ndim != 3:
+        raise ValueError(f"logits must have shape [N, T, V], got shape {list(logits.shape)}")
+    if tuple(targets.shape) != tuple(logits.shape[:2]):
+        raise ValueError(f"targets must have shape [N, T] = {list(logits.shape[:2])}, got {list(targets.shape)}")
+    total_bits, count = 0.0, int((targets != IGNORE_INDEX).sum())
+    if count == 0:
+        raise ValueError("targets has no labelled position (every entry is IGNORE_INDEX)")
+    for chunk_logits, chunk_targets in zip(logits.split(METRIC_CHUNK_ROWS), targets.split(METRIC_CHUNK_ROWS),
+                                           strict=True):
+        nats = F.cross_entropy(chunk_logits.double().flatten(0, 1), chunk_targets.flatten(), reduction="none",
+                               ignore_index=IGNORE_INDEX)  # [n * T], 0 where unlabelled
+        total_bits += float((nats / math.log(2)).sum())
+    return total_bits / count

@@ -1,0 +1,156 @@
+"""The fair protocol (src/regmem/experiments/protocol.py, tuned.py, suite.py): the best learning rate is the argmax
+of the mean over seeds and is recorded; finished runs are not re-run after an interruption; the tuned-lr table
+round-trips; the suite writes its mixers x tasks table; the CLI on a tiny preset."""
+
+import dataclasses
+import json
+
+import pytest
+
+from regmem.cli import main
+from regmem.experiments.compare import compare, lr_grid
+from regmem.experiments.presets import PRESETS
+from regmem.experiments.protocol import RunSpec, RunStore, execute, run_specs, summarize
+from regmem.experiments.suite import resolve_tasks, suite
+from regmem.experiments.tuned import best_lrs, load_tuned, save_tuned, tuned_lr
+from regmem.tasks import TASK_GROUPS
+
+FAST = dataclasses.replace(PRESETS["tiny"], steps=4, num_train=64, num_eval=32, eval_every=2)
+
+
+def record(task, mixer, lr, seed, score, setting=None):
+    return {"task": task, "mixer": mixer, "lr": lr, "seed": seed, "setting": setting or {}, "score": score,
+            "parameters": 10, "state_floats": 4, "train_seconds": 1.0, "tokens_per_second": 5.0}
+
+
+def test_best_lr_is_the_argmax_of_the_mean_over_seeds_and_its_spread_is_reported():
+    scores = {(1e-3, 0): 0.9, (1e-3, 1): 0.1,  # mean 0.5, but the best single run
+              (1e-2, 0): 0.6, (1e-2, 1): 0.7,  # mean 0.65: the best mean
+              (3e-2, 0): 0.0, (3e-2, 1): 0.2}
+    (cell,) = summarize([record("mqar", "gla", lr, seed, s) for (lr, seed), s in scores.items()])
+    assert cell.best_lr == 1e-2 and cell.mean == pytest.approx(0.65) and (cell.low, cell.high) == (0.6, 0.7)
+    assert cell.seeds == 2 and cell.lr_means == pytest.approx({1e-3: 0.5, 1e-2: 0.65, 3e-2: 0.1})
+    assert cell.metric == "accuracy"
+
+
+def test_bits_per_byte_is_minimised_and_ties_go_to_the_smaller_lr():
+    (text,) = summarize([record("text", "attn", lr, 0, s) for lr, s in [(1e-3, 3.0), (1e-2, 2.5), (3e-2, 2.8)]])
+    assert text.metric == "bits_per_byte" and text.best_lr == 1e-2 and text.mean == 2.5
+    (tie,) = summarize([record("mqar", "attn", lr, 0, 1.0) for lr in (3e-2, 1e-2)])
+    assert tie.best_lr == 1e-2
+
+
+def test_cells_are_grouped_by_task_mixer_and_setting():
+    records = [record("mqar", m, 1e-2, seed, 0.5, {"num_kv_pairs": p}) for m in ("a", "b") for p in (4, 8)
+               for seed in (0, 1)]
+    cells = summarize(records)
+    assert sorted((c.mixer, c.setting["num_kv_pairs"], c.seeds) for c in cells) == [
+        ("a", 4, 2), ("a", 8, 2), ("b", 4, 2), ("b", 8, 2)]
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_an_interrupted_execution_resumes_without_re_running_finished_runs(tmp_path):
+    specs = run_specs(["mqar"], ["linear", "attn"], [{}], [1e-2, 3e-2], [0, 1])
+    assert len(specs) == 8
+    trained = []
+
+    def fake_train(spec, preset, fail_at=None):
+        if len(trained) == fail_at:
+            raise Interrupted
+        trained.append(spec)
+        return {"score": spec.lr * 10 + spec.seed, "parameters": 1, "state_floats": 1, "train_seconds": 0.1,
+                "tokens_per_second": 1.0, "steps": 1}
+
+    store = RunStore(tmp_path, FAST)
+    with pytest.raises(Interrupted):
+        execute(specs, FAST, store, progress=False, log=lambda *_: None,
+                train=lambda s, p: fake_train(s, p, fail_at=3))
+    assert trained == specs[:3] and len(list(store.dir.glob("*.json"))) == 3
+    logs = []
+    records = execute(specs, FAST, store, progress=False, log=logs.append, train=fake_train)
+    assert trained == specs  # the first three were not trained again
+    assert "3 of 8 runs already finished" in logs[0]
+    assert [(r["mixer"], r["lr"], r["seed"], r["score"]) for r in records] == [
+        (s.mixer, s.lr, s.seed, s.lr * 10 + s.seed) for s in specs]
+    assert not list(store.dir.glob("*.tmp"))
+
+
+def test_a_run_key_changes_with_anything_that_fixes_the_run():
+    spec = RunSpec("mqar", "attn", 1e-2, 0)
+    keys = {spec.key(FAST), dataclasses.replace(spec, lr=3e-2).key(FAST), dataclasses.replace(spec, seed=1).key(FAST),
+            RunSpec("mqar", "attn", 1e-2, 0, {"num_kv_pairs": 2}).key(FAST),
+            spec.key(dataclasses.replace(FAST, steps=5)),
+            spec.key(dataclasses.replace(FAST, task_points={**FAST.task_points, "mqar": {"seq_len": 8}}))}
+    assert len(keys) == 6 and spec.key(FAST) == RunSpec("mqar", "attn", 1e-2, 0).key(FAST)
+    other_task = dataclasses.replace(FAST, task_points={**FAST.task_points, "parity": {"seq_len": 8}})
+    assert spec.key(other_task) == spec.key(FAST)  # another task's point does not change an mqar run
+
+
+def test_tuned_table_round_trips_and_feeds_the_default_grid(tmp_path, monkeypatch):
+    path = tmp_path / "tuned.json"
+    cells = summarize([record("mqar", "gla", lr, 0, s) for lr, s in [(1e-2, 0.2), (3e-2, 0.4)]]
+                      + [record("s5", "attn", lr, 0, s) for lr, s in [(1e-2, 0.9), (3e-2, 0.1)]])
+    assert best_lrs(cells) == {"mqar": {"gla": 3e-2}, "s5": {"attn": 1e-2}}
+    save_tuned("quick", best_lrs(cells), source="benchmarks/results/x", path=path)
+    save_tuned("quick", {"mqar": {"attn": 3e-3}}, source="benchmarks/results/y", path=path)
+    data = load_tuned(path)
+    assert data["quick"]["sources"] == ["benchmarks/results/x", "benchmarks/results/y"]
+    assert tuned_lr("quick", "mqar", "gla", path) == 3e-2 and tuned_lr("quick", "mqar", "attn", path) == 3e-3
+    assert tuned_lr("quick", "mqar", "linear", path) is None and tuned_lr("tiny", "mqar", "gla", path) is None
+    monkeypatch.setattr("regmem.experiments.compare.tuned_lr", lambda p, t, m: tuned_lr(p, t, m, path))
+    quick = PRESETS["quick"]
+    assert lr_grid(quick, None)("mqar", "gla") == [3e-2]  # tuned
+    assert lr_grid(quick, None)("mqar", "linear") == [quick.lr]  # not tuned: the preset's
+    assert lr_grid(quick, [1e-3, 1e-2])("mqar", "gla") == [1e-3, 1e-2]  # a grid overrides
+
+
+def test_groups_expand_in_place_and_unknown_names_are_refused():
+    assert resolve_tasks(["mqar", "formal", "mqar"]) == ["mqar", *TASK_GROUPS["formal"]]
+    with pytest.raises(ValueError, match="unknown 'nope'"):
+        resolve_tasks(["nope"])
+
+
+def test_suite_writes_the_mixers_by_tasks_table_and_resumes(tmp_path):
+    kwargs = dict(seeds=[0, 1], lrs=[1e-2, 3e-2], run_dir=tmp_path / "suite", progress=False)
+    logs = []
+    run_dir = suite(["mqar", "parity"], ["linear", "attn"], FAST, log=logs.append, **kwargs)
+    assert {p.name for p in run_dir.iterdir()} == {"runs", "leaderboard.md", "results.csv", "results.json",
+                                                     "heatmap.png"}
+    result = json.loads((run_dir / "results.json").read_text())
+    assert len(result["runs"]) == 16 and len(result["cells"]) == 4
+    for cell in result["cells"]:
+        runs = [r for r in result["runs"] if (r["task"], r["mixer"]) == (cell["task"], cell["mixer"])]
+        means = {lr: sum(r["score"] for r in runs if r["lr"] == lr) / 2 for lr in (1e-2, 3e-2)}
+        assert cell["best_lr"] == max(means, key=lambda lr: (means[lr], -lr))
+    board = (run_dir / "leaderboard.md").read_text()
+    assert "| mixer | mqar | parity | mean accuracy |" in board and "## parity" in board
+    assert (run_dir / "heatmap.png").read_bytes()[:4] == b"\x89PNG"
+    again = []
+    suite(["mqar", "parity"], ["linear", "attn"], FAST, log=again.append, **kwargs)
+    assert "16 of 16 runs already finished" in again[1]
+    assert json.loads((run_dir / "results.json").read_text())["cells"] == result["cells"]
+
+
+def test_compare_reports_the_best_lrs_mean_and_spread(tmp_path):
+    run_dir = compare("mqar", ["linear"], FAST, sweep="num_kv_pairs=1,2", seeds=[0, 1], lrs=[1e-2, 3e-2],
+                      out_dir=tmp_path, progress=False, log=lambda *_: None)
+    result = json.loads((run_dir / "results.json").read_text())
+    assert len(result["runs"]) == 8 and result["meta"]["learning_rates"] == "best of the grid 0.01, 0.03"
+    board = (run_dir / "leaderboard.md").read_text().splitlines()
+    assert board[4].startswith("| mixer | num_kv_pairs | accuracy | min-max | best lr |")
+    for cell, line in zip(sorted(result["cells"], key=lambda c: c["setting"]["num_kv_pairs"]), board[6:], strict=True):
+        assert f"| {cell['mean']:.3f} | {cell['low']:.3f}-{cell['high']:.3f} | {cell['best_lr']:g} |" in line
+
+
+def test_cli_suite_and_compare_smoke_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(PRESETS, "fast", dataclasses.replace(FAST, name="fast"))
+    main(["suite", "--tasks", "mqar", "--mixers", "linear", "--preset", "fast", "--seeds", "0",
+          "--run-dir", str(tmp_path / "s"), "--no-progress"])
+    assert "| linear |" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--lrs and --sweep-lr"):
+        main(["compare", "mqar", "--preset", "fast", "--lrs", "0.01", "--sweep-lr"])
+    with pytest.raises(SystemExit, match="unknown 'nope'"):
+        main(["suite", "--tasks", "nope", "--preset", "fast"])
