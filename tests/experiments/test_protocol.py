@@ -154,3 +154,11 @@ def test_cli_suite_and_compare_smoke_on_a_tiny_preset(tmp_path, monkeypatch, cap
         main(["compare", "mqar", "--preset", "fast", "--lrs", "0.01", "--sweep-lr"])
     with pytest.raises(SystemExit, match="unknown 'nope'"):
         main(["suite", "--tasks", "nope", "--preset", "fast"])
+def test_the_committed_tuned_table_names_its_sweep_and_holds_grid_values():
+    data = load_tuned()
+    assert "quick" in data, "src/regmem/experiments/tuned_lr.json has no quick entry"
+    assert data["quick"]["sources"] and all(s.startswith("benchmarks/results/") for s in data["quick"]["sources"])
+    lrs = {lr for task in data["quick"]["tasks"].values() for lr in task.values()}
+    assert lrs and all(lr > 0 for lr in lrs)
+
+
