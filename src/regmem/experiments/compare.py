@@ -19,7 +19,7 @@ from pathlib import Path
 
 from regmem.experiments.plots import plot_results
 from regmem.experiments.presets import Preset
-from regmem.experiments.protocol import SEEDS, CellSummary, RunStore, execute, run_specs, summarize
+from regmem.experiments.protocol import SEEDS, CellSummary, RunStore, execute, higher_is_better, run_specs, summarize
 from regmem.experiments.tuned import tuned_lr
 from regmem.tasks import TASKS
 
@@ -100,7 +100,7 @@ def leaderboard(task_name: str, preset: Preset, field: str | None, summaries: li
                 source: str) -> str:
     column = field or "-"
     metric = summaries[0].metric
-    higher = metric != "bits_per_byte"
+    higher = higher_is_better(metric)
     seeds = sorted({s.seeds for s in summaries})
     lines = [
         f"# {task_name}: {budget_line(preset)}",

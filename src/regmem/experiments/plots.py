@@ -9,6 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from regmem.experiments.protocol import higher_is_better  # noqa: E402
+
 
 def plot_results(path: Path, task_name: str, field: str | None, summaries) -> None:
     """Score against the swept value per mixer, or a bar chart without a sweep; the mean over seeds at each
@@ -36,7 +38,7 @@ def plot_results(path: Path, task_name: str, field: str | None, summaries) -> No
         ax.set_xlabel(field)
         ax.legend()
     ax.set_ylabel(f"{metric} (best lr, mean and min-max over seeds)")
-    if metric != "bits_per_byte":
+    if higher_is_better(metric):  # accuracies: on the 0-1 scale
         ax.set_ylim(0, 1.02)
     ax.set_title(f"{task_name}: {metric} by mixer")
     ax.grid(alpha=0.3)

@@ -32,11 +32,17 @@ LR_GRID = (3e-3, 1e-2, 3e-2)  # the default grid: the quick preset's 1e-2 and a 
 SEEDS = (0, 1)  # the default seeds: two, the fewest that show a spread
 
 
+LOWER_IS_BETTER = frozenset({"bits_per_byte"})  # the metrics ranked ascending; every other one descending
+
+
+def higher_is_better(metric: str) -> bool:
+    return metric not in LOWER_IS_BETTER
+
+
 def score_of(task_name: str) -> tuple[str, bool]:
     """(metric name, higher is better) a task is ranked by: its `score_metric` (default "accuracy")."""
-    task_class = TASKS[task_name]
-    name = getattr(task_class, "score_metric", "accuracy")
-    return name, name != "bits_per_byte"
+    name = getattr(TASKS[task_name], "score_metric", "accuracy")
+    return name, higher_is_better(name)
 
 
 @dataclass(frozen=True)

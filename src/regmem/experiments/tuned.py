@@ -12,6 +12,8 @@ import json
 import statistics
 from pathlib import Path
 
+from regmem.experiments.protocol import higher_is_better
+
 TUNED_FILE = Path(__file__).with_name("tuned_lr.json")
 
 
@@ -33,10 +35,9 @@ def best_lrs(summaries) -> dict[str, dict[str, float]]:
         grouped.setdefault((s.task, s.mixer), []).append(s)
     table: dict[str, dict[str, float]] = {}
     for (task, mixer), cells in grouped.items():
-        higher = cells[0].metric != "bits_per_byte"
         lrs = sorted(set.intersection(*(set(c.lr_means) for c in cells)))
         means = {lr: statistics.fmean(c.lr_means[lr] for c in cells) for lr in lrs}
-        sign = 1 if higher else -1
+        sign = 1 if higher_is_better(cells[0].metric) else -1
         table.setdefault(task, {})[mixer] = max(lrs, key=lambda lr, means=means: (sign * means[lr], -lr))
     return table
 

@@ -9,6 +9,7 @@ global RNG state (CONTRIBUTING.md, "Style"). Targets use `IGNORE_INDEX` (-100, t
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -57,6 +58,14 @@ class ConfigTask:
     @property
     def seq_len(self) -> int:
         return self.config.seq_len
+
+
+class LengthTask(ConfigTask):
+    """A config task whose config has a `seq_len` field: `with_seq_len` gives the same task at another length, the
+    length-generalisation split (train at T, test at 2T, 4T, ...)."""
+
+    def with_seq_len(self, seq_len: int):
+        return type(self)(replace(self.config, seq_len=seq_len))
 
 
 def make_generator(seed: int | None, generator: torch.Generator | None) -> torch.Generator:

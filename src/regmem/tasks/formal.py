@@ -40,12 +40,12 @@ Dimension legend: N sequences, T = seq_len, V vocabulary (and classes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
-from regmem.tasks.base import IGNORE_INDEX, ConfigTask, accuracy, check_int, make_generator
+from regmem.tasks.base import IGNORE_INDEX, LengthTask, accuracy, check_int, make_generator
 
 CYCLE_LENGTH = 5  # states of cycle navigation (Delétang et al.'s default)
 MODULUS = 5  # modulus of modular arithmetic (Delétang et al. and Grazzi et al.)
@@ -101,16 +101,12 @@ def parity(
 
 
 @dataclass(frozen=True)
-class Parity(ConfigTask):
+class Parity(LengthTask):
     """Parity of the prefix at every position (see `parity`); metrics: accuracy and final_accuracy."""
 
     name: ClassVar[str] = "parity"
     config_class: ClassVar[type] = ParityConfig
     config: ParityConfig = ParityConfig()
-
-    def with_seq_len(self, seq_len: int) -> Parity:
-        """The same task at another length: the length-generalisation split (train at T, test at 2T, 4T, ...)."""
-        return Parity(replace(self.config, seq_len=seq_len))
 
     def generate(
         self, num_examples: int, *, seed: int | None = None, generator: torch.Generator | None = None
@@ -164,16 +160,12 @@ def cycle_navigation(
 
 
 @dataclass(frozen=True)
-class CycleNavigation(ConfigTask):
+class CycleNavigation(LengthTask):
     """Position on a 5-cycle after every prefix (see `cycle_navigation`); metrics: accuracy and final_accuracy."""
 
     name: ClassVar[str] = "cycle_navigation"
     config_class: ClassVar[type] = CycleNavigationConfig
     config: CycleNavigationConfig = CycleNavigationConfig()
-
-    def with_seq_len(self, seq_len: int) -> CycleNavigation:
-        """The same task at another length: the length-generalisation split (train at T, test at 2T, 4T, ...)."""
-        return CycleNavigation(replace(self.config, seq_len=seq_len))
 
     def generate(
         self, num_examples: int, *, seed: int | None = None, generator: torch.Generator | None = None
@@ -252,16 +244,12 @@ def modular_arithmetic(
 
 
 @dataclass(frozen=True)
-class ModularArithmetic(ConfigTask):
+class ModularArithmetic(LengthTask):
     """Value mod 5 of every number-ending prefix (see `modular_arithmetic`); metrics: accuracy and final_accuracy."""
 
     name: ClassVar[str] = "modular_arithmetic"
     config_class: ClassVar[type] = ModularArithmeticConfig
     config: ModularArithmeticConfig = ModularArithmeticConfig()
-
-    def with_seq_len(self, seq_len: int) -> ModularArithmetic:
-        """The same task at another (odd) length: the length-generalisation split (e.g. train at 65, test at 129)."""
-        return ModularArithmetic(replace(self.config, seq_len=seq_len))
 
     def generate(
         self, num_examples: int, *, seed: int | None = None, generator: torch.Generator | None = None

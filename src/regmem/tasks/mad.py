@@ -67,12 +67,12 @@ Deviations from mad-lab:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
-from regmem.tasks.base import IGNORE_INDEX, ConfigTask, accuracy, check_int, make_generator
+from regmem.tasks.base import IGNORE_INDEX, ConfigTask, LengthTask, accuracy, check_int, make_generator
 from regmem.tasks.mad_recall import FuzzyInContextRecall, InContextRecall, NoisyInContextRecall
 
 # ---------------------------------------------------------------------------------------------- selective copying
@@ -124,16 +124,12 @@ def selective_copying(
 
 
 @dataclass(frozen=True)
-class SelectiveCopying(ConfigTask):
+class SelectiveCopying(LengthTask):
     """Selective copying (see `selective_copying`); metric: accuracy over the n answer positions."""
 
     name: ClassVar[str] = "selective_copy"
     config_class: ClassVar[type] = SelectiveCopyingConfig
     config: SelectiveCopyingConfig = SelectiveCopyingConfig()
-
-    def with_seq_len(self, seq_len: int) -> SelectiveCopying:
-        """The same n tokens among more (or fewer) blanks: longer gaps to carry them over."""
-        return SelectiveCopying(replace(self.config, seq_len=seq_len))
 
     def generate(
         self, num_examples: int, *, seed: int | None = None, generator: torch.Generator | None = None
@@ -264,16 +260,12 @@ def memorization(
 
 
 @dataclass(frozen=True)
-class Memorization(ConfigTask):
+class Memorization(LengthTask):
     """Memorization (see `memorization`); metric: accuracy over the insert positions."""
 
     name: ClassVar[str] = "memorization"
     config_class: ClassVar[type] = MemorizationConfig
     config: MemorizationConfig = MemorizationConfig()
-
-    def with_seq_len(self, seq_len: int) -> Memorization:
-        """More (or fewer) facts queried per row; the map is unchanged."""
-        return Memorization(replace(self.config, seq_len=seq_len))
 
     def generate(
         self, num_examples: int, *, seed: int | None = None, generator: torch.Generator | None = None

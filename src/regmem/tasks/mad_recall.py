@@ -72,12 +72,12 @@ Deviations from mad-lab (each keeps the task's content):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 import torch
 
-from regmem.tasks.base import IGNORE_INDEX, ConfigTask, accuracy, check_int, make_generator
+from regmem.tasks.base import IGNORE_INDEX, LengthTask, accuracy, check_int, make_generator
 
 Split = Literal["train", "test"]
 
@@ -322,15 +322,11 @@ def fuzzy_in_context_recall(
 # -------------------------------------------------------------------------------------------------- tasks
 
 
-class _RecallTask(ConfigTask):
+class _RecallTask(LengthTask):
     """Shared methods: `generate` (scored targets), `generate_train` (next-token targets), `metric`,
     `with_seq_len`. A subclass sets `_generator`, the module function that draws its rows."""
 
     _generator: ClassVar
-
-    def with_seq_len(self, seq_len: int):
-        """The same task at another length (length generalisation: train at T, test at 2T, ...)."""
-        return type(self)(replace(self.config, seq_len=seq_len))
 
     def generate(
         self, num_examples: int, *, seed: int | None = None, generator: torch.Generator | None = None

@@ -55,7 +55,7 @@ from typing import ClassVar, Literal
 
 import torch
 
-from regmem.tasks.base import IGNORE_INDEX, ConfigTask, accuracy, check_int, make_generator
+from regmem.tasks.base import IGNORE_INDEX, LengthTask, accuracy, check_int, make_generator
 
 NEEDLE, IS, QUERY = 0, 1, 2  # marker tokens
 NUM_MARKERS = 3
@@ -244,7 +244,7 @@ def exact_match(logits: torch.Tensor, targets: torch.Tensor) -> float:
 
 
 @dataclass(frozen=True)
-class SingleNIAH(ConfigTask):
+class SingleNIAH(LengthTask):
     """RULER's single-needle NIAH (see `niah`); metrics: answer-token accuracy and exact match."""
 
     name: ClassVar[str] = "niah_single"
@@ -255,10 +255,6 @@ class SingleNIAH(ConfigTask):
     def __post_init__(self):
         if self.config.variant != self.variant:
             raise ValueError(f"config.variant must be {self.variant!r} for {self.name}, got {self.config.variant!r}")
-
-    def with_seq_len(self, seq_len: int):
-        """The same task at another length (the length split: train at T, test at 2T, 4T, ...)."""
-        return type(self)(replace(self.config, seq_len=seq_len))
 
     def with_depth(self, depth: float | None):
         """The same task with the queried needle at relative depth `depth` (None: uniform)."""

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
-from regmem.tasks.base import ConfigTask, accuracy, check_int, make_generator
+from regmem.tasks.base import LengthTask, accuracy, check_int, make_generator
 
 MAX_DEGREE = 6  # S6 has 720 elements; a larger vocabulary is not a laptop task
 
@@ -91,16 +91,12 @@ def word_problem(
 
 
 @dataclass(frozen=True)
-class WordProblem(ConfigTask):
+class WordProblem(LengthTask):
     """The S_n word problem (see `word_problem`); metrics: accuracy over every position, and at the last one."""
 
     name: ClassVar[str] = "s5"
     config_class: ClassVar[type] = WordProblemConfig
     config: WordProblemConfig = WordProblemConfig()
-
-    def with_seq_len(self, seq_len: int) -> WordProblem:
-        """The same group at another length: the length-generalisation split (train at T, test at 2T, 4T, ...)."""
-        return WordProblem(replace(self.config, seq_len=seq_len))
 
     def generate(
         self, num_examples: int, *, seed: int | None = None, generator: torch.Generator | None = None
