@@ -66,27 +66,44 @@ def test_plot_writes_a_png_with_one_panel_per_mixer(tmp_path):
     assert (tmp_path / "niah.png").read_bytes()[:8] == PNG
 
 
-def test_run_niah_trains_scores_and_writes_the_report(tmp_path, monkeypatch):
+def test_run_niah_trains_scores_and_writes_the_report_at_each_mixers_best_lr(tmp_path, monkeypatch):
     monkeypatch.setitem(regmem.tasks.TASKS, "niah_single", SingleNIAH)
     preset = dataclasses.replace(PRESETS["tiny"], steps=4, num_train=64, num_eval=16, eval_every=2,
                                  task_points={"niah_single": SMALL})
     lines = []
-    run_dir = run_niah("niah_single", ["attn", "linear"], preset, train_len=24, multiples=(1, 2),
-                       depths=(0.0, 0.5, 1.0), num_examples=16, out_dir=tmp_path, progress=False, log=lines.append)
-    assert run_dir.parent == tmp_path and run_dir.name.startswith("niah_single-")
-    assert {p.name for p in run_dir.iterdir()} == {"niah.md", "niah.json", "niah.png"}
+    kwargs = {"train_len": 24, "multiples": (1, 2), "depths": (0.0, 0.5, 1.0), "lrs": (1e-3, 1e-2), "seeds": (0, 1),
+              "num_examples": 16, "out_dir": tmp_path, "progress": False}
+    run_dir = run_niah("niah_single", ["attn", "linear"], preset, log=lines.append, **kwargs)
+    assert run_dir == tmp_path / "niah_single"
+    assert {p.name for p in run_dir.iterdir()} == {"niah.md", "niah.json", "niah.png", "runs"}
     result = json.loads((run_dir / "niah.json").read_text())
     assert result["meta"]["lengths"] == [24, 48] and result["meta"]["depths"] == [0.0, 0.5, 1.0]
     assert result["meta"]["task_config"]["seq_len"] == 24 and result["meta"]["task_config"]["key_len"] == 1
+    assert len(result["runs"]) == 8  # 2 mixers x 2 lrs x 2 seeds, each with its own grid
     for mixer in ("attn", "linear"):
-        grid = torch.tensor(result["grids"][mixer])
-        assert grid.shape == (2, 3) and ((grid >= 0) & (grid <= 1)).all()
-        assert result["train"][mixer]["steps"] == 4
+        cell = result["cells"][mixer]
+        lr_means = {float(lr): m for lr, m in cell["lr_means"].items()}
+        assert cell["best_lr"] == max(lr_means, key=lambda lr: (lr_means[lr], -lr))
+        best = [r for r in result["runs"] if r["mixer"] == mixer and r["lr"] == cell["best_lr"]]
+        assert [r["seed"] for r in best] == [0, 1] and all(r["steps"] == 4 for r in best)
+        expected = torch.tensor([r["grid"] for r in best], dtype=torch.float64).mean(0)
+        assert torch.allclose(torch.tensor(result["grids"][mixer], dtype=torch.float64), expected, atol=1e-12)
     report = (run_dir / "niah.md").read_text().splitlines()
     assert report[0].startswith("# niah_single: trained at 24, preset tiny")
     attn = report.index("## attn")
-    assert report[attn + 2] == "| depth \\ length | 24 | 48 |"
+    assert report[attn + 2].startswith(f"lr {result['cells']['attn']['best_lr']:g} (best of 0.001, 0.01")
+    assert report[attn + 4] == "| depth \\ length | 24 | 48 |"
     first = torch.tensor(result["grids"]["attn"])[:, 0]
-    assert report[attn + 4] == f"| 0% | {first[0]:.3f} | {first[1]:.3f} |"
-    assert any("[niah] niah_single attn" in line for line in lines) and lines[-1] == f"wrote {run_dir}"
+    assert report[attn + 6] == f"| 0% | {first[0]:.3f} | {first[1]:.3f} |"
+    seeds = torch.tensor([r["grid"] for r in result["runs"]
+                          if r["mixer"] == "attn" and r["lr"] == result["cells"]["attn"]["best_lr"]]).mean(2)
+    assert report[attn + 10] == (f"| min-max over seeds | {seeds[:, 0].min():.3f}-{seeds[:, 0].max():.3f} | "
+                                 f"{seeds[:, 1].min():.3f}-{seeds[:, 1].max():.3f} |")
+    assert any("niah_single attn" in line for line in lines) and lines[-1] == f"wrote {run_dir}"
     assert (run_dir / "niah.png").read_bytes()[:8] == PNG
+
+    again = []  # repeated: every run is stored, nothing trains again
+    run_niah("niah_single", ["attn", "linear"], preset, log=again.append, **kwargs)
+    assert any("8 of 8 runs already finished" in line for line in again)
+    with pytest.raises(ValueError, match="scored at lengths"):  # stored runs on another grid are not mixed in
+        run_niah("niah_single", ["attn", "linear"], preset, log=again.append, **{**kwargs, "multiples": (1, 3)})

@@ -66,3 +66,14 @@ def test_settings_overrides_reach_the_run_and_unknown_ones_raise(tmp_path):
     assert json.loads(paths["json"].read_text())["settings"]["softmax_bandwidth"] == 0.05
     with pytest.raises(ValueError, match="unknown settings"):
         run_repro("ttr-online-regression", tmp_path, quick=True, overrides={"bandwith": 0.05})
+
+
+def test_set_overrides_of_tuple_settings_take_comma_separated_lists():
+    from regmem.experiments.repro import _replace
+    from regmem.experiments.repro.nl_mad import MADSettings
+
+    settings = _replace(MADSettings(), {"mixers": "attn,linear", "lrs": "0.003,0.01", "seeds": 1, "steps": 8})
+    assert settings.mixers == ("attn", "linear") and settings.lrs == (0.003, 0.01)
+    assert settings.seeds == (1,) and settings.steps == 8
+    with pytest.raises(ValueError, match="comma-separated float"):
+        _replace(MADSettings(), {"lrs": "0.01,fast"})

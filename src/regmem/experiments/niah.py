@@ -3,18 +3,19 @@
 RULER (Hsieh et al., arXiv:2404.06654, Sec. 3.1) and *Nested Learning* (arXiv:2512.24695, Sec. 9.2, Table 1)
 score needle-in-a-haystack retrieval at several context lengths; the usual picture is a heat map of accuracy
 over length and the needle's depth. `run_niah` trains each mixer on a task of `regmem.tasks.niah` at `train_len`
-with the needle anywhere (`train_cell`, the path of `regmem compare`), then `niah_grid` scores the trained model
-on fresh data at `train_len` x each multiple and at each depth, and `plot_niah` draws one panel per mixer.
+with the needle anywhere, over a learning-rate grid and seeds (the fair protocol of `regmem compare`), then
+`niah_grid` scores every trained model on fresh data at `train_len` x each multiple and at each depth, and
+`plot_niah` draws one panel per mixer: the mean over seeds at the mixer's best learning rate.
 
-Outputs go to `<out_dir>/<task>-<timestamp>/`: a markdown report named after the module (a table per mixer,
-rows depth, columns length), niah.json (the grids, the settings and each mixer's training row) and niah.png
-(the heat maps).
+Outputs go to `<out_dir>/<task>/` (resumable: `runs/` holds one JSON per run, its grid included): niah.md (a
+table per mixer, rows depth, columns length, the seeds' spread), niah.json (the grids, cells, settings and every
+run) and niah.png (the heat maps).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
+import functools
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,7 +24,8 @@ import matplotlib
 import torch
 
 from regmem.experiments.presets import Preset
-from regmem.experiments.runs import Cell, build_task, train_cell
+from regmem.experiments.protocol import SEEDS, CellSummary, RunSpec, RunStore, execute, run_specs, summarize, train_run
+from regmem.experiments.runs import CellResult, build_task
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -89,53 +91,78 @@ def plot_niah(path: Path, grids: dict[str, torch.Tensor], lengths: Sequence[int]
     plt.close(fig)
 
 
-def niah_table(mixer: str, grid: torch.Tensor, lengths: Sequence[int], depths: Sequence[float]) -> list[str]:
-    """Markdown lines of one mixer's grid: rows depth (%), columns length, and a mean row."""
-    lines = [f"## {mixer}", "", "| depth \\ length | " + " | ".join(str(length) for length in lengths) + " |",
+def niah_table(mixer: str, cell: CellSummary, grid: torch.Tensor, seed_means: torch.Tensor, lengths: Sequence[int],
+               depths: Sequence[float]) -> list[str]:
+    """Markdown lines of one mixer's grid (the mean over seeds at its best lr): rows depth (%), columns length,
+    a mean row and the min-max over seeds of each length's mean. seed_means: `[seeds, len(lengths)]`."""
+    lines = [f"## {mixer}", "", f"lr {cell.best_lr:g} (best of {', '.join(f'{lr:g}' for lr in cell.lr_means)} by "
+             f"accuracy at the training length: " + ", ".join(f"{lr:g}: {m:.3f}" for lr, m in cell.lr_means.items())
+             + f"), mean over {cell.seeds} seeds", "",
+             "| depth \\ length | " + " | ".join(str(length) for length in lengths) + " |",
              "|---|" + "---:|" * len(lengths)]
     for j, depth in enumerate(depths):
         lines.append(f"| {100 * depth:.0f}% | " + " | ".join(f"{grid[i, j]:.3f}" for i in range(len(lengths))) + " |")
     lines.append("| mean | " + " | ".join(f"{grid[i].mean():.3f}" for i in range(len(lengths))) + " |")
+    lines.append("| min-max over seeds | " + " | ".join(
+        f"{seed_means[:, i].min():.3f}-{seed_means[:, i].max():.3f}" for i in range(len(lengths))) + " |")
     return [*lines, ""]
 
 
 def run_niah(
     task_name: str, mixers: Sequence[str], preset: Preset, *, train_len: int, multiples: Sequence[int] = (1, 2, 4),
-    depths: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0), seed: int = 0, num_examples: int = 256,
-    out_dir: str | Path = "results", progress: bool = True, log: Callable[[str], None] = print,
+    depths: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0), lrs: Sequence[float] = (1e-2,),
+    seeds: Sequence[int] = SEEDS, num_examples: int = 256, out_dir: str | Path = "results", progress: bool = True,
+    log: Callable[[str], None] = print,
 ) -> Path:
-    """Trains every mixer on `task_name` (a NIAH task in `regmem.tasks.TASKS`) at `train_len` with the preset,
-    scores it with `niah_grid` at lengths `train_len` x `multiples` and at `depths` on `num_examples` fresh
-    sequences per cell (seed + 2: training uses seed, its evaluation seed + 1), writes the markdown report,
-    niah.json and niah.png into a new directory under `out_dir`, and returns that directory."""
+    """Trains every (mixer, lr, seed) on `task_name` (a NIAH task in `regmem.tasks.TASKS`) at `train_len` under
+    the fair protocol (experiments/protocol.py), scores each trained model with `niah_grid` at lengths
+    `train_len` x `multiples` and at `depths` on `num_examples` fresh sequences per cell (seed + 2: training
+    uses seed, its evaluation seed + 1), and writes the report, niah.json and niah.png into
+    `<out_dir>/<task_name>/`; returns that directory.
+
+    Each mixer is shown at its best learning rate (by mean accuracy over the seeds at `train_len`); its heat map
+    is the mean over those seeds' grids, and the report gives the min-max over seeds beside each length's mean.
+    Every run is stored under `<out_dir>/<task_name>/runs/`, so the call repeated after an interruption trains
+    only what is missing; runs scored on another grid of lengths, depths or examples raise ValueError."""
     lengths = [train_len * multiple for multiple in multiples]
-    task = build_task(task_name, preset, {"seq_len": train_len})  # the task the cells train on
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = Path(out_dir) / f"{task_name}-{stamp}"
-    run_dir.mkdir(parents=True, exist_ok=False)
-    grids, rows = {}, {}
-    for mixer in mixers:
-        log(f"[niah] {task_name} {mixer}: training at length {train_len}")
-        trained = train_cell(Cell(task_name, mixer, preset, seed=seed, task_overrides={"seq_len": train_len}),
-                             progress=progress)
-        rows[mixer] = trained.row()
-        log(f"[niah]   accuracy {trained.accuracy:.3f} in {trained.train_seconds:.1f}s; scoring lengths {lengths}")
-        grids[mixer] = niah_grid(trained.model, task, lengths, list(depths), num_examples=num_examples,
-                                 seed=seed + 2)
-        log("[niah]   mean accuracy by length: " + ", ".join(
-            f"{length}: {grids[mixer][i].mean():.3f}" for i, length in enumerate(lengths)))
+    depths = [float(depth) for depth in depths]
+    setting = {"seq_len": train_len}
+    task = build_task(task_name, preset, setting)  # the task the cells train on
+
+    def evaluate(spec: RunSpec, trained: CellResult) -> dict:
+        grid = niah_grid(trained.model, task, lengths, depths, num_examples=num_examples, seed=spec.seed + 2)
+        return {"lengths": lengths, "depths": depths, "num_examples": num_examples, "grid": grid.tolist()}
+
+    run_dir = Path(out_dir) / task_name
+    specs = run_specs([task_name], mixers, [setting], list(lrs), list(seeds))
+    log(f"[niah] {task_name}: {len(mixers)} mixers x {len(lrs)} lrs x {len(seeds)} seeds, trained at {train_len}, "
+        f"scored at {lengths}")
+    records = execute(specs, preset, RunStore(run_dir, preset), progress=progress, log=log,
+                      train=functools.partial(train_run, evaluate=evaluate))
+    stale = [r for r in records if (r["lengths"], r["depths"], r["num_examples"]) != (lengths, depths, num_examples)]
+    if stale:
+        raise ValueError(f"{run_dir}: {len(stale)} stored runs were scored at lengths {stale[0]['lengths']}, depths "
+                         f"{stale[0]['depths']}, {stale[0]['num_examples']} examples; use another out_dir")
+    cells = {s.mixer: s for s in summarize(records)}
+    best = {m: [r for r in records if r["mixer"] == m and r["lr"] == cells[m].best_lr] for m in mixers}
+    grids = {m: torch.tensor([r["grid"] for r in runs], dtype=torch.float64).mean(0) for m, runs in best.items()}
+    by_length = {m: torch.tensor([r["grid"] for r in runs], dtype=torch.float64).mean(2) for m, runs in best.items()}
     title = f"{task_name}: trained at {train_len}, preset {preset.name}"
     lines = [f"# {title} (d_model {preset.d_model}, {preset.n_layers} layers, {preset.steps} steps x batch "
-             f"{preset.batch_size}; {num_examples} sequences per cell)", ""]
+             f"{preset.batch_size}; lrs {', '.join(f'{lr:g}' for lr in lrs)}, seeds {', '.join(map(str, seeds))}; "
+             f"{num_examples} sequences per cell)", ""]
     for mixer in mixers:
-        lines += niah_table(mixer, grids[mixer], lengths, depths)
+        lines += niah_table(mixer, cells[mixer], grids[mixer], by_length[mixer], lengths, depths)
     (run_dir / "niah.md").write_text("\n".join(lines))
     meta = {"task": task_name, "task_config": dataclasses.asdict(task.config), "preset": preset.to_dict(),
-            "train_len": train_len, "lengths": lengths, "depths": list(depths), "seed": seed,
+            "train_len": train_len, "lengths": lengths, "depths": depths, "lrs": list(lrs), "seeds": list(seeds),
             "num_examples": num_examples}
-    result = {"meta": meta, "grids": {m: g.tolist() for m, g in grids.items()}, "train": rows}
+    result = {"meta": meta, "grids": {m: g.tolist() for m, g in grids.items()},
+              "seed_means": {m: g.tolist() for m, g in by_length.items()},
+              "cells": {m: dataclasses.asdict(c) for m, c in cells.items()}, "runs": records}
     (run_dir / "niah.json").write_text(json.dumps(result, indent=1))
-    plot_niah(run_dir / "niah.png", grids, lengths, depths, title)
+    plot_niah(run_dir / "niah.png", {f"{m} (lr {cells[m].best_lr:g})": g for m, g in grids.items()}, lengths, depths,
+              title)
     log((run_dir / "niah.md").read_text())
     log(f"wrote {run_dir}")
     return run_dir

@@ -25,7 +25,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from regmem.experiments.presets import Preset
-from regmem.experiments.runs import Cell, train_cell
+from regmem.experiments.runs import Cell, CellResult, train_cell
 from regmem.tasks import TASKS
 
 LR_GRID = (3e-3, 1e-2, 3e-2)  # the default grid: the quick preset's 1e-2 and a factor ~3 either side
@@ -96,13 +96,16 @@ class RunStore:
         tmp.replace(self.path(spec))
 
 
-def train_run(spec: RunSpec, preset: Preset, progress: bool = False) -> dict:
-    """Trains one run; returns its numbers: score, every eval metric, size, time."""
+def train_run(spec: RunSpec, preset: Preset, progress: bool = False,
+              evaluate: Callable[[RunSpec, CellResult], dict] | None = None) -> dict:
+    """Trains one run; returns its numbers: score, every eval metric, size, time, and whatever `evaluate`
+    (given the spec and the trained cell, model included) adds, e.g. NIAH's length x depth grid."""
     cell = Cell(spec.task, spec.mixer, preset, seed=spec.seed, lr=spec.lr, task_overrides=spec.setting)
     trained = train_cell(cell, progress=progress)
     metric, _ = score_of(spec.task)
+    extra = {} if evaluate is None else evaluate(spec, trained)
     return {"score": trained.metrics[metric], **trained.row(), "metrics": trained.metrics,
-            "stopped_early": trained.stopped_early}
+            "stopped_early": trained.stopped_early, **extra}
 
 
 def execute(specs: list[RunSpec], preset: Preset, store: RunStore, *, progress: bool = True,

@@ -63,4 +63,17 @@ def _replace(settings, overrides: dict | None):
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ValueError(f"unknown settings {unknown}; known: {sorted(known)}")
-    return dataclasses.replace(settings, **overrides)
+    return dataclasses.replace(settings, **{k: _as_field(getattr(settings, k), v) for k, v in overrides.items()})
+
+
+def _as_field(default, value):
+    """A `--set` value in the shape of the field it replaces: a tuple field takes a comma-separated list
+    (`mixers=attn,linear`, `lrs=0.003,0.01`) or one value, each item converted like the field's first item."""
+    if not isinstance(default, tuple):
+        return value
+    items = str(value).split(",") if isinstance(value, str) else [value]
+    kind = type(default[0]) if default else str
+    try:
+        return tuple(kind(item) for item in items)
+    except ValueError:
+        raise ValueError(f"setting {value!r}: expected comma-separated {kind.__name__} values") from None

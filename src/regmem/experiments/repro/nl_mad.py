@@ -55,13 +55,17 @@ class MADSettings:
     n_layers: int = 2
     steps: int = 256
     batch_size: int = 64
-    lrs: tuple[float, ...] = (3e-3,)
+    # Each mixer and task at the better of two learning rates (MAD's protocol tunes the lr per setting); the
+    # grid is ~3x either side of what two blocks with SwiGLU train at in 256 steps.
+    lrs: tuple[float, ...] = (3e-3, 1e-2)
     seeds: tuple[int, ...] = (0, 1)
     num_eval: int = 256
 
 
+PRESET_LR = 3e-3  # the preset's nominal lr; every protocol run trains at its own lr from `MADSettings.lrs`
+
 QUICK = MADSettings(mixers=("attn", "linear"), tasks=("icr", "memorization"), d_model=16, n_layers=1, steps=4,
-                    batch_size=8, seeds=(0,), num_eval=16)
+                    batch_size=8, lrs=(3e-3,), seeds=(0,), num_eval=16)
 
 
 QUICK_POINTS = {"icr": {"vocab_size": 16, "seq_len": 16}, "memorization": {"vocab_size": 32, "seq_len": 16}}
@@ -72,7 +76,7 @@ def mad_preset(settings: MADSettings, points: dict | None = None) -> Preset:
     return Preset(
         name=f"mad-d{settings.d_model}", d_model=settings.d_model, n_layers=settings.n_layers,
         n_heads=max(settings.d_model // 16, 1), ffn="swiglu", task={}, steps=settings.steps,
-        batch_size=settings.batch_size, lr=settings.lrs[0], num_train=settings.steps * settings.batch_size,
+        batch_size=settings.batch_size, lr=PRESET_LR, num_train=settings.steps * settings.batch_size,
         num_eval=settings.num_eval, eval_every=max(settings.steps // 8, 1), task_points=points,
         mixer_kwargs={"attn": {"short_conv": 4}},
     )
