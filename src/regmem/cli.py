@@ -122,7 +122,7 @@ def _cmd_suite(args) -> None:
 
     try:
         suite(args.tasks, args.mixers, _preset(args.preset), seeds=args.seeds, lrs=_lrs(args), run_dir=args.run_dir,
-              save_tuned_to=args.save_tuned, progress=not args.no_progress)
+              save_tuned_to=args.save_tuned, reuse=args.reuse_runs, progress=not args.no_progress)
     except ValueError as err:
         raise SystemExit(str(err)) from None
 
@@ -260,6 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     suite.add_argument("--run-dir", default=None,
                        help="where runs and tables go (default results/suite-<preset>); repeating the command "
                             "with the same directory skips the finished runs")
+    suite.add_argument("--reuse-runs", type=_name_list, default=[], metavar="DIR,...",
+                       help="run directories of earlier sweeps, read only: their finished runs (same preset, task, "
+                            "mixer, lr, seed) are not trained again, e.g. one committed sweep per task")
     suite.add_argument("--save-tuned", default=None, metavar="PATH",
                        help="write each mixer's best lr per task into this tuned-lr table (the committed one is "
                             "src/regmem/experiments/tuned_lr.json)")

@@ -134,6 +134,22 @@ def test_suite_writes_the_mixers_by_tasks_table_and_resumes(tmp_path):
     assert json.loads((run_dir / "results.json").read_text())["cells"] == result["cells"]
 
 
+def test_suite_reuses_runs_of_other_directories_read_only(tmp_path):
+    kwargs = dict(seeds=[0], lrs=[1e-2], progress=False, log=lambda *_: None)
+    suite(["mqar"], ["linear"], FAST, run_dir=tmp_path / "mqar", **kwargs)
+    suite(["parity"], ["linear"], FAST, run_dir=tmp_path / "parity", **kwargs)
+    logs = []
+    joint = suite(["mqar", "parity"], ["linear"], FAST, run_dir=tmp_path / "joint", log=logs.append,
+                  reuse=[tmp_path / "mqar", tmp_path / "parity"], **{k: v for k, v in kwargs.items() if k != "log"})
+    assert "2 of 2 runs already finished" in logs[1]
+    assert not list((joint / "runs").iterdir())  # nothing trained, nothing copied
+    cells = {c["task"]: c["mean"] for c in json.loads((joint / "results.json").read_text())["cells"]}
+    alone = {t: json.loads((tmp_path / t / "results.json").read_text())["cells"][0]["mean"] for t in cells}
+    assert cells == alone
+    with pytest.raises(ValueError, match="reuse: no runs/ directory"):
+        RunStore(tmp_path / "x", FAST, reuse=[tmp_path / "absent"])
+
+
 def test_compare_reports_the_best_lrs_mean_and_spread(tmp_path):
     run_dir = compare("mqar", ["linear"], FAST, sweep="num_kv_pairs=1,2", seeds=[0, 1], lrs=[1e-2, 3e-2],
                       out_dir=tmp_path, progress=False, log=lambda *_: None)

@@ -76,19 +76,29 @@ def run_specs(tasks: Iterable[str], mixers: Iterable[str], settings: Iterable[di
 
 
 class RunStore:
-    """Finished runs as `<run_dir>/runs/<key>.json`: {"spec": ..., "result": ...}."""
+    """Finished runs as `<run_dir>/runs/<key>.json`: {"spec": ..., "result": ...}.
 
-    def __init__(self, run_dir: str | Path, preset: Preset):
+    `reuse` names other run directories read as well (never written): a run finished there, under the same
+    key, counts as finished here, so a table can be assembled from earlier sweeps without training again."""
+
+    def __init__(self, run_dir: str | Path, preset: Preset, reuse: Iterable[str | Path] = ()):
         self.dir = Path(run_dir) / "runs"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.preset = preset
+        self.reuse = [Path(d) / "runs" for d in reuse]
+        missing = [str(d) for d in self.reuse if not d.is_dir()]
+        if missing:
+            raise ValueError(f"reuse: no runs/ directory in {', '.join(missing)}")
 
     def path(self, spec: RunSpec) -> Path:
         return self.dir / f"{spec.key(self.preset)}.json"
 
     def load(self, spec: RunSpec) -> dict | None:
-        path = self.path(spec)
-        return json.loads(path.read_text())["result"] if path.exists() else None
+        name = self.path(spec).name
+        for directory in (self.dir, *self.reuse):
+            if (directory / name).exists():
+                return json.loads((directory / name).read_text())["result"]
+        return None
 
     def save(self, spec: RunSpec, result: dict) -> None:
         tmp = self.path(spec).with_suffix(".tmp")  # written whole, then renamed: an interrupt leaves no half file

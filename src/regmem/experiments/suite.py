@@ -4,7 +4,9 @@ Task names may be groups (`regmem.tasks.TASK_GROUPS`: "mad" is MAD's six tasks, 
 variants, "formal" the formal languages). Each task is trained at the preset's point for it
 (`Preset.task_points`), each mixer at its tuned learning rate or over a grid, over the seeds
 (experiments/protocol.py). The run directory (default `results/suite-<preset>`) keeps every finished run, so the
-command repeated after an interruption continues where it stopped; one progress bar with an ETA covers all runs.
+command repeated after an interruption continues where it stopped, and `reuse` reads the runs of earlier sweeps
+(e.g. one per task) so their cells join the table without training again; one progress bar with an ETA covers
+all runs.
 Outputs: leaderboard.md (mixers x tasks, and per task the cells in detail), results.csv, results.json and
 heatmap.png.
 """
@@ -40,9 +42,10 @@ def resolve_tasks(names: list[str]) -> list[str]:
 
 def suite(task_names: list[str], mixers: list[str], preset: Preset, *, seeds: list[int] = SEEDS,
           lrs: list[float] | None = None, run_dir: str | Path | None = None, save_tuned_to: str | Path | None = None,
-          progress: bool = True, log=print) -> Path:
-    """Trains every (task, mixer, lr, seed) not yet in `run_dir`; writes the mixers x tasks leaderboard, CSV, JSON
-    and heat map; with `save_tuned_to`, also each mixer's best lr per task into that tuned-lr table."""
+          reuse: list[str | Path] = (), progress: bool = True, log=print) -> Path:
+    """Trains every (task, mixer, lr, seed) not yet in `run_dir` (or in a `reuse` directory, read only); writes
+    the mixers x tasks leaderboard, CSV, JSON and heat map; with `save_tuned_to`, also each mixer's best lr per
+    task into that tuned-lr table."""
     tasks = resolve_tasks(task_names)
     if not mixers:
         raise ValueError("mixers must name at least one mixer")
@@ -51,7 +54,7 @@ def suite(task_names: list[str], mixers: list[str], preset: Preset, *, seeds: li
     run_dir = Path(run_dir or f"results/suite-{preset.name}")
     specs = run_specs(tasks, mixers, [{}], lr_grid(preset, lrs), seeds)
     log(f"[suite] {len(tasks)} tasks x {len(mixers)} mixers: {len(specs)} runs into {run_dir}")
-    records = execute(specs, preset, RunStore(run_dir, preset), progress=progress, log=log)
+    records = execute(specs, preset, RunStore(run_dir, preset, reuse), progress=progress, log=log)
     summaries = summarize(records)
     sources = {task: lr_source(preset, lrs, task, mixers) for task in tasks}
     write_suite(run_dir, preset, tasks, mixers, records, summaries, sources)
