@@ -297,9 +297,11 @@ def build_parser() -> argparse.ArgumentParser:
     repro.add_argument("name", choices=["ttr-online-regression", "ttr-mqar", "nl-mad", "nl-niah"],
                        help="ttr-online-regression: TTR Fig. 2, parameter-free online regression (seconds); "
                             "ttr-mqar: TTR Fig. 3, one layer + key conv on MQAR, linear attention vs RLS "
-                            "(about 8 minutes); nl-mad: Nested Learning Table 4, MAD's tasks at CPU scale beside "
-                            "the paper (resumable; about an hour on 2 cores); nl-niah: Table 1's pattern, "
-                            "needle heat maps at 1x/2x/4x the training length")
+                            "(about 8 minutes); nl-mad: Nested Learning Table 4, MAD's six tasks at CPU scale "
+                            "beside the paper, 5 mixers x lr grid of 3 x 2 seeds (180 runs, about 1 h 45 min of one "
+                            "CPU thread; resumable, --set mixers=attn,linear to split it); nl-niah: Table 1's "
+                            "pattern, needle heat maps at 1x/2x/4x the training length for 3 variants x 4 mixers x "
+                            "2 lrs x 2 seeds (48 runs, about 30 min of one thread; resumable)")
     repro.add_argument("--out-dir", default="results/repro", help="where the report, JSON and plot go")
     repro.add_argument("--quick", action="store_true", help="a seconds-long smoke run, not a reproduction")
     repro.add_argument("--set", dest="settings", action="append", default=[],

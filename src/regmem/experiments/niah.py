@@ -146,19 +146,19 @@ def run_niah(
     cells = {s.mixer: s for s in summarize(records)}
     best = {m: [r for r in records if r["mixer"] == m and r["lr"] == cells[m].best_lr] for m in mixers}
     grids = {m: torch.tensor([r["grid"] for r in runs], dtype=torch.float64).mean(0) for m, runs in best.items()}
-    by_length = {m: torch.tensor([r["grid"] for r in runs], dtype=torch.float64).mean(2) for m, runs in best.items()}
+    seed_means = {m: torch.tensor([r["grid"] for r in runs], dtype=torch.float64).mean(2) for m, runs in best.items()}
     title = f"{task_name}: trained at {train_len}, preset {preset.name}"
     lines = [f"# {title} (d_model {preset.d_model}, {preset.n_layers} layers, {preset.steps} steps x batch "
              f"{preset.batch_size}; lrs {', '.join(f'{lr:g}' for lr in lrs)}, seeds {', '.join(map(str, seeds))}; "
              f"{num_examples} sequences per cell)", ""]
     for mixer in mixers:
-        lines += niah_table(mixer, cells[mixer], grids[mixer], by_length[mixer], lengths, depths)
+        lines += niah_table(mixer, cells[mixer], grids[mixer], seed_means[mixer], lengths, depths)
     (run_dir / "niah.md").write_text("\n".join(lines))
     meta = {"task": task_name, "task_config": dataclasses.asdict(task.config), "preset": preset.to_dict(),
             "train_len": train_len, "lengths": lengths, "depths": depths, "lrs": list(lrs), "seeds": list(seeds),
             "num_examples": num_examples}
     result = {"meta": meta, "grids": {m: g.tolist() for m, g in grids.items()},
-              "seed_means": {m: g.tolist() for m, g in by_length.items()},
+              "seed_means": {m: g.tolist() for m, g in seed_means.items()},
               "cells": {m: dataclasses.asdict(c) for m, c in cells.items()}, "runs": records}
     (run_dir / "niah.json").write_text(json.dumps(result, indent=1))
     plot_niah(run_dir / "niah.png", {f"{m} (lr {cells[m].best_lr:g})": g for m, g in grids.items()}, lengths, depths,
