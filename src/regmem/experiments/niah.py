@@ -7,9 +7,9 @@ with the needle anywhere, over a learning-rate grid and seeds (the fair protocol
 `niah_grid` scores every trained model on fresh data at `train_len` x each multiple and at each depth, and
 `plot_niah` draws one panel per mixer: the mean over seeds at the mixer's best learning rate.
 
-Outputs go to `<out_dir>/<task>/` (resumable: `runs/` holds one JSON per run, its grid included): niah.md (a
-table per mixer, rows depth, columns length, the seeds' spread), niah.json (the grids, cells, settings and every
-run) and niah.png (the heat maps).
+Outputs go to `<out_dir>/<task>/` (resumable: `runs/` holds one JSON per run, its grid included): a markdown
+report (a table per mixer, rows depth, columns length, the seeds' spread), niah.json (the grids, cells, settings
+and every run) and niah.png (the heat maps).
 """
 
 from __future__ import annotations
