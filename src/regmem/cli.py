@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+_PRESET_HELP = "tiny | quick | small (derived from d_model) | quick-mlp (quick with two blocks of mixer + SwiGLU)"
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
 
@@ -241,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("task", help=_task_help())
     compare.add_argument("--mixers", type=_name_list, default=["attn", "linear", "retnet", "mamba2", "gla"],
                          help=f"comma-separated mixer names: {', '.join(_mixer_names())}")
-    compare.add_argument("--preset", default="quick", help="tiny | quick | small (derived from d_model)")
+    compare.add_argument("--preset", default="quick", help=_PRESET_HELP)
     compare.add_argument("--sweep", default=None, help="a task field and values, e.g. num_kv_pairs=4,8,16")
     _add_protocol_options(compare)
     compare.add_argument("--out-dir", default="results", help="parent of the <task>-<timestamp> directory")
@@ -255,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
                             + "; groups: " + _group_help())
     suite.add_argument("--mixers", type=_name_list, default=["attn", "linear", "gla", "gated_deltanet"],
                        help=f"comma-separated mixer names: {', '.join(_mixer_names())}")
-    suite.add_argument("--preset", default="quick", help="tiny | quick | small (derived from d_model)")
+    suite.add_argument("--preset", default="quick", help=_PRESET_HELP)
     _add_protocol_options(suite)
     suite.add_argument("--run-dir", default=None,
                        help="where runs and tables go (default results/suite-<preset>); repeating the command "
@@ -271,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="train one mixer on a task (runs under torchrun as well)")
     train.add_argument("task", help=_task_help())
     train.add_argument("--mixer", required=True, help=f"mixer name: {', '.join(_mixer_names())}")
-    train.add_argument("--preset", default="quick", help="tiny | quick | small")
+    train.add_argument("--preset", default="quick", help=_PRESET_HELP)
     train.add_argument("--set", dest="task_field", action="append", default=[],
                        help="task field override, repeatable, e.g. --set num_kv_pairs=16")
     train.add_argument("--steps", type=int, default=None, help="optimiser steps (default: the preset's)")

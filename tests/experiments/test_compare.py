@@ -139,6 +139,11 @@ def test_presets_derive_from_d_model():
     quick = make_preset("x", 64)
     assert (quick.n_heads, quick.task["seq_len"], quick.task["vocab_size"], quick.steps) == (4, 64, 256, 512)
     assert make_preset("y", 128).steps == 2 * quick.steps
+    mlp = PRESETS["quick-mlp"]  # quick's size, data and budget; only the model's depth and FFN differ
+    assert (mlp.n_layers, mlp.ffn) == (2, "swiglu") and (PRESETS["quick"].n_layers, PRESETS["quick"].ffn) == (1, "none")
+    same = {"n_layers", "ffn", "name"}
+    assert {k: v for k, v in mlp.to_dict().items() if k not in same} == {
+        k: v for k, v in PRESETS["quick"].to_dict().items() if k not in same}
 
 
 def test_s5_takes_the_presets_shared_fields_and_runs_through_compare(tmp_path):

@@ -34,14 +34,14 @@ class Preset:
         return dataclasses.asdict(self)
 
 
-def make_preset(name: str, d_model: int) -> Preset:
+def make_preset(name: str, d_model: int, *, n_layers: int = 1, ffn: str = "none") -> Preset:
     steps = 8 * d_model
     return Preset(
         name=name,
         d_model=d_model,
-        n_layers=1,
+        n_layers=n_layers,
         n_heads=max(d_model // 16, 1),
-        ffn="none",
+        ffn=ffn,
         task={"vocab_size": 4 * d_model, "seq_len": d_model, "num_kv_pairs": d_model // 8,
               "random_non_queries": False},
         steps=steps,
@@ -85,4 +85,8 @@ PRESETS = {
     "tiny": make_preset("tiny", 16),  # seconds per run: tests and smoke runs
     "quick": make_preset("quick", 64),  # `make demo`: five mixers at two points in minutes on 2 CPU cores
     "small": make_preset("small", 128),
+    # quick's size and budget with two blocks of mixer + SwiGLU (MAD's model): tasks whose answer is a nonlinear
+    # function of a few tokens, like the S5 product of two permutations (a 120 x 120 table), need the MLP that the
+    # one-layer MQAR model leaves out.
+    "quick-mlp": make_preset("quick-mlp", 64, n_layers=2, ffn="swiglu"),
 }
