@@ -41,6 +41,8 @@ def test_quick_nl_niah_writes_a_heat_map_per_variant(tmp_path):
     paths = run_repro("nl-niah", tmp_path, quick=True, log=lambda *_: None)
     report = paths["report"].read_text()
     assert "| niah_single | attn |" in report and "| niah_single | linear |" in report
+    assert "- Attention from the training length to 2x it: niah_single" in report  # the quick run has no Titans
+    assert "Titans vs linear" not in report
     assert paths["niah_single"].read_bytes()[:4] == b"\x89PNG"
 
 
