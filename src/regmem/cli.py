@@ -299,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="ttr-online-regression: TTR Fig. 2, parameter-free online regression (seconds); "
                             "ttr-mqar: TTR Fig. 3, one layer + key conv on MQAR, linear attention vs RLS "
                             "(about 8 minutes); nl-mad: Nested Learning Table 4, MAD's six tasks at CPU scale "
-                            "beside the paper, 5 mixers x lr grid of 4 x 2 seeds (240 runs, about 2 h 20 min of one "
+                            "beside the paper, 5 mixers x lr grid of 4 x 2 seeds (240 runs, about 2 h 15 min of one "
                             "CPU thread; resumable, --set mixers=attn,linear to split it); nl-niah: Table 1's "
                             "pattern, needle heat maps at 1x/2x/4x the training length for 3 variants x 4 mixers x "
                             "2 lrs x 2 seeds (48 runs, about 30 min of one thread; resumable)")

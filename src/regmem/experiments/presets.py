@@ -75,8 +75,8 @@ def task_points(d_model: int) -> dict[str, dict]:
         "niah_multikey": {"seq_len": max(d_model, 64), "num_needles": 2},
         "niah_multivalue": {"seq_len": max(d_model, 64), "num_needles": 2},
         "modular_arithmetic": {"seq_len": d_model - 1},  # odd: number, operator, ..., number
-        # S5 at T = 16 at every size: at T = 64 a one-layer model stays near chance (attention 0.024 at quick,
-        # against 1/120 for guessing), so nothing separates the mixers; longer words are the length split.
+        # S5 at T = 16 at every size, four times cheaper than T = 64; longer words are the length split. At quick
+        # no mixer learns more than the first position at either length (benchmarks/README.md, S5 word problem).
         "s5": {"seq_len": 16},
     }
 
@@ -85,8 +85,8 @@ PRESETS = {
     "tiny": make_preset("tiny", 16),  # seconds per run: tests and smoke runs
     "quick": make_preset("quick", 64),  # `make demo`: five mixers at two points in minutes on 2 CPU cores
     "small": make_preset("small", 128),
-    # quick's size and budget with two blocks of mixer + SwiGLU (MAD's model): tasks whose answer is a nonlinear
-    # function of a few tokens, like the S5 product of two permutations (a 120 x 120 table), need the MLP that the
-    # one-layer MQAR model leaves out.
+    # quick's size and budget with two blocks of mixer + SwiGLU (MAD's model), for tasks whose answer is a
+    # nonlinear function of a few tokens (a word problem's product of two group elements is a table), which the
+    # one-layer MQAR model without an MLP cannot express.
     "quick-mlp": make_preset("quick-mlp", 64, n_layers=2, ffn="swiglu"),
 }

@@ -124,7 +124,8 @@ def execute(specs: list[RunSpec], preset: Preset, store: RunStore, *, progress: 
     this call); returns one record per spec, in order: {**spec fields, **result}."""
     todo = [s for s in specs if store.load(s) is None]
     if len(todo) < len(specs):
-        log(f"[protocol] {len(specs) - len(todo)} of {len(specs)} runs already finished in {store.dir}; skipped")
+        where = f"{store.dir}" + (f" or {', '.join(map(str, store.reuse))}" if store.reuse else "")
+        log(f"[protocol] {len(specs) - len(todo)} of {len(specs)} runs already finished in {where}; skipped")
     bar = tqdm(total=len(todo), desc="runs", unit="run", disable=not progress or not todo, dynamic_ncols=True)
     for spec in todo:
         bar.set_postfix_str(f"{spec.task} {spec.mixer} lr={spec.lr:g} seed={spec.seed}", refresh=True)
