@@ -145,8 +145,9 @@ def run_niah(
                          f"{stale[0]['depths']}, {stale[0]['num_examples']} examples; use another out_dir")
     cells = {s.mixer: s for s in summarize(records)}
     best = {m: [r for r in records if r["mixer"] == m and r["lr"] == cells[m].best_lr] for m in mixers}
-    grids = {m: torch.tensor([r["grid"] for r in runs], dtype=torch.float64).mean(0) for m, runs in best.items()}
-    seed_means = {m: torch.tensor([r["grid"] for r in runs], dtype=torch.float64).mean(2) for m, runs in best.items()}
+    stacked = {m: torch.tensor([r["grid"] for r in runs], dtype=torch.float64) for m, runs in best.items()}  # [S, L, D]
+    grids = {m: g.mean(0) for m, g in stacked.items()}  # [lengths, depths], mean over seeds
+    seed_means = {m: g.mean(2) for m, g in stacked.items()}  # [seeds, lengths], mean over depths
     title = f"{task_name}: trained at {train_len}, preset {preset.name}"
     lines = [f"# {title} (d_model {preset.d_model}, {preset.n_layers} layers, {preset.steps} steps x batch "
              f"{preset.batch_size}; lrs {', '.join(f'{lr:g}' for lr in lrs)}, seeds {', '.join(map(str, seeds))}; "

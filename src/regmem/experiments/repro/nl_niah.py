@@ -81,7 +81,8 @@ def format_report(result: dict) -> str:
         for mixer, seed_means in run["seed_means"].items():
             per_seed = list(zip(*seed_means, strict=True))  # [lengths][seeds]
             lines.append(f"| {variant} | {mixer} | {run['cells'][mixer]['best_lr']:g} | " + " | ".join(
-                f"{sum(v) / len(v):.3f} ({min(v):.2f}-{max(v):.2f})" for v in per_seed) + " |")
+                f"{_length_mean(run, mixer, i):.3f} ({min(v):.2f}-{max(v):.2f})" for i, v in enumerate(per_seed))
+                + " |")
     lines += ["", *findings(result, lengths),
               "", f"Heat maps: {', '.join(run['dir'] + '/niah.png' for run in result['runs'].values())}"]
     return "\n".join(lines)
@@ -89,17 +90,16 @@ def format_report(result: dict) -> str:
 
 def findings(result: dict, lengths: list[int]) -> list[str]:
     """The paper's checkable statements against our numbers, at the longest length scored."""
-    def mean_at(run: dict, mixer: str, i: int) -> float:
-        return sum(seed[i] for seed in run["seed_means"][mixer]) / len(run["seed_means"][mixer])
-
     out, last = [], len(lengths) - 1
     runs = result["runs"]
     if all({"titans", "linear"} <= set(run["seed_means"]) for run in runs.values()):
-        pairs = [f"{v} {mean_at(r, 'titans', last):.3f} vs {mean_at(r, 'linear', last):.3f}" for v, r in runs.items()]
+        pairs = [f"{v} {_length_mean(r, 'titans', last):.3f} vs {_length_mean(r, 'linear', last):.3f}"
+                 for v, r in runs.items()]
         out.append(f"- Paper: the deep memory (Titans) stays above linear memories as the context grows. Ours at "
                    f"T={lengths[last]}, Titans vs linear attention: {'; '.join(pairs)}.")
     if all("attn" in run["seed_means"] for run in runs.values()):
-        drops = [f"{v} {mean_at(r, 'attn', 0):.3f} -> {mean_at(r, 'attn', last):.3f}" for v, r in runs.items()]
+        drops = [f"{v} {_length_mean(r, 'attn', 0):.3f} -> {_length_mean(r, 'attn', last):.3f}"
+                 for v, r in runs.items()]
         out.append(f"- Attention from the training length to {lengths[last] // lengths[0]}x it: {'; '.join(drops)} "
                    "(the paper trains at the lengths it scores; here longer contexts are also unseen positions).")
     return out
@@ -112,3 +112,9 @@ def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
     paths["json"].write_text(json.dumps(result, indent=1))
     paths.update({variant: Path(run["dir"]) / "niah.png" for variant, run in result["runs"].items()})
     return paths
+
+
+def _length_mean(run: dict, mixer: str, i: int) -> float:
+    """A mixer's accuracy at the i-th length: the mean over seeds of each seed's mean over depths."""
+    seeds = run["seed_means"][mixer]
+    return sum(seed[i] for seed in seeds) / len(seeds)
