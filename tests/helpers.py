@@ -27,6 +27,8 @@ def rel_rms(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, name: str) -> None:
     assert actual.shape == expected.shape, f"{name}: shape {list(actual.shape)} != {list(expected.shape)}"
+    if expected.numel() == 0:  # an empty state field (e.g. no momentum): the shapes say it all
+        return
     assert torch.isfinite(actual).all(), f"{name}: non-finite values"
     tol = TOLERANCE[expected.dtype]
     if expected.dtype == torch.float64:

@@ -41,6 +41,10 @@ OPTION_VARIANTS = {  # "<registry key>-<what the options do>": options beyond th
     "hla-normalized-gqa-conv": {"normalize": True, "n_kv_heads": 1, "short_conv": 3},
     "hla-nodecay": {"decay": False},
     "ahla-gqa": {"n_kv_heads": 1},
+    "ttt_linear-mb1": {"mini_batch": 1},
+    "ttt_mlp-mb2-gqa": {"mini_batch": 2, "n_kv_heads": 1},
+    "titans_mlp-mb4-dgd-depth3": {"mini_batch": 4, "dgd": True, "depth": 3, "expand": 1},
+    "titans_mlp-noconv": {"mini_batch": 2, "short_conv": 0},
 }
 CASES = {name: {} for name in MIXERS} | OPTION_VARIANTS
 SMALLER = {"mamba2": {"state_size": 8}}  # defaults that are large for these sizes
@@ -68,6 +72,9 @@ RECIPES = {
     "local_linear": Recipe(Weights("query_similarity"), Regressor("local_polynomial", degree=1), Solver("analytic")),
     "hla": Recipe(Weights("constant_decay"), _LIN, Solver("metric_gd_step")),
     "ahla": Recipe(Weights("constant_decay"), _LIN, _GD),
+    "ttt_linear": Recipe(Weights("uniform"), _LIN, Solver("sgd")),
+    "ttt_mlp": Recipe(Weights("uniform"), Regressor("mlp"), Solver("sgd")),
+    "titans_mlp": Recipe(Weights("uniform"), Regressor("mlp"), Solver("sgd_momentum")),
 }
 
 
@@ -234,4 +241,4 @@ def test_unknown_mixer_and_bad_input_raise():
 def test_registry_covers_the_issue_mixers():
     assert set(MIXERS) == {"attn", "linear", "retnet", "mamba2", "gla", "deltanet", "gated_deltanet", "longhorn",
                            "nlms", "delta_product", "titans", "local_linear", "mesa", "rls", "hla",
-                           "ahla"}
+                           "ahla", "ttt_linear", "ttt_mlp", "titans_mlp"}

@@ -3,6 +3,7 @@
 from regmem.layers.attention import AttentionState, KVCache, SoftmaxAttention
 from regmem.layers.base import Mixer
 from regmem.layers.conv import ShortConvolution
+from regmem.layers.deep_memory import TTTMLP, DeepMemoryMixer, TitansMLP, TTTLinear
 from regmem.layers.delta_product import DeltaProduct
 from regmem.layers.deltanet import NLMS, DeltaNet, GatedDeltaNet, Longhorn
 from regmem.layers.gla import GLA
@@ -28,6 +29,10 @@ __all__ = [
     "GatedDeltaNet",
     "Longhorn",
     "TitansLinear",
+    "TitansMLP",
+    "TTTLinear",
+    "TTTMLP",
+    "DeepMemoryMixer",
     "MIXERS",
     "AttentionState",
     "GatedRMSNorm",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from regmem.layers.attention import SoftmaxAttention
 from regmem.layers.base import Mixer
+from regmem.layers.deep_memory import TTTMLP, TitansMLP, TTTLinear
 from regmem.layers.delta_product import DeltaProduct
 from regmem.layers.deltanet import NLMS, DeltaNet, GatedDeltaNet, Longhorn
 from regmem.layers.gla import GLA
@@ -32,6 +33,9 @@ MIXERS: dict[str, type[Mixer]] = {
     "local_linear": LocalLinearAttention,
     "hla": HLA,
     "ahla": AHLA,
+    "ttt_linear": TTTLinear,
+    "ttt_mlp": TTTMLP,
+    "titans_mlp": TitansMLP,
 }
 
 

@@ -57,6 +57,7 @@ from regmem.ops.nonparametric import (
 )
 from regmem.ops.regression import LeastSquaresState, least_squares
 from regmem.ops.titans import MomentumState, momentum_delta_rule
+from regmem.ops.ttt import InnerModel, TTTState, dgd_step, ttt
 
 # Every op of the library, by name: what the tests, `regmem showcase` and the docs iterate over.
 OPS: dict[str, Op] = {
@@ -67,6 +68,7 @@ OPS: dict[str, Op] = {
         delta_rule_multistep, momentum_delta_rule, multi_step_gd, least_squares,
         softmax_attn, local_linear_attn, local_polynomial, kernel_regression,
         hla2, ahla, hla3, hla3_paper,
+        ttt,
     )
 }
 
@@ -79,11 +81,13 @@ __all__ = [
     "HLA2State",
     "HLA3PaperState",
     "HLA3State",
+    "InnerModel",
     "KVState",
     "LeastSquaresState",
     "MomentumState",
     "NormalizedState",
     "Op",
+    "TTTState",
     "ahla",
     "ahla_scan_states",
     "attention_weights",
@@ -91,6 +95,7 @@ __all__ = [
     "delta_product",
     "delta_rule",
     "delta_rule_multistep",
+    "dgd_step",
     "feature_maps",
     "gated_delta_rule",
     "gated_linear_attn",
@@ -111,5 +116,6 @@ __all__ = [
     "nlms",
     "set_value_checks",
     "softmax_attn",
+    "ttt",
     "value_checks",
 ]

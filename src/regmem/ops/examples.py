@@ -26,6 +26,7 @@ from regmem.ops.hla import AHLAState, HLA2State, HLA3PaperState, HLA3State
 from regmem.ops.linear_attn import NormalizedState
 from regmem.ops.regression import LeastSquaresState
 from regmem.ops.titans import MomentumState
+from regmem.ops.ttt import InnerModel, TTTState
 
 Made = tuple[dict[str, torch.Tensor], dict[str, Any], Any]
 
@@ -156,6 +157,27 @@ def _hla3_paper(B, T, H, K, V, dtype, gen) -> Made:
     return _qkv(B, T, H, K, V, dtype, gen), {}, state
 
 
+def _ttt(model: InnerModel, *, momentum=True, square=False, **options):
+    """The engine with `model`; square: V = K (a residual inner model). The state has a random anchor and an offset
+    in [0, 4): the forms' tests use mini-batches of 8 and 16, so the state continues a mini-batch midway."""
+    def make(B, T, H, K, V, dtype, gen) -> Made:
+        V = K if square else V
+        tokens = {**_qkv(B, T, H, K, V, dtype, gen), "beta": _half_rand(gen, dtype, B, T, H),
+                  "g": _log_gate(gen, dtype, B, T, H)}
+        if momentum:
+            tokens["log_eta"] = _log_gate(gen, dtype, B, T, H)
+        P = model.num_params(K, V)
+        params = 0.3 * _randn(gen, dtype, B, H, P)
+        anchor = params + 0.1 * _randn(gen, dtype, B, H, P)
+        mom = 0.1 * _randn(gen, dtype, B, H, P if momentum else 0)
+        offset = torch.randint(0, 4, (B, H), generator=gen).to(dtype)
+        extra = {}
+        if model.layer_norm:
+            extra = {"ln_weight": 1 + 0.1 * _randn(gen, dtype, H, V), "ln_bias": 0.1 * _randn(gen, dtype, H, V)}
+        return tokens, {"model": model, **extra, **options}, TTTState(params, mom, anchor, offset)
+    return make
+
+
 EXAMPLES: dict[str, Example] = {
     "linear_attn": Example(_linear, recipe="linear_attn"),
     "gated_linear_attn": Example(_gated, recipe="gla"),
@@ -181,6 +203,7 @@ EXAMPLES: dict[str, Example] = {
     "ahla": Example(_ahla, recipe="ahla"),
     "hla3": Example(_hla3),
     "hla3_paper": Example(_hla3_paper, max_len=24),
+    "ttt": Example(_ttt(InnerModel((8,), "silu"), dgd=True), max_len=24, recipe="titans_mlp"),
 }
 
 
@@ -199,4 +222,7 @@ VARIANTS: dict[str, tuple[str, Example]] = {
     "linear_attn(elu+1, normalize)": ("linear_attn", Example(_linear_normalized, recipe="normalized_linear_attn")),
     "gated_linear_attn(scalar g)": ("gated_linear_attn", Example(_gated_scalar, recipe="mamba2")),
     "hla2(normalize)": ("hla2", Example(_hla2_normalized, recipe="hla2")),
+    "ttt(TTT-MLP)": ("ttt", Example(_ttt(InnerModel((8,), "gelu", bias=True, residual=True, layer_norm=True),
+                                         momentum=False, square=True), max_len=24, recipe="ttt_mlp")),
+    "ttt(linear, huber)": ("ttt", Example(_ttt(InnerModel(), loss="huber", loss_param=0.5), max_len=24)),
 }

@@ -139,6 +139,25 @@ register(RecipeEntry(
     "multi_step_gd(q, k, v, beta[..., I])", "eq. (18)-(23)", (), "I full-batch GD steps from 0 (I=2 shown)",
 ))
 
+# Deep memories: the regressor is a small network fitted by the test-time-training engine `ttt` (regmem/ops/ttt).
+register(RecipeEntry(
+    "ttt_linear", Recipe(Weights("uniform"), _LINEAR, _SGD),
+    "ttt(q, k, v, beta, model=InnerModel((), bias, residual, layer_norm), chunk_size=16)",
+    "Table 1 / Vignette 3 (TTT); arXiv:2407.04620", ("TTT-Linear",),
+    "f(k) = k + LN(kW + b), inner mini-batch GD",
+))
+register(RecipeEntry(
+    "ttt_mlp", Recipe(Weights("uniform"), Regressor("mlp"), _SGD),
+    "ttt(q, k, v, beta, model=InnerModel((4K,), 'gelu', bias, residual, layer_norm), chunk_size=16)",
+    "Table 1 / Vignette 3 (TTT); arXiv:2407.04620", ("TTT-MLP",), "f(k) = k + LN(MLP(k)), inner mini-batch GD",
+))
+register(RecipeEntry(
+    "titans_mlp", Recipe(Weights("uniform"), Regressor("mlp"), Solver("sgd_momentum")),
+    "ttt(q, k, v, beta, g, log_eta, model=InnerModel((4K,), 'gelu', residual, layer_norm))",
+    "Fig. 1 (+ Momentum), Sec. 8; arXiv:2501.00663", ("Titans LMM (deep)",),
+    "SGD with momentum and weight decay on an MLP memory",
+))
+
 _ANALYTIC = Solver("analytic")
 register(RecipeEntry(
     "least_squares", Recipe(Weights("uniform"), _LINEAR, _ANALYTIC), "least_squares(q, k, v, ridge=lam)",

@@ -192,9 +192,9 @@ def check_initial_state(initial_state, expected: Sequence[int], doc: str, q: tor
         check_same_device(q=q, initial_state=initial_state)
 
 
-def check_chunk_size(chunk_size) -> None:
+def check_chunk_size(chunk_size, name: str = "chunk_size") -> None:
     if not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
-        raise ValueError(f"chunk_size must be a positive power of two, got {chunk_size!r}")
+        raise ValueError(f"{name} must be a positive power of two, got {chunk_size!r}")
 
 
 def check_scale(scale) -> None:

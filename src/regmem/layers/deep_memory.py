@@ -1,0 +1,136 @@
+"""Deep-memory mixers: the memory is a small network fitted at test time by the engine `regmem.ops.ttt`.
+
+    q, k, v = conv(W_q x), conv(W_k x), conv(W_v x)          (memory.py: projections, short convs, L2-normalised q, k)
+    eta_t = inner_lr * sigmoid(W_eta x_t)                      per head: the learnable, data-dependent inner step
+    [alpha_t, mu_t = sigmoid(-W_alpha x_t), sigmoid(W_mu x_t)]  weight decay and momentum (Titans only)
+    o_t = f_{theta_t}(q_t), theta fitted on (k_t, v_t) by mini-batch SGD from a meta-learned theta_0
+    y = W_o norm(o) ⊙ silu(W_g x)
+
+- `TTTLinear`, `TTTMLP`: TTT (Sun et al., arXiv:2407.04620, Sec. 2.7 and 3.1): f(x) = x + LN(g(x)) with g linear
+  (with bias) or a 2-layer GELU MLP of width 4K, plain inner GD in mini-batches of 16, learnable inner lr.
+- `TitansMLP`: the deep neural memory of Titans (Behrouz et al., arXiv:2501.00663, Sec. 3.1, eqs. 9-14): a residual
+  bias-free GELU MLP of depth 2 (width 4K) with output layer norm, SGD with data-dependent momentum and weight decay.
+  `TitansLinear` (titans.py) is the same memory with a linear regressor and its closed-form chunk algebra.
+- `dgd=True` on any of them adds Delta Gradient Descent's state-dependent decay (Nested Learning, arXiv:2512.24695,
+  eq. 88), layer by layer.
+
+The initial memory theta_0 [H, P] (and the output layer norm's affine) are parameters of the layer, trained by the
+outer optimiser through the unrolled inner updates ("meta-learned initial memory").
+
+`mini_batch` is a model hyper-parameter (the engine takes every inner gradient of a mini-batch at its start; 1 is
+the token recurrence); `chunk_size` only sets the chunk form's block length (≤ mini_batch), as in every mixer.
+
+Padding: left-padded rows are rotated so their real tokens come first (the engine counts mini-batches from a row's
+first real token), the op's `token_mask` makes padded tokens change nothing, and the outputs are rotated back. The
+conv caches end at each row's last real token (conv.py), so a padded prefill followed by one-token steps equals the
+unpadded run.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from regmem.layers.memory import MemoryMixer
+from regmem.ops import InnerModel, TTTState, ttt
+
+
+class DeepMemoryMixer(MemoryMixer):
+    """The shared skeleton (module docstring); subclasses fix the inner model and the solver's gates."""
+
+    momentum: bool = False  # data-dependent momentum mu_t
+    weight_decay: bool = False  # data-dependent weight decay alpha_t
+
+    def __init__(self, d_model: int, n_heads: int, *, inner_model: InnerModel, inner_lr: float = 1.0,
+                 mini_batch: int = 16, dgd: bool = False, loss: str = "l2", qk_norm: bool = True,
+                 **memory_kwargs):
+        super().__init__(d_model, n_heads, qk_norm=qk_norm, **memory_kwargs)
+        inner_model.check_dims(self.key_dim, self.value_dim)
+        self.inner_model, self.inner_lr, self.mini_batch, self.dgd, self.loss = (
+            inner_model, inner_lr, mini_batch, dgd, loss)
+        P = inner_model.num_params(self.key_dim, self.value_dim)
+        self.memory_init = nn.Parameter(inner_model.init(n_heads, self.key_dim, self.value_dim))  # [H, P]
+        if inner_model.layer_norm:
+            self.ln_weight = nn.Parameter(torch.ones(n_heads, self.value_dim))
+            self.ln_bias = nn.Parameter(torch.zeros(n_heads, self.value_dim))
+        n_gates = 1 + int(self.momentum) + int(self.weight_decay)
+        self.gate_proj = nn.Linear(d_model, n_gates * n_heads, bias=True)  # eta [, mu] [, alpha] logits per head
+        self.num_params = P
+
+    def memory(self, x, q, k, v, mask, memory, mode):
+        logits = self.gate_proj(x).chunk(1 + int(self.momentum) + int(self.weight_decay), dim=-1)  # [B, T, H] each
+        beta = self.inner_lr * torch.sigmoid(logits[0])
+        log_eta = F.logsigmoid(logits[1]) if self.momentum else None
+        g = F.logsigmoid(-logits[-1]) if self.weight_decay else None
+        if memory is None:
+            memory = self._initial_state(x.shape[0])
+        lead = None
+        if mask is not None:  # left padding to the right (module docstring)
+            lead = (mask.cumsum(1) == 0).sum(1)  # [B], padded tokens before each row's first real one
+            q, k, v, beta, g, log_eta, mask = (_rotate(t, lead) for t in (q, k, v, beta, g, log_eta, mask))
+        ln = {"ln_weight": self.ln_weight, "ln_bias": self.ln_bias} if self.inner_model.layer_norm else {}
+        o, state = ttt(q, k, v, beta, g, log_eta, model=self.inner_model, loss=self.loss, dgd=self.dgd,
+                       mini_batch=self.mini_batch, initial_state=memory, output_final_state=True, mode=mode,
+                       chunk_size=min(self.chunk_size, self.mini_batch), token_mask=mask, **ln)
+        if lead is not None:
+            o = _rotate(o, -lead)
+        return o, state
+
+    def _initial_state(self, B: int) -> TTTState:
+        init = self.memory_init.unsqueeze(0).expand(B, -1, -1)  # [B, H, P]
+        H, P = self.memory_init.shape
+        momentum = init.new_zeros(B, H, P if self.momentum else 0)
+        return TTTState(init, momentum, init, init.new_zeros(B, H))
+
+    def memory_floats(self) -> int:
+        """params, anchor (and momentum) [H, P] plus the mini-batch offset [H]."""
+        return self.n_heads * ((2 + int(self.momentum)) * self.num_params + 1)
+
+
+def _rotate(x: torch.Tensor | None, shift: torch.Tensor) -> torch.Tensor | None:
+    """x: [B, T, ...] -> out[b, t] = x[b, (t + shift[b]) mod T]: shift > 0 moves a row's tokens earlier."""
+    if x is None or x.shape[1] == 0:
+        return x
+    B, T = x.shape[:2]
+    index = torch.remainder(torch.arange(T, device=x.device) + shift.unsqueeze(-1), T)  # [B, T]
+    index = index.view(B, T, *([1] * (x.ndim - 2))).expand_as(x)
+    return torch.gather(x, 1, index)
+
+
+class TTTLinear(DeepMemoryMixer):
+    """TTT-Linear: f(x) = x + LN(x W + b), mini-batch inner GD (module docstring)."""
+
+    recipe_name = "ttt_linear"
+
+    def __init__(self, d_model: int, n_heads: int, *, inner_lr: float = 1.0, **kwargs):
+        super().__init__(d_model, n_heads, inner_model=InnerModel((), bias=True, residual=True, layer_norm=True),
+                         inner_lr=inner_lr, **kwargs)
+
+
+class TTTMLP(DeepMemoryMixer):
+    """TTT-MLP: f(x) = x + LN(MLP(x)), a 2-layer GELU MLP of width `expand` * K with biases (module docstring)."""
+
+    recipe_name = "ttt_mlp"
+
+    def __init__(self, d_model: int, n_heads: int, *, expand: int = 4, inner_lr: float = 0.1, **kwargs):
+        head_dim = kwargs.get("head_dim") or d_model // n_heads
+        model = InnerModel((expand * head_dim,), "gelu", bias=True, residual=True, layer_norm=True)
+        super().__init__(d_model, n_heads, inner_model=model, inner_lr=inner_lr, **kwargs)
+
+
+class TitansMLP(DeepMemoryMixer):
+    """Titans' deep memory: x + LN(MLP(x)) of `depth` layers (width `expand` * K, GELU, no biases), SGD with
+    data-dependent momentum and weight decay (module docstring)."""
+
+    recipe_name = "titans_mlp"
+    momentum = True
+    weight_decay = True
+
+    def __init__(self, d_model: int, n_heads: int, *, depth: int = 2, expand: int = 4, inner_lr: float = 0.1,
+                 **kwargs):
+        if depth < 2:
+            raise ValueError(f"depth must be >= 2 for a deep memory (TitansLinear is depth 1), got {depth}")
+        head_dim = kwargs.get("head_dim") or d_model // n_heads
+        model = InnerModel((expand * head_dim,) * (depth - 1), "gelu", residual=True, layer_norm=True)
+        super().__init__(d_model, n_heads, inner_model=model, inner_lr=inner_lr, **kwargs)

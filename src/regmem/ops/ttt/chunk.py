@@ -1,0 +1,181 @@
+"""Chunk form of the test-time-training engine: one mini-batch of C tokens per step, every inner gradient of the
+mini-batch taken at its start (state.py), the within-mini-batch parameter recurrence applied in parallel ("dual
+form": the parameters of every token are never materialised).
+
+Why it is parallel. Given the anchor theta_0 of a mini-batch, the keys run forward and the loss gradient runs back
+for all C tokens at once (batched matmuls), giving each layer's inputs X = [x_1..x_C] and errors, and the scaled
+gradient rows D = -eta ⊙ delta (the gradient of W_l is x_i^T delta_i, rank one). What remains is linear in the
+parameters. With alpha, mu the weight-decay and momentum retentions and rho = eta under DGD (0 otherwise), each
+layer's W (in row form, h = x W) follows
+    Pi_i = mu_i Pi_{i-1} + x_i^T d_i,    W_i = alpha_i W_{i-1} + x_i^T e_i + live_i Pi_i,    e_i = -rho_i x_i W_{i-1},
+which unrolls, inside the mini-batch, to (DERIVATION.md)
+    W_i = a_i W_0 + b_i Pi_0 + sum_{r<=i} Gam_ir x_r^T e_r + sum_{r<=i} M_ir x_r^T d_r
+with a_i = prod_{j<=i} alpha_j, Gam_ir = prod_{r<j<=i} alpha_j, M = Gam Eta (Eta_ur = prod_{r<j<=u} mu_j) and
+b = Gam c (c_u = prod_{j<=u} mu_j); without momentum M = Gam and b = 0. The DGD errors e solve one unit
+lower-triangular system per layer, the UT/WY step of DeltaNet:
+    (I + L) E = -rho ⊙ (a_prev ⊙ X W_0 + b_prev ⊙ X Pi_0 + (M_prev ⊙ X X^T) D),   L_ir = rho_i Gam_{i-1,r} x_i.x_r
+(r < i; "prev" is the coefficient of the parameters before token i). A query row z (the layer's input on the query
+path, itself computed through the updated earlier layers) then reads
+    z_i W_i = a_i z_i W_0 + b_i z_i Pi_0 + ((Gam ⊙ Z X^T) E)_i + ((M ⊙ Z X^T) D)_i,
+a masked attention-like product, and the mini-batch's end state is the same expression at i = C.
+
+Carrying a state that ends inside a mini-batch: rows are shifted right by their offset (dead tokens in front), so the
+mini-batch grid of the call continues the one of the state; the first mini-batch takes its gradients at the state's
+anchor and starts its recurrence from the state's parameters.
+
+The form runs in blocks of c = min(chunk_size, C) tokens: a block holds the tokens of one mini-batch, whose
+gradients all share the anchor, so the algebra above holds with the block's entering (W_0, Pi_0); the anchor moves
+only where a mini-batch starts. The block length therefore changes the speed, never the result.
+
+Legend: B batch, T time, H heads, K key dim, V value dim, N blocks, c block length, C mini-batch, P parameters per head.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from regmem.ops.common import merge_chunks, segsum, split_chunks, suffix_exclusive
+from regmem.ops.ttt.model import InnerModel, activation, layer_norm, loss_grad
+from regmem.ops.ttt.state import TTTState, start_anchor, zero_state
+
+
+def ttt_chunk_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: InnerModel, loss, loss_param, dgd, ln,
+                   mini_batch, chunk_size):
+    """Arguments and returns as `ttt_reference_core`; the mini-batch runs in blocks of min(chunk_size, mini_batch)
+    tokens (both powers of two), the anchor moving only at mini-batch boundaries."""
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    C = mini_batch
+    c = min(chunk_size, C)  # block length; c divides C
+    ln = None if ln is None else tuple(p.to(q.dtype)[:, None, :] for p in ln)  # [H, 1, V]
+    with_momentum = log_eta is not None
+    state = initial_state or zero_state(B, H, model.num_params(K, V), with_momentum, q)
+    offset0 = state.offset
+    seen = live.sum(dim=1)  # [B, H], live tokens of this call
+    tokens = {"q": q, "k": k, "v": v, "beta": beta, "g": g, "log_eta": log_eta, "live": live}
+    shift = None
+    if initial_state is not None:  # continue the state's mini-batch grid (module docstring)
+        shift = offset0.long()  # [B, H]
+        tokens = _shift_right(tokens, shift, C)
+    T_run = tokens["q"].shape[1]
+    qc, kc, vc = (split_chunks(tokens[n], c) for n in ("q", "k", "v"))  # [B, H, N, c, K|V]
+    gates = {n: split_chunks(tokens[n], c) for n in ("beta", "g", "live")}  # [B, H, N, c]
+    kern = _kernels(gates["g"], split_chunks(tokens["log_eta"], c) if with_momentum else None, gates["live"])
+
+    theta, momentum = state.params, state.momentum
+    anchor = start_anchor(state)
+    final_anchor = anchor
+    outputs = []
+    per_chunk = [x.unbind(2) for x in (qc, kc, vc, gates["beta"], gates["live"])]
+    per_kernel = {n: x.unbind(2) for n, x in kern.items()}
+    for n, (q_n, k_n, v_n, eta_n, live_n) in enumerate(zip(*per_chunk, strict=True)):
+        kn = {name: x[n] for name, x in per_kernel.items()}
+        if n > 0 and n % (C // c) == 0:  # a mini-batch starts: its gradients are taken here
+            anchor = theta
+        final_anchor = torch.where((live_n.sum(-1) > 0).unsqueeze(-1), anchor, final_anchor)
+        anchor_w = model.unpack(anchor, K, V)
+        y, trace = model.forward(anchor_w, k_n, ln)  # [B, H, C, V]
+        deltas = model.backward(anchor_w, trace, loss_grad(loss, y, v_n, loss_param), ln)
+        eta = eta_n.unsqueeze(-1)  # [B, H, C, 1]
+        W_now = model.unpack(theta, K, V)
+        P_now = model.unpack(momentum, K, V) if with_momentum else [None] * model.depth
+        z = q_n
+        new_w, new_p = [], []
+        for layer, (W0, P0, X, delta) in enumerate(zip(W_now, P_now, trace[0], deltas, strict=True)):
+            h, W_end, P_end = _layer(model.layer_input(z), W0, P0, X, -eta * delta, eta if dgd else None, kn)
+            new_w.append(W_end)
+            new_p.append(P_end)
+            z = activation(model.activation, h) if layer < model.depth - 1 else h
+        out = layer_norm(z, ln) if model.layer_norm else z
+        outputs.append(out + q_n if model.residual else out)
+        theta = model.pack(new_w)
+        if with_momentum:
+            momentum = model.pack(new_p)
+
+    o = merge_chunks(torch.stack(outputs, dim=2), T_run)  # [B, T_run, H, V]
+    if shift is not None:
+        o = _unshift(o, shift, T)
+    offset = torch.remainder(offset0 + seen, C)
+    final_anchor = torch.where(offset.unsqueeze(-1) == 0, theta, final_anchor)
+    return o, TTTState(theta, momentum, final_anchor, offset)
+
+
+def _layer(Z, W0, P0, X, D, rho, kn):
+    """One layer of one mini-batch in the dual form (module docstring). Z, X: [B, H, C, d_in] query-path and
+    key-path inputs; W0, P0: [B, H, d_in, d_out] parameters and momentum entering the mini-batch (P0 None without
+    momentum); D: [B, H, C, d_out] the rows -eta_i delta_i; rho: [B, H, C, 1] or None (no DGD). Returns the query
+    path's pre-activations [B, H, C, d_out] and the layer's (W, Pi) at the mini-batch end."""
+    Xt = X.transpose(-1, -2)  # [B, H, d_in, C]
+    ZX = Z @ Xt  # [B, H, C, C]
+    M = kn["M"]
+    h = kn["a"].unsqueeze(-1) * (Z @ W0) + (M * ZX) @ D
+    W_end = kn["a_end"][..., None, None] * W0 + Xt @ (kn["M_end"].unsqueeze(-1) * D)
+    P_end = None
+    if P0 is not None:
+        h = h + kn["b"].unsqueeze(-1) * (Z @ P0)
+        W_end = W_end + kn["b_end"][..., None, None] * P0
+        P_end = kn["c_end"][..., None, None] * P0 + Xt @ (kn["E_end"].unsqueeze(-1) * D)
+    if rho is not None:  # the DGD errors e_i = -rho_i x_i W_{i-1}: one triangular solve
+        XX = X @ Xt  # [B, H, C, C]
+        rhs = kn["a_prev"].unsqueeze(-1) * (X @ W0) + (kn["M_prev"] * XX) @ D
+        if P0 is not None:
+            rhs = rhs + kn["b_prev"].unsqueeze(-1) * (X @ P0)
+        L = rho * (kn["Gam_prev"] * XX)  # strictly lower
+        E = torch.linalg.solve_triangular(L, -rho * rhs, upper=False, unitriangular=True)  # [B, H, C, d_out]
+        h = h + (kn["Gam"] * ZX) @ E
+        W_end = W_end + Xt @ (kn["Gam_end"].unsqueeze(-1) * E)
+    return h, W_end, P_end
+
+
+def _kernels(g, log_eta, live):
+    """g, live: [B, H, N, C]; log_eta: [B, H, N, C] or None. The decay coefficients of each mini-batch, all
+    [B, H, N, C] or [B, H, N, C, C] (or [B, H, N] for the "_end" scalars); every factor is exp of a direct sum of
+    log retentions, so retention 1 (g = 0) is exact."""
+    Gam = torch.exp(segsum(g)) * live.unsqueeze(-2)  # [B, H, N, C(i), C(u)], prod_{u<j<=i} alpha_j, live_u
+    a = torch.exp(g.cumsum(dim=-1))  # [B, H, N, C]
+    out = {"Gam": Gam, "a": a, "a_end": a[..., -1], "Gam_end": Gam[..., -1, :],
+           "a_prev": F.pad(a[..., :-1], (1, 0), value=1.0), "Gam_prev": _prev_rows(Gam)}
+    if log_eta is None:
+        M = Gam
+    else:
+        Eta = torch.exp(segsum(log_eta))  # [B, H, N, C(u), C(r)]
+        c = torch.exp(log_eta.cumsum(dim=-1))  # [B, H, N, C]
+        M = Gam @ Eta
+        b = (Gam @ c.unsqueeze(-1)).squeeze(-1)  # [B, H, N, C]
+        out |= {"b": b, "b_end": b[..., -1], "b_prev": F.pad(b[..., :-1], (1, 0)), "c_end": c[..., -1],
+                "E_end": torch.exp(suffix_exclusive(log_eta, dim=-1))}
+    return out | {"M": M, "M_end": M[..., -1, :], "M_prev": _prev_rows(M)}
+
+
+def _prev_rows(kernel):
+    """[..., C, C] -> row i holds row i - 1 of the kernel, row 0 is zero."""
+    return F.pad(kernel[..., :-1, :], (0, 0, 1, 0))
+
+
+def _shift_right(tokens: dict, shift: torch.Tensor, C: int) -> dict:
+    """Moves token t of row (b, h) to t + shift[b, h] (0 <= shift < C) in a sequence of T + C positions; the new
+    positions are dead (live 0, retentions 1, step 0)."""
+    B, T, H = tokens["beta"].shape
+    pos = torch.arange(T + C, device=shift.device)[None, :, None] - shift[:, None, :]  # [B, T + C, H]
+    valid = (pos >= 0) & (pos < T)
+    index = pos.clamp(0, max(T - 1, 0))
+    out = {}
+    for name, x in tokens.items():
+        if x is None:
+            out[name] = None
+            continue
+        if T == 0:
+            out[name] = x.new_zeros(B, C, *x.shape[2:])
+            continue
+        idx = index.view(B, T + C, H, *([1] * (x.ndim - 3))).expand(B, T + C, H, *x.shape[3:])
+        mask = valid.view(B, T + C, H, *([1] * (x.ndim - 3)))
+        out[name] = torch.gather(x, 1, idx) * mask
+    return out
+
+
+def _unshift(o: torch.Tensor, shift: torch.Tensor, T: int) -> torch.Tensor:
+    """The inverse of `_shift_right` for the output o: [B, T + C, H, V] -> [B, T, H, V]."""
+    B, _, H, V = o.shape
+    pos = torch.arange(T, device=o.device)[None, :, None] + shift[:, None, :]  # [B, T, H]
+    return torch.gather(o, 1, pos.unsqueeze(-1).expand(B, T, H, V))

@@ -1,0 +1,211 @@
+"""The inner model of the test-time-training engine: a small regressor f_theta fitted inside the forward pass, its
+inner losses, and the hand-derived pieces the recurrent and chunk forms need (layer inputs, back-propagated errors).
+
+The regressor (one per sequence and head) is a stack of linear layers with an element-wise activation between them,
+optionally with biases, an output layer norm with outer (not test-time) parameters, and a residual:
+
+    a_0 = x,   h_l = [a_{l-1}, 1] W_l   (the 1 only with bias=True),   a_l = act(h_l) for l < L
+    f(x) = [x +] [LN_{gamma, beta}](h_L)
+
+`hidden=()` is the linear regressor k -> W^T k of every linear memory in regmem (TTR, arXiv:2501.12352, Sec. 3);
+`hidden=(4K,)` with `residual=True, layer_norm=True, bias=True` is TTT-MLP (Sun et al., arXiv:2407.04620, Sec. 2.7:
+f(x) = x + LN(f_res(x))); `hidden=(), residual=True, layer_norm=True, bias=True` is TTT-Linear; the Titans memory
+(arXiv:2501.00663, Sec. 3.1) is a bias-free MLP of depth >= 2; Nested Learning's memories (arXiv:2512.24695, eq. 89)
+are the residual 2-layer MLP x + W_1 act(W_2 x).
+
+Layout: every parameter W_l is [..., d_in (+1), d_out] and reads rows, h = x W (the transpose of the papers' M with
+y = M x, the orientation of regmem's linear memories, S = M^T). All parameters of one (sequence, head) are packed
+in one flat vector [..., P] (`InnerModel.unpack` / `pack`), so the engine's state has the same four fields for any
+regressor.
+
+Inner losses, per token, summed over the V output channels (r = f(k) - v):
+    "l2"    1/2 ||r||^2                       (the regression of eq. 8 of TTR)
+    "dot"   -<f(k), v>                        (linear attention as one gradient step; TTR eq. 24)
+    "huber" sum_j huber_delta(r_j)            (delta = `loss_param`; quadratic below delta, linear above)
+    "lp"    1/p sum_j |r_j|^p                 (p = `loss_param` >= 1)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+ACTIVATIONS = ("gelu", "silu", "relu", "tanh", "identity")
+LOSSES = ("l2", "dot", "huber", "lp")
+LN_EPS = 1e-6
+
+
+def activation(name: str, h: torch.Tensor) -> torch.Tensor:
+    if name == "gelu":
+        return F.gelu(h)
+    if name == "silu":
+        return F.silu(h)
+    if name == "relu":
+        return F.relu(h)
+    if name == "tanh":
+        return torch.tanh(h)
+    return h
+
+
+def activation_grad(name: str, h: torch.Tensor) -> torch.Tensor:
+    """d act / d h, written out (the recurrent and chunk forms do not call autograd inside the forward)."""
+    if name == "gelu":  # exact GELU: h Phi(h), derivative Phi(h) + h phi(h)
+        return 0.5 * (1.0 + torch.erf(h * 2**-0.5)) + h * torch.exp(-0.5 * h * h) / math.sqrt(2 * math.pi)
+    if name == "silu":
+        s = torch.sigmoid(h)
+        return s * (1.0 + h * (1.0 - s))
+    if name == "relu":
+        return (h > 0).to(h.dtype)
+    if name == "tanh":
+        return 1.0 - torch.tanh(h) ** 2
+    return torch.ones_like(h)
+
+
+@dataclass(frozen=True)
+class InnerModel:
+    """The regressor fitted at test time (module docstring). `hidden`: widths of the hidden layers, () for a linear
+    map; `activation` between layers; `bias`: each layer has a bias (an input column of ones); `residual`: f(x) = x +
+    ...  (needs K == V); `layer_norm`: a layer norm on the last layer's output, with per-head outer parameters."""
+
+    hidden: tuple[int, ...] = ()
+    activation: str = "gelu"
+    bias: bool = False
+    residual: bool = False
+    layer_norm: bool = False
+
+    def __post_init__(self):
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        if any(not isinstance(w, int) or w < 1 for w in self.hidden):
+            raise ValueError(f"hidden must be a tuple of positive widths, got {self.hidden!r}")
+
+    @property
+    def depth(self) -> int:
+        return len(self.hidden) + 1
+
+    def shapes(self, K: int, V: int) -> list[tuple[int, int]]:
+        """(rows, columns) of each W_l: rows = input width (+1 with a bias)."""
+        dims = [K, *self.hidden, V]
+        return [(dims[i] + int(self.bias), dims[i + 1]) for i in range(self.depth)]
+
+    def num_params(self, K: int, V: int) -> int:
+        return sum(r * c for r, c in self.shapes(K, V))
+
+    def check_dims(self, K: int, V: int) -> None:
+        if self.residual and K != V:
+            raise ValueError(f"a residual inner model needs K == V, got K = {K}, V = {V}")
+
+    def unpack(self, flat: torch.Tensor, K: int, V: int) -> list[torch.Tensor]:
+        """flat: [..., P] -> [W_1, ..., W_L], each [..., rows, columns] (views)."""
+        out, start = [], 0
+        for r, c in self.shapes(K, V):
+            out.append(flat[..., start:start + r * c].unflatten(-1, (r, c)))
+            start += r * c
+        return out
+
+    @staticmethod
+    def pack(weights: list[torch.Tensor]) -> torch.Tensor:
+        """[W_1, ..., W_L] -> flat [..., P]."""
+        return torch.cat([w.flatten(-2) for w in weights], dim=-1)
+
+    def init(self, H: int, K: int, V: int, *, generator: torch.Generator | None = None,
+             dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """Initial parameters [H, P] for a meta-learned initial memory: W_l ~ N(0, 1 / fan_in), biases 0; the last
+        layer is scaled by 1/2 when the model is residual, so f starts near the identity."""
+        weights = []
+        for i, (r, c) in enumerate(self.shapes(K, V)):
+            fan_in = r - int(self.bias)
+            w = torch.randn(H, r, c, generator=generator, dtype=dtype) * fan_in**-0.5
+            if self.bias:
+                w[:, -1] = 0.0
+            if self.residual and i == self.depth - 1:
+                w = 0.5 * w
+            weights.append(w)
+        return self.pack(weights)
+
+    def layer_input(self, a: torch.Tensor) -> torch.Tensor:
+        """a: [..., n, d] -> [..., n, d (+1)]: the rows a layer multiplies (a column of ones with a bias)."""
+        return F.pad(a, (0, 1), value=1.0) if self.bias else a
+
+    def forward(self, weights: list[torch.Tensor], x: torch.Tensor, ln: tuple | None):
+        """x: [..., n, K] rows; weights: [W_l] each [..., rows, columns]; ln: (gamma, beta) broadcastable to
+        [..., n, V] or None. Returns f(x): [..., n, V] and the trace (layer inputs, pre-activations, h_L) that
+        `backward` needs."""
+        inputs, pre = [], []
+        a = x
+        for i, w in enumerate(weights):
+            xin = self.layer_input(a)
+            h = xin @ w
+            inputs.append(xin)
+            pre.append(h)
+            a = activation(self.activation, h) if i < self.depth - 1 else h
+        y = layer_norm(a, ln) if self.layer_norm else a
+        if self.residual:
+            y = y + x
+        return y, (inputs, pre)
+
+    def backward(self, weights: list[torch.Tensor], trace, dy: torch.Tensor, ln: tuple | None) -> list[torch.Tensor]:
+        """The back-propagated error delta_l = dloss/dh_l of each layer, [..., n, d_out], from dloss/df = dy: the
+        gradient of W_l is inputs_l^T delta_l (an outer product per token)."""
+        inputs, pre = trace
+        d = layer_norm_backward(pre[-1], dy, ln) if self.layer_norm else dy
+        deltas = [d]
+        for i in range(self.depth - 1, 0, -1):
+            w = weights[i][..., : weights[i].shape[-2] - int(self.bias), :]  # the rows fed by a_{i}, not the bias
+            d = (d @ w.transpose(-1, -2)) * activation_grad(self.activation, pre[i - 1])
+            deltas.append(d)
+        return deltas[::-1]
+
+
+def layer_norm(h: torch.Tensor, ln: tuple | None) -> torch.Tensor:
+    """LayerNorm over the last dim with eps 1e-6 and the affine (gamma, beta) of `ln` (None: no affine)."""
+    mu = h.mean(-1, keepdim=True)
+    var = (h - mu).pow(2).mean(-1, keepdim=True)
+    y = (h - mu) * torch.rsqrt(var + LN_EPS)
+    return y if ln is None else y * ln[0] + ln[1]
+
+
+def layer_norm_backward(h: torch.Tensor, dy: torch.Tensor, ln: tuple | None) -> torch.Tensor:
+    """dloss/dh for y = layer_norm(h, ln) given dloss/dy."""
+    mu = h.mean(-1, keepdim=True)
+    var = (h - mu).pow(2).mean(-1, keepdim=True)
+    rstd = torch.rsqrt(var + LN_EPS)
+    xhat = (h - mu) * rstd
+    gx = dy if ln is None else dy * ln[0]
+    return rstd * (gx - gx.mean(-1, keepdim=True) - xhat * (gx * xhat).mean(-1, keepdim=True))
+
+
+def check_loss(loss: str, loss_param: float | None) -> None:
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+    if loss == "huber" and (loss_param is None or loss_param <= 0):
+        raise ValueError(f"loss_param (the Huber delta) must be > 0 for loss='huber', got {loss_param!r}")
+    if loss == "lp" and (loss_param is None or loss_param < 1):
+        raise ValueError(f"loss_param (the exponent p) must be >= 1 for loss='lp', got {loss_param!r}")
+
+
+def inner_loss(loss: str, y: torch.Tensor, v: torch.Tensor, loss_param: float | None) -> torch.Tensor:
+    """The literal inner loss of each token: y, v [..., V] -> [...] (the reference form differentiates this)."""
+    if loss == "dot":
+        return -(y * v).sum(-1)
+    r = y - v
+    if loss == "l2":
+        return 0.5 * r.pow(2).sum(-1)
+    if loss == "huber":
+        return F.huber_loss(y, v, reduction="none", delta=loss_param).sum(-1)
+    return r.abs().pow(loss_param).sum(-1) / loss_param
+
+
+def loss_grad(loss: str, y: torch.Tensor, v: torch.Tensor, loss_param: float | None) -> torch.Tensor:
+    """d inner_loss / d y, written out: [..., V]."""
+    if loss == "dot":
+        return -v
+    r = y - v
+    if loss == "l2":
+        return r
+    if loss == "huber":
+        return r.clamp(-loss_param, loss_param)
+    return r.abs().pow(loss_param - 1) * torch.sign(r)

@@ -1,0 +1,67 @@
+"""Reference form of the test-time-training engine: token by token, the inner gradient taken by autograd
+(`torch.func.grad`) on the literal inner loss at the mini-batch anchor, the update written as the papers write it.
+
+For token t (1-based) with step eta_t = beta_t, weight-decay retention alpha_t = exp(g_t), momentum retention
+mu_t = exp(log_eta_t), and theta_{s(t)} the parameters at the start of its mini-batch (state.py):
+    G_t = grad_theta loss(f_theta(k_t), v_t) at theta = theta_{s(t)}
+    Pi_t = mu_t Pi_{t-1} - eta_t G_t                         (momentum; without it Pi_t = -eta_t G_t)
+    W_{l,t} = (alpha_t I - rho_t x_l x_l^T) W_{l,t-1} + Pi_{l,t}    (each layer l; rho_t = eta_t with dgd, else 0)
+    o_t = f_{theta_t}(q_t)
+x_l is the input of layer l for the key k_t at theta_{s(t)} (x_1 = k_t): Delta Gradient Descent applied layer-wise
+(Nested Learning, arXiv:2512.24695, eq. 88 for a matrix memory, read in regmem's layout W = M^T; the per-layer
+form is the natural extension to an MLP and reduces to eq. 88 for a linear model). Titans' memory update
+(arXiv:2501.00663, eqs. 13-14) is the momentum line without dgd; TTT's (arXiv:2407.04620, Sec. 2) is mu = 0,
+alpha = 1.
+
+Legend: B batch, T time, H heads, K key dim, V value dim, P parameters per head.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from regmem.ops.ttt.model import InnerModel, inner_loss
+from regmem.ops.ttt.state import TTTState, start_anchor, zero_state
+
+
+def ttt_reference_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: InnerModel, loss, loss_param,
+                       dgd, ln, mini_batch):
+    """q, k: [B, T, H, K]; v: [B, T, H, V]; beta, g, live: [B, T, H]; log_eta: [B, T, H] or None (no momentum);
+    initial_state: TTTState or None; ln: (gamma, beta) [H, V] or None. Returns o: [B, T, H, V], the TTTState."""
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    ln = None if ln is None else tuple(p.to(q.dtype)[:, None, :] for p in ln)  # [H, 1, V]
+    state = initial_state or zero_state(B, H, model.num_params(K, V), log_eta is not None, q)
+    theta, momentum, _, offset = state
+    anchor = start_anchor(state)
+    eye = torch.eye(max(r for r, _ in model.shapes(K, V)), dtype=q.dtype)
+    outputs = []
+    for t in range(T):
+        x_t, v_t = k[:, t, :, None, :], v[:, t, :, None, :]  # [B, H, 1, K], [B, H, 1, V]
+
+        def total_loss(flat, x_t=x_t, v_t=v_t):
+            y, _ = model.forward(model.unpack(flat, K, V), x_t, ln)
+            return inner_loss(loss, y, v_t, loss_param).sum()  # the losses of different (b, h) do not interact
+
+        grad = torch.func.grad(total_loss)(anchor)  # [B, H, P]
+        eta = beta[:, t, :, None]  # [B, H, 1]
+        if log_eta is not None:
+            momentum = torch.exp(log_eta[:, t, :, None]) * momentum - eta * grad
+            step = live[:, t, :, None] * momentum
+        else:
+            step = -eta * grad
+        alpha = torch.exp(g[:, t])[..., None, None]  # [B, H, 1, 1]
+        _, (inputs, _) = model.forward(model.unpack(anchor, K, V), x_t, ln)  # layer inputs x_l, [B, H, 1, d]
+        rho = eta.unsqueeze(-1) if dgd else torch.zeros_like(alpha)
+        new = []
+        for W, W_step, x_l in zip(model.unpack(theta, K, V), model.unpack(step, K, V), inputs, strict=True):
+            d = W.shape[-2]
+            transition = alpha * eye[:d, :d] - rho * (x_l.transpose(-1, -2) @ x_l)  # [B, H, d, d]
+            new.append(transition @ W + W_step)
+        theta = model.pack(new)
+        offset = torch.remainder(offset + live[:, t], mini_batch)  # [B, H]
+        anchor = torch.where(offset.unsqueeze(-1) == 0, theta, anchor)
+        y, _ = model.forward(model.unpack(theta, K, V), q[:, t, :, None, :], ln)
+        outputs.append(y[:, :, 0])
+    o = torch.stack(outputs, dim=1) if outputs else v.new_zeros(B, 0, H, V)
+    return o, TTTState(theta, momentum, anchor, offset)

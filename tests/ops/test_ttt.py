@@ -1,0 +1,263 @@
+"""The test-time-training engine `ttt` (regmem/ops/ttt): its special cases are the linear memories regmem already
+has, its mini-batch semantics match a brute-force loop, it is causal, the outer gradient reaches the initial memory,
+and DGD's closed form is the exact proximal step (Nested Learning, arXiv:2512.24695, eqs. 56-57, 88).
+The op-wide contract (three forms agree with gradients, state passing, varlen, bf16) is in test_every_op.py."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from helpers import assert_close, random_log_gate
+from regmem.ops import InnerModel, TTTState, delta_rule, dgd_step, gated_linear_attn, momentum_delta_rule, ttt
+
+TTT_MLP = InnerModel((8,), "gelu", bias=True, residual=True, layer_norm=True)
+
+
+def _inputs(B=2, T=13, H=2, K=4, V=4, seed=0, dtype=torch.float64):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, T, H, K, generator=gen, dtype=dtype)
+    k = F.normalize(torch.randn(B, T, H, K, generator=gen, dtype=dtype), dim=-1)
+    v = torch.randn(B, T, H, V, generator=gen, dtype=dtype)
+    beta = 0.5 * torch.rand(B, T, H, generator=gen, dtype=dtype)
+    return q, k, v, beta
+
+
+def _state(model, B, H, K, V, seed=1, momentum=False):
+    gen = torch.Generator().manual_seed(seed)
+    P = model.num_params(K, V)
+    params = 0.3 * torch.randn(B, H, P, generator=gen, dtype=torch.float64)
+    return TTTState(params, torch.zeros(B, H, P if momentum else 0, dtype=torch.float64), params,
+                    torch.zeros(B, H, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("mode", ["reference", "recurrent", "chunk"])
+def test_linear_l2_sgd_is_the_delta_rule(mode):
+    q, k, v, beta = _inputs(K=4, V=3)
+    o, _ = ttt(q, k, v, beta, mini_batch=1, mode=mode, chunk_size=4)
+    expected, _ = delta_rule(q, k, v, beta, scale=1.0)
+    assert_close(o, expected, "o")
+
+
+@pytest.mark.parametrize("mode", ["reference", "recurrent", "chunk"])
+def test_linear_l2_with_decay_and_momentum_is_the_titans_linear_memory(mode):
+    q, k, v, beta = _inputs(K=4, V=3)
+    g, log_eta = random_log_gate(beta.shape, 0.5, seed=2), random_log_gate(beta.shape, 1.0, seed=3)
+    o, _ = ttt(q, k, v, beta, g, log_eta, mini_batch=1, mode=mode, chunk_size=4)
+    expected, _ = momentum_delta_rule(q, k, v, g, beta, log_eta, scale=1.0)
+    assert_close(o, expected, "o with momentum")
+    o, _ = ttt(q, k, v, beta, g, mini_batch=1, mode=mode, chunk_size=4)  # weight decay alone: momentum retention 0
+    expected, _ = momentum_delta_rule(q, k, v, g, beta, torch.full_like(g, -1e4), scale=1.0)
+    assert_close(o, expected, "o with weight decay")
+
+
+@pytest.mark.parametrize("mode", ["reference", "recurrent", "chunk"])
+@pytest.mark.parametrize("mini_batch", [1, 4])
+def test_dot_product_loss_is_gated_linear_attention(mode, mini_batch):
+    """The dot-product gradient -k v^T does not depend on the memory, so the mini-batch changes nothing."""
+    q, k, v, beta = _inputs(K=4, V=3)
+    g = random_log_gate(beta.shape, 0.5, seed=2)
+    o, _ = ttt(q, k, v, beta, g, loss="dot", mini_batch=mini_batch, mode=mode, chunk_size=2)
+    expected, _ = gated_linear_attn(q, k, v * beta.unsqueeze(-1), g, scale=1.0)
+    assert_close(o, expected, "o")
+
+
+def _brute_force_ttt_mlp(q, k, v, beta, params, ln_w, ln_b, C):
+    """TTT-MLP written independently of the engine: explicit W1, b1, W2, b2 per (b, h), every gradient of a
+    mini-batch taken by autograd at the mini-batch's first parameters, plain SGD."""
+    B, T, H, K = q.shape
+    hid = TTT_MLP.hidden[0]
+    W1, W2 = TTT_MLP.unpack(params, K, K)  # [B, H, K + 1, hid], [B, H, hid + 1, K]
+    out = torch.zeros_like(v)
+    for b in range(B):
+        for h in range(H):
+            w1, b1, w2, b2 = W1[b, h, :K], W1[b, h, K], W2[b, h, :hid], W2[b, h, hid]
+
+            def f(x, w1, b1, w2, b2, h=h):
+                z = F.gelu(x @ w1 + b1) @ w2 + b2
+                return x + F.layer_norm(z, (K,), ln_w[h], ln_b[h], eps=1e-6)
+
+            for t in range(T):
+                if t % C == 0:
+                    anchor = [p.detach().requires_grad_() for p in (w1, b1, w2, b2)]
+                loss = 0.5 * (f(k[b, t, h], *anchor) - v[b, t, h]).pow(2).sum()
+                grads = torch.autograd.grad(loss, anchor)
+                w1, b1, w2, b2 = (p - beta[b, t, h] * gr for p, gr in zip((w1, b1, w2, b2), grads, strict=True))
+                out[b, t, h] = f(q[b, t, h], w1, b1, w2, b2)
+    return out
+
+
+@pytest.mark.parametrize("C", [1, 4])
+def test_ttt_mlp_matches_a_brute_force_loop_with_gradients_frozen_at_mini_batch_starts(C):
+    q, k, v, beta = _inputs(B=1, T=10, H=2, K=4, V=4)
+    params = _state(TTT_MLP, 1, 2, 4, 4).params
+    gen = torch.Generator().manual_seed(5)
+    ln_w, ln_b = 1 + 0.1 * torch.randn(2, 4, generator=gen, dtype=torch.float64), torch.zeros(2, 4, dtype=torch.float64)
+    expected = _brute_force_ttt_mlp(q, k, v, beta, params, ln_w, ln_b, C)
+    for mode in ("reference", "recurrent", "chunk"):
+        o, _ = ttt(q, k, v, beta, model=TTT_MLP, ln_weight=ln_w, ln_bias=ln_b, mini_batch=C, mode=mode,
+                   initial_state=_state(TTT_MLP, 1, 2, 4, 4))
+        assert_close(o, expected, f"{mode} o")
+
+
+def test_mini_batch_changes_the_function_and_chunk_size_does_not():
+    q, k, v, beta = _inputs(T=20)
+    model = InnerModel((6,), "silu")
+    state = _state(model, 2, 2, 4, 4)
+    ref, _ = ttt(q, k, v, beta, model=model, mini_batch=8, initial_state=state, mode="reference")
+    for chunk_size in (1, 2, 4, 8, 64):
+        o, _ = ttt(q, k, v, beta, model=model, mini_batch=8, initial_state=state, chunk_size=chunk_size)
+        assert_close(o, ref, f"chunk_size {chunk_size}")
+    other, _ = ttt(q, k, v, beta, model=model, mini_batch=1, initial_state=state)
+    assert (other - ref)[:, 1:].abs().max() > 1e-3, "mini_batch 1 and 8 should differ after the first token"
+    assert_close(other[:, :1], ref[:, :1], "the first token reads the same update")
+
+
+@pytest.mark.parametrize("mini_batch", [1, 4])
+@pytest.mark.parametrize("dgd", [False, True])
+def test_causal_for_any_mini_batch(mini_batch, dgd):
+    q, k, v, beta = _inputs(T=12)
+    g, log_eta = random_log_gate(beta.shape, 0.5, seed=2), random_log_gate(beta.shape, 1.0, seed=3)
+    model = InnerModel((6,), "gelu")
+    state = _state(model, 2, 2, 4, 4, momentum=True)
+    o, _ = ttt(q, k, v, beta, g, log_eta, model=model, mini_batch=mini_batch, dgd=dgd, initial_state=state)
+    for t in (0, 5, 9):
+        later = [x.clone() for x in (q, k, v, beta)]
+        for x in later:
+            x[:, t + 1:] = x[:, t + 1:] + 1.0
+        o2, _ = ttt(*later, g, log_eta, model=model, mini_batch=mini_batch, dgd=dgd, initial_state=state)
+        assert_close(o2[:, :t + 1], o[:, :t + 1], f"outputs up to {t}")
+
+
+def test_outer_gradient_reaches_the_initial_memory_and_the_layer_norm():
+    q, k, v, beta = _inputs(T=9)
+    state = _state(TTT_MLP, 2, 2, 4, 4)
+    init = state.params.clone().requires_grad_()
+    ln_w = torch.ones(2, 4, dtype=torch.float64, requires_grad=True)
+    ln_b = torch.zeros(2, 4, dtype=torch.float64, requires_grad=True)
+    o, _ = ttt(q, k, v, beta, model=TTT_MLP, ln_weight=ln_w, ln_bias=ln_b, mini_batch=4,
+               initial_state=state._replace(params=init, anchor=init))
+    o.pow(2).sum().backward()
+    weights = (init.grad != 0).double().mean()
+    assert weights > 0.9, f"only {weights:.0%} of the initial parameters get a gradient"
+    assert (ln_w.grad != 0).all() and (ln_b.grad != 0).all()
+
+
+def test_dgd_on_a_linear_memory_is_equation_88():
+    """M_t = M_{t-1}(alpha_t I - eta_t k k^T) - eta_t (M_{t-1} k - v) k^T, y_t = M_t q_t, in the paper's orientation."""
+    q, k, v, beta = _inputs(B=1, T=8, H=1, K=4, V=3)
+    g = random_log_gate(beta.shape, 0.5, seed=2)
+    o, _ = ttt(q, k, v, beta, g, dgd=True, mini_batch=1, chunk_size=4)
+    M = torch.zeros(3, 4, dtype=torch.float64)
+    for t in range(8):
+        kt, vt, eta, alpha = k[0, t, 0], v[0, t, 0], beta[0, t, 0], torch.exp(g[0, t, 0])
+        transition = alpha * torch.eye(4, dtype=torch.float64) - eta * torch.outer(kt, kt)
+        M = M @ transition - eta * torch.outer(M @ kt - vt, kt)
+        assert_close(o[0, t, 0], M @ q[0, t, 0], f"token {t}")
+
+
+def test_dgd_closed_form_is_the_exact_proximal_step():
+    gen = torch.Generator().manual_seed(0)
+    W = torch.randn(5, 3, generator=gen, dtype=torch.float64)
+    x = torch.randn(5, generator=gen, dtype=torch.float64)
+    grad_y = torch.randn(3, generator=gen, dtype=torch.float64)
+    eta = 0.7
+    # argmin_W 1/2 ||W^T x - u||^2 + 1/(2 eta) ||W - W_t||^2 with u = -grad_y: (x x^T + I/eta) W = x u^T + W_t/eta
+    exact = torch.linalg.solve(torch.outer(x, x) + torch.eye(5, dtype=torch.float64) / eta,
+                               torch.outer(x, -grad_y) + W / eta)
+    assert_close(dgd_step(W, x, grad_y, eta), exact, "eq. 57 vs the linear solve")
+    unit = x / x.norm()  # the paper's eta / (1 + eta) is the case ||x|| = 1
+    paper = W - eta / (1 + eta) * torch.outer(unit, unit @ W + grad_y)
+    assert_close(dgd_step(W, unit, grad_y, eta), paper, "||x|| = 1")
+
+
+def test_dgd_explicit_and_proximal_steps_agree_to_first_order():
+    gen = torch.Generator().manual_seed(1)
+    W, x, grad_y = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in ((4, 3), (4,), (3,)))
+    gaps = [(dgd_step(W, x, grad_y, eta) - dgd_step(W, x, grad_y, eta, proximal=False)).norm()
+            for eta in (1e-2, 1e-3)]
+    step = (dgd_step(W, x, grad_y, 1e-3) - W).norm()
+    assert 90 < gaps[0] / gaps[1] < 110, "the gap shrinks as eta^2"
+    assert gaps[1] < 1e-2 * step, "the gap is second order next to the first-order step"
+
+
+@pytest.mark.parametrize(("loss", "param"), [("l2", None), ("dot", None), ("huber", 0.3), ("lp", 1.5), ("lp", 3.0)])
+@pytest.mark.parametrize("act", ["gelu", "silu", "relu", "tanh"])
+def test_hand_derived_gradients_match_autograd_for_every_loss_and_activation(loss, param, act):
+    """recurrent (hand-derived backward) == reference (autograd on the literal loss), dgd and momentum on."""
+    q, k, v, beta = _inputs(T=7)
+    g, log_eta = random_log_gate(beta.shape, 0.5, seed=2), random_log_gate(beta.shape, 1.0, seed=3)
+    model = InnerModel((5,), act, bias=True)
+    state = _state(model, 2, 2, 4, 4, momentum=True)
+    kw = {"model": model, "loss": loss, "loss_param": param, "dgd": True, "mini_batch": 2, "initial_state": state}
+    ref, _ = ttt(q, k, v, beta, g, log_eta, mode="reference", **kw)
+    for mode in ("recurrent", "chunk"):
+        o, _ = ttt(q, k, v, beta, g, log_eta, mode=mode, **kw)
+        assert_close(o, ref, f"{mode} o")
+
+
+@settings(max_examples=15, deadline=None)
+@given(B=st.integers(1, 2), T=st.integers(0, 19), H=st.integers(1, 2), K=st.integers(1, 5), V=st.integers(1, 4),
+       depth=st.integers(1, 3), mini_batch=st.sampled_from([1, 2, 4, 8]), chunk_size=st.sampled_from([1, 2, 8]),
+       dgd=st.booleans(), momentum=st.booleans(), offset=st.integers(0, 7))
+def test_forms_agree_over_shapes(B, T, H, K, V, depth, mini_batch, chunk_size, dgd, momentum, offset):
+    q, k, v, beta = _inputs(B, T, H, K, V, seed=T)
+    g = random_log_gate(beta.shape, 0.5, seed=2)
+    log_eta = random_log_gate(beta.shape, 1.0, seed=3) if momentum else None
+    model = InnerModel((3,) * (depth - 1), "silu", bias=depth % 2 == 0)
+    state = _state(model, B, H, K, V, momentum=momentum)
+    gen = torch.Generator().manual_seed(offset)
+    moved = 0.1 * torch.randn(state.params.shape, generator=gen, dtype=torch.float64)
+    state = state._replace(anchor=state.params + moved,
+                           offset=torch.full((B, H), float(offset % mini_batch), dtype=torch.float64))
+    kw = {"model": model, "dgd": dgd, "mini_batch": mini_batch, "initial_state": state, "output_final_state": True}
+    ref, s_ref = ttt(q, k, v, beta, g, log_eta, mode="reference", **kw)
+    for mode in ("recurrent", "chunk"):
+        o, s = ttt(q, k, v, beta, g, log_eta, mode=mode, chunk_size=chunk_size, **kw)
+        assert_close(o, ref, f"{mode} o")
+        for name, a, b in zip(TTTState._fields, s, s_ref, strict=True):
+            assert_close(a, b, f"{mode} {name}")
+
+
+def test_padding_by_token_mask_is_a_shorter_sequence():
+    q, k, v, beta = _inputs(B=2, T=11)
+    model = InnerModel((6,), "gelu")
+    state = _state(model, 2, 2, 4, 4)
+    mask = torch.arange(11) < torch.tensor([[11], [6]])
+    o, s = ttt(q, k, v, beta, model=model, mini_batch=4, initial_state=state, token_mask=mask,
+               output_final_state=True)
+    o6, s6 = ttt(*(x[1:, :6] for x in (q, k, v, beta)), model=model, mini_batch=4,
+                 initial_state=TTTState(*(f[1:] for f in state)), output_final_state=True)
+    assert_close(o[1:, :6], o6, "o")
+    for name, a, b in zip(TTTState._fields, s, s6, strict=True):
+        assert_close(a[1:], b, name)
+
+
+BAD = {
+    "mini_batch": ({"mini_batch": 3}, "mini_batch"),
+    "negative step": ({"beta": -torch.ones(1, 4, 1)}, "beta"),
+    "gate > 0": ({"g": torch.ones(1, 4, 1)}, "g"),
+    "beta shape": ({"beta": torch.ones(1, 5, 1)}, "beta"),
+    "residual K != V": ({"v": torch.randn(1, 4, 1, 3), "model": InnerModel(residual=True)}, "residual"),
+    "huber without delta": ({"loss": "huber"}, "loss_param"),
+    "unknown loss": ({"loss": "l1"}, "loss"),
+    "layer norm params without layer norm": ({"ln_weight": torch.ones(1, 2), "ln_bias": torch.ones(1, 2)},
+                                             "ln_weight"),
+    "model type": ({"model": "mlp"}, "model"),
+    "activation": ({"model": None, "activation": "swish"}, "activation"),
+    "token mask not a prefix": ({"token_mask": torch.tensor([[True, False, True, True]])}, "token_mask"),
+    "state type": ({"initial_state": (torch.zeros(1, 1, 4),)}, "initial_state"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_raises_value_error_naming_it(case):
+    override, name = BAD[case]
+    args = {"q": torch.randn(1, 4, 1, 2), "k": torch.randn(1, 4, 1, 2), "v": torch.randn(1, 4, 1, 2),
+            "beta": torch.rand(1, 4, 1)} | override
+    with pytest.raises(ValueError, match=name):
+        if "activation" in args:
+            InnerModel((3,), args.pop("activation"))
+        args.pop("model", None) if args.get("model", 0) is None else None
+        ttt(**args)
