@@ -54,9 +54,17 @@ def _name_list(text: str) -> list[str]:
 
 
 def _cmd_recipes(args) -> None:
-    from regmem.recipe import format_table
+    from regmem.layers import how_it_builds
+    from regmem.recipe import entries, format_table
 
-    print(format_table())
+    lines = format_table().splitlines()
+    lines[0] += " builds |"
+    lines[1] += "---|"
+    lines[2:] = [f"{line} {how_it_builds(e.recipe)} |" for line, e in zip(lines[2:], entries(), strict=True)]
+    print("\n".join(lines))
+    print("\n'builds': the mixer `Recipe.build()` returns at that point ('engine': the test-time-training engine, "
+          "regmem.ops.ttt). Any point (uniform, linear | mlp, gd_step | sgd | sgd_weight_decay | sgd_momentum) "
+          "builds, e.g. `regmem compare mqar --mixers recipe:uniform/mlp/sgd_weight_decay`.")
 
 
 def _cmd_bench_ops(args) -> None:
@@ -241,7 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare = commands.add_parser("compare", help="train several mixers on one task, fairly; write a leaderboard")
     compare.add_argument("task", help=_task_help())
     compare.add_argument("--mixers", type=_name_list, default=["attn", "linear", "retnet", "mamba2", "gla"],
-                         help=f"comma-separated mixer names: {', '.join(_mixer_names())}")
+                         help=f"comma-separated mixer names: {', '.join(_mixer_names())}; or "
+                              "recipe:<weights>/<regressor>/<solver> (see `regmem recipes`)")
     compare.add_argument("--preset", default="quick", help=_PRESET_HELP)
     compare.add_argument("--sweep", default=None, help="a task field and values, e.g. num_kv_pairs=4,8,16")
     _add_protocol_options(compare)
@@ -255,7 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="comma-separated tasks or groups: " + _task_help().removeprefix("task name: ")
                             + "; groups: " + _group_help())
     suite.add_argument("--mixers", type=_name_list, default=["attn", "linear", "gla", "gated_deltanet"],
-                       help=f"comma-separated mixer names: {', '.join(_mixer_names())}")
+                       help=f"comma-separated mixer names: {', '.join(_mixer_names())}; or "
+                              "recipe:<weights>/<regressor>/<solver> (see `regmem recipes`)")
     suite.add_argument("--preset", default="quick", help=_PRESET_HELP)
     _add_protocol_options(suite)
     suite.add_argument("--run-dir", default=None,

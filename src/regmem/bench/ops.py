@@ -28,7 +28,9 @@ from regmem.ops import (
     multi_step_gd,
     nlms,
     softmax_attn,
+    ttt,
 )
+from regmem.ops.ttt import InnerModel, TTTState
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,32 @@ def _gd_inputs(s: Shape, dtype, gen):
     return {**_qkv(s, dtype, gen, unit_keys=True), "beta": 0.1 * _step_size(s, gen, 2)}
 
 
+def _deep(momentum: bool, **model_options):
+    """The engine with a 2-layer GELU MLP memory of width 4 x head dim (TTT-MLP: with biases; Titans: with momentum
+    and weight decay), inner mini-batch 16, from a fixed random initial memory (zero is a fixed point of an MLP)."""
+    def call(q, k, v, beta, g, log_eta=None, *, mode, chunk_size=16, initial_state=None, **options):
+        B, _, H, K = q.shape
+        sized = InnerModel((4 * K,), "gelu", residual=True, layer_norm=True, **model_options)
+        if initial_state is None:
+            params = sized.init(H, K, v.shape[-1], generator=torch.Generator().manual_seed(0), dtype=q.dtype)
+            params = params.unsqueeze(0).expand(B, -1, -1)
+            initial_state = TTTState(params, params.new_zeros(B, H, params.shape[-1] if momentum else 0), params,
+                                     params.new_zeros(B, H))
+        return ttt(q, k, v, beta, g if momentum else None, log_eta if momentum else None, model=sized,
+                   initial_state=initial_state, mini_batch=16, mode=mode, chunk_size=min(chunk_size, 16), **options)
+    return call
+
+
+def _deep_flops(form: str, s: Shape) -> float:
+    """Per layer (d_in x d_out, P = sum d_in d_out over the two layers, hidden 4K): key forward and backward (4 P),
+    the gradient's rank-one update or, in the chunk form, the query read (Z W_0), the end state (X^T D) and the
+    [C, C] kernels Z X^T and (M * Z X^T) D (2 C (d_in + d_out) per layer)."""
+    P = 4 * s.K * s.K + 4 * s.K * s.V
+    if form == "recurrent":
+        return 2 * 4 * P  # forward at the anchor, backward, the outer-product update, the read-out
+    return 2 * (4 * P + 2 * min(s.chunk_size, 16) * (2 * s.K + 4 * s.K + 4 * s.K + s.V))
+
+
 CASES = {
     "linear_attn": OpCase("linear_attn", _qkv, linear_attn, _linear_flops),
     "linear_attn_normalized": OpCase(
@@ -223,6 +251,9 @@ CASES = {
     "kernel_regression": OpCase("kernel_regression", _unit_qkv, kernel_regression, _kernel_regression_flops),
     "hla2": OpCase("hla2", _per_head_decay, hla2, _hla2_flops),
     "ahla": OpCase("ahla", _per_head_decay, ahla, _ahla_flops),
+    "ttt_mlp": OpCase("ttt_mlp", _momentum_inputs, _deep(False, bias=True), _deep_flops, forms=("chunk", "recurrent")),
+    "titans_mlp": OpCase("titans_mlp", _momentum_inputs, _deep(True), _deep_flops,
+                         forms=("chunk", "recurrent")),
 }
 DEFAULT_CASES = ("linear_attn", "gla_scalar", "gla_diagonal")
 # Public implementations to compare against (bench/external.py; `pip install 'regmem[bench]'`), on the inputs of

@@ -14,7 +14,8 @@ from regmem.layers.mamba2 import Mamba2
 from regmem.layers.memory import MemoryMixer, MemoryState
 from regmem.layers.mesa import RLS, Mesa
 from regmem.layers.norm import GatedRMSNorm, l2_normalize
-from regmem.layers.registry import MIXERS, build_mixer
+from regmem.layers.recipe_builder import EngineMixer, build_recipe, how_it_builds
+from regmem.layers.registry import MIXERS, build_mixer, is_mixer_name
 from regmem.layers.retnet import RetNet
 from regmem.layers.rotary import RotaryEmbedding
 from regmem.layers.titans import TitansLinear
@@ -50,5 +51,9 @@ __all__ = [
     "ShortConvolution",
     "SoftmaxAttention",
     "build_mixer",
+    "build_recipe",
+    "how_it_builds",
+    "is_mixer_name",
+    "EngineMixer",
     "l2_normalize",
 ]

@@ -39,7 +39,17 @@ MIXERS: dict[str, type[Mixer]] = {
 }
 
 
+def is_mixer_name(name: str) -> bool:
+    """A key of MIXERS or a 'recipe:<weights>/<regressor>/<solver>' name (recipe_builder.py)."""
+    return name in MIXERS or name.startswith("recipe:")
+
+
 def build_mixer(name: str, d_model: int, n_heads: int, **kwargs) -> Mixer:
+    if name.startswith("recipe:"):
+        from regmem.layers.recipe_builder import build_recipe, parse_recipe_name
+
+        return build_recipe(parse_recipe_name(name), d_model, n_heads, **kwargs)
     if name not in MIXERS:
-        raise ValueError(f"mixer must be one of {sorted(MIXERS)}, got {name!r}")
+        raise ValueError(f"mixer must be one of {sorted(MIXERS)} or 'recipe:<weights>/<regressor>/<solver>', "
+                         f"got {name!r}")
     return MIXERS[name](d_model, n_heads, **kwargs)

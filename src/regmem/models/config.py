@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
-from regmem.layers import MIXERS
+from regmem.layers import MIXERS, is_mixer_name
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,9 @@ class LMConfig:
         if isinstance(self.mixer, list):
             object.__setattr__(self, "mixer", tuple(self.mixer))
         for name in self.layer_mixers():
-            if name not in MIXERS:
-                raise ValueError(f"mixer must name mixers from {sorted(MIXERS)}, got {name!r}")
+            if not is_mixer_name(name):
+                raise ValueError(f"mixer must name mixers from {sorted(MIXERS)} or 'recipe:<weights>/<regressor>/"
+                                 f"<solver>', got {name!r}")
         unknown = set(self.mixer_kwargs) - set(MIXERS)
         if unknown:
             raise ValueError(f"mixer_kwargs keys must be mixer names from {sorted(MIXERS)}, got {sorted(unknown)}")

@@ -89,13 +89,27 @@ class Solver:
         return self.kind if self.steps == 1 else f"{self.kind} x{self.steps}"
 
 
+_BUILDER: list = []  # set by regmem.layers (which sits above this package) when it is imported
+
+
+def set_builder(build) -> None:
+    """Registers the function behind `Recipe.build` (regmem/layers/recipe_builder.py does, on import)."""
+    _BUILDER[:] = [build]
+
+
 @dataclass(frozen=True)
 class Recipe:
-    """One point of the design space: (weights, regressor, solver)."""
+    """One point of the design space: (weights, regressor, solver). `build(d_model, n_heads, ...)` returns a mixer."""
 
     weights: Weights
     regressor: Regressor
     solver: Solver
+
+    def build(self, d_model: int, n_heads: int, **kwargs):
+        """A working mixer at this point: the named mixer there if regmem has one, else the test-time-training
+        engine for a linear or MLP regressor with an SGD-family solver; ValueError if the point does not build.
+        (Implemented in regmem/layers/recipe_builder.py, registered when `regmem` is imported.)"""
+        return _BUILDER[0](self, d_model, n_heads, **kwargs)
 
     def __str__(self) -> str:
         return f"Recipe({self.weights}, {self.regressor}, {self.solver})"

@@ -1,0 +1,70 @@
+"""`Recipe.build()` (regmem/layers/recipe_builder.py): a point of the design space builds the named mixer there, or
+the test-time-training engine for any (uniform, linear | mlp, SGD-family) point, which keeps the mixer contract."""
+
+import pytest
+import torch
+
+from regmem.layers import MIXERS, TTTMLP, DeltaNet, EngineMixer, LinearAttention, TitansMLP, build_mixer
+from regmem.models import LM, LMConfig
+from regmem.recipe import Recipe, Regressor, Solver, Weights
+
+
+def _recipe(weights, regressor, solver):
+    return Recipe(Weights(weights), Regressor(regressor), Solver(solver))
+
+
+@pytest.mark.parametrize(("point", "cls"), [
+    (("uniform", "linear", "gd_step"), LinearAttention),
+    (("uniform", "linear", "sgd"), DeltaNet),
+    (("uniform", "mlp", "sgd_momentum"), TitansMLP),
+    (("uniform", "mlp", "sgd"), TTTMLP),
+])
+def test_a_point_with_a_named_mixer_builds_that_mixer(point, cls):
+    mixer = _recipe(*point).build(16, 2)
+    assert type(mixer) is cls and mixer.recipe == _recipe(*point)
+
+
+def test_every_registered_mixer_is_what_its_recipe_builds_or_shares_its_point():
+    for name, cls in MIXERS.items():
+        built = cls(16, 2).recipe.build(16, 2)
+        assert built.recipe == cls(16, 2).recipe, name
+
+
+@pytest.mark.parametrize("point", [("uniform", "mlp", "sgd_weight_decay"), ("uniform", "mlp", "gd_step")])
+def test_other_points_build_the_engine_and_keep_the_mixer_contract(point):
+    torch.manual_seed(0)
+    mixer = _recipe(*point).build(16, 2, chunk_size=2, mini_batch=4).double().eval()
+    assert isinstance(mixer, EngineMixer) and mixer.recipe == _recipe(*point)
+    x = torch.randn(2, 11, 16, dtype=torch.float64)
+    with torch.no_grad():
+        full, _ = mixer(x)
+        head, state = mixer(x[:, :6])
+        steps = []
+        for t in range(6, 11):
+            y, state = mixer(x[:, t:t + 1], state)
+            steps.append(y)
+        mask = torch.arange(11) >= torch.tensor([[0], [4]])  # row 1 left-padded by 4
+        padded, _ = mixer(x.masked_fill(~mask.unsqueeze(-1), 3.0), attention_mask=mask)
+        alone, _ = mixer(x[1:, 4:])
+    torch.testing.assert_close(torch.cat([head, *steps], dim=1), full, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(padded[1:, 4:], alone, rtol=1e-9, atol=1e-10)
+
+
+def test_a_recipe_name_builds_through_build_mixer_and_an_lm():
+    mixer = build_mixer("recipe:uniform/mlp/sgd_weight_decay", 16, 2)
+    assert isinstance(mixer, EngineMixer) and mixer.weight_decay and not mixer.momentum
+    lm = LM(LMConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2, mixer="recipe:uniform/linear/sgd_momentum"))
+    logits = lm(torch.randint(0, 11, (2, 7)))
+    logits = logits[0] if isinstance(logits, tuple) else logits
+    assert logits.shape[:2] == (2, 7) and torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize(("name", "match"), [
+    ("recipe:uniform/mlp", "recipe:<weights>"),
+    ("recipe:uniform/cubic/sgd", "Regressor.kind"),
+    ("recipe:uniform/kernel/sgd", "does not build"),
+    ("recipe:scalar_decay/mlp/sgd", "does not build"),
+])
+def test_a_point_that_does_not_build_raises_value_error(name, match):
+    with pytest.raises(ValueError, match=match):
+        build_mixer(name, 16, 2)
