@@ -45,9 +45,10 @@ OPTION_VARIANTS = {  # "<registry key>-<what the options do>": options beyond th
     "ttt_mlp-mb2-gqa": {"mini_batch": 2, "n_kv_heads": 1},
     "titans_mlp-mb4-dgd-depth3": {"mini_batch": 4, "dgd": True, "depth": 3, "expand": 1},
     "titans_mlp-noconv": {"mini_batch": 2, "short_conv": 0},
+    "mamba-simple-noconv": {"discretization": "simple", "short_conv": 0},
 }
 CASES = {name: {} for name in MIXERS} | OPTION_VARIANTS
-SMALLER = {"mamba2": {"state_size": 8}}  # defaults that are large for these sizes
+SMALLER = {"mamba2": {"state_size": 8}, "mamba": {"state_size": 4}}  # defaults that are large for these sizes
 
 _LIN, _GD = Regressor("linear"), Solver("gd_step")
 # Each mixer's point of the design space (arXiv:2501.12352, Sec. 3 and Table 1; HLA is arXiv:2510.27258).
@@ -58,6 +59,7 @@ RECIPES = {
     "linear-taylor2": Recipe(Weights("uniform"), Regressor("feature_linear", feature_map="phi"), _GD),
     "retnet": Recipe(Weights("constant_decay"), _LIN, _GD),
     "mamba2": Recipe(Weights("scalar_decay"), _LIN, _GD),
+    "mamba": Recipe(Weights("diagonal_decay"), _LIN, _GD),
     "gla": Recipe(Weights("diagonal_decay"), _LIN, _GD),
     "deltanet": Recipe(Weights("uniform"), _LIN, Solver("sgd")),
     "gated_deltanet": Recipe(Weights("uniform"), _LIN, Solver("sgd_weight_decay")),
@@ -241,4 +243,4 @@ def test_unknown_mixer_and_bad_input_raise():
 def test_registry_covers_the_issue_mixers():
     assert set(MIXERS) == {"attn", "linear", "retnet", "mamba2", "gla", "deltanet", "gated_deltanet", "longhorn",
                            "nlms", "delta_product", "titans", "local_linear", "mesa", "rls", "hla",
-                           "ahla", "ttt_linear", "ttt_mlp", "titans_mlp"}
+                           "ahla", "ttt_linear", "ttt_mlp", "titans_mlp", "mamba"}

@@ -10,6 +10,7 @@ from regmem.layers.gla import GLA
 from regmem.layers.hla import AHLA, HLA
 from regmem.layers.linear_attention import LinearAttention
 from regmem.layers.local_linear import LocalLinearAttention
+from regmem.layers.mamba import Mamba
 from regmem.layers.mamba2 import Mamba2
 from regmem.layers.memory import MemoryMixer, MemoryState
 from regmem.layers.mesa import RLS, Mesa
@@ -40,6 +41,7 @@ __all__ = [
     "KVCache",
     "LinearAttention",
     "LocalLinearAttention",
+    "Mamba",
     "Mamba2",
     "Mesa",
     "RLS",

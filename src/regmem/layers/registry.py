@@ -11,6 +11,7 @@ from regmem.layers.gla import GLA
 from regmem.layers.hla import AHLA, HLA
 from regmem.layers.linear_attention import LinearAttention
 from regmem.layers.local_linear import LocalLinearAttention
+from regmem.layers.mamba import Mamba
 from regmem.layers.mamba2 import Mamba2
 from regmem.layers.mesa import RLS, Mesa
 from regmem.layers.retnet import RetNet
@@ -20,6 +21,7 @@ MIXERS: dict[str, type[Mixer]] = {
     "attn": SoftmaxAttention,
     "linear": LinearAttention,
     "retnet": RetNet,
+    "mamba": Mamba,
     "mamba2": Mamba2,
     "gla": GLA,
     "deltanet": DeltaNet,

@@ -56,6 +56,7 @@ from regmem.ops.nonparametric import (
     softmax_attn,
 )
 from regmem.ops.regression import LeastSquaresState, least_squares
+from regmem.ops.ssm import selective_scan
 from regmem.ops.titans import MomentumState, momentum_delta_rule
 from regmem.ops.ttt import InnerModel, TTTState, dgd_step, ttt
 
@@ -68,7 +69,7 @@ OPS: dict[str, Op] = {
         delta_rule_multistep, momentum_delta_rule, multi_step_gd, least_squares,
         softmax_attn, local_linear_attn, local_polynomial, kernel_regression,
         hla2, ahla, hla3, hla3_paper,
-        ttt,
+        ttt, selective_scan,
     )
 }
 
@@ -115,6 +116,7 @@ __all__ = [
     "multi_step_gd",
     "nlms",
     "set_value_checks",
+    "selective_scan",
     "softmax_attn",
     "ttt",
     "value_checks",

@@ -178,6 +178,16 @@ def _ttt(model: InnerModel, *, momentum=True, square=False, **options):
     return make
 
 
+def _selective_scan(B, T, H, K, V, dtype, gen) -> Made:
+    """Mamba-1's scan with H channels and state size K (V unused): steps in [0, 1], A in [-4, 0] with one exact 0
+    (the ZOH limit), B_t and C_t shared by the channels."""
+    A = -4 * _rand(gen, dtype, H, K)
+    A[0, 0] = 0.0
+    tokens = {"x": _randn(gen, dtype, B, T, H), "delta": _rand(gen, dtype, B, T, H),
+              "B": _randn(gen, dtype, B, T, K), "C": _randn(gen, dtype, B, T, K)}
+    return tokens, {"A": A, "D": _randn(gen, dtype, H)}, 0.5 * _randn(gen, dtype, B, H, K)
+
+
 EXAMPLES: dict[str, Example] = {
     "linear_attn": Example(_linear, recipe="linear_attn"),
     "gated_linear_attn": Example(_gated, recipe="gla"),
@@ -203,6 +213,7 @@ EXAMPLES: dict[str, Example] = {
     "ahla": Example(_ahla, recipe="ahla"),
     "hla3": Example(_hla3),
     "hla3_paper": Example(_hla3_paper, max_len=24),
+    "selective_scan": Example(_selective_scan, recipe="mamba"),
     "ttt": Example(_ttt(InnerModel((8,), "silu"), dgd=True), max_len=24, recipe="titans_mlp"),
 }
 

@@ -93,6 +93,12 @@ register(RecipeEntry(
     "gated_linear_attn(q=C, k=B, v=x dt, g = A dt)", "eq. (16) via SSD", ("Mamba-2",),
 ))
 register(RecipeEntry(
+    "mamba", Recipe(Weights("diagonal_decay"), _LINEAR, _GD_STEP),
+    "selective_scan(x, delta, A, B, C, D) = gated_linear_attn(q=C, k=Bbar, v=x, g=delta A[D, N]), a head per channel",
+    "eq. (16), per channel; arXiv:2312.00752", ("Mamba (S6)",),
+    "decay exp(delta_t A[d, n]) per channel and state; zero-order-hold input weight",
+))
+register(RecipeEntry(
     "gla", Recipe(Weights("diagonal_decay"), _LINEAR, _GD_STEP), "gated_linear_attn(q, k, v, g[B,T,H,K])",
     "eq. (16), per channel", ("GLA", "RWKV-6", "HGRN-2"), "outside the paper's scalar derivation",
 ))
