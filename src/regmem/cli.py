@@ -63,8 +63,8 @@ def _cmd_recipes(args) -> None:
     lines[2:] = [f"{line} {how_it_builds(e.recipe)} |" for line, e in zip(lines[2:], entries(), strict=True)]
     print("\n".join(lines))
     print("\n'builds': the mixer `Recipe.build()` returns at that point ('engine': the test-time-training engine, "
-          "regmem.ops.ttt). Any point (uniform, linear | mlp, gd_step | sgd | sgd_weight_decay | sgd_momentum) "
-          "builds, e.g. `regmem compare mqar --mixers recipe:uniform/mlp/sgd_weight_decay`.")
+          "regmem.ops.ttt). Any point (uniform, linear | mlp, gd_step | sgd | sgd_weight_decay | sgd_momentum | dgd) "
+          "builds, e.g. `regmem compare mqar --mixers recipe:uniform/linear/dgd`.")
 
 
 def _cmd_bench_ops(args) -> None:

@@ -46,6 +46,9 @@ OPTION_VARIANTS = {  # "<registry key>-<what the options do>": options beyond th
     "titans_mlp-mb4-dgd-depth3": {"mini_batch": 4, "dgd": True, "depth": 3, "expand": 1},
     "titans_mlp-noconv": {"mini_batch": 2, "short_conv": 0},
     "mamba-simple-noconv": {"discretization": "simple", "short_conv": 0},
+    "self_modifying_titans-mb2-4": {"mini_batch": 2, "mini_batch_memory": 4},
+    "self_modifying_titans-ablations": {"mini_batch": 4, "dgd": False, "momentum": True, "weight_decay": False,
+                                        "static": ("k", "v"), "adaptive_q": False, "read": "updated"},
 }
 CASES = {name: {} for name in MIXERS} | OPTION_VARIANTS
 SMALLER = {"mamba2": {"state_size": 8}, "mamba": {"state_size": 4}}  # defaults that are large for these sizes
@@ -60,6 +63,7 @@ RECIPES = {
     "retnet": Recipe(Weights("constant_decay"), _LIN, _GD),
     "mamba2": Recipe(Weights("scalar_decay"), _LIN, _GD),
     "mamba": Recipe(Weights("diagonal_decay"), _LIN, _GD),
+    "self_modifying_titans": Recipe(Weights("uniform"), Regressor("mlp"), Solver("dgd")),
     "gla": Recipe(Weights("diagonal_decay"), _LIN, _GD),
     "deltanet": Recipe(Weights("uniform"), _LIN, Solver("sgd")),
     "gated_deltanet": Recipe(Weights("uniform"), _LIN, Solver("sgd_weight_decay")),
@@ -243,4 +247,5 @@ def test_unknown_mixer_and_bad_input_raise():
 def test_registry_covers_the_issue_mixers():
     assert set(MIXERS) == {"attn", "linear", "retnet", "mamba2", "gla", "deltanet", "gated_deltanet", "longhorn",
                            "nlms", "delta_product", "titans", "local_linear", "mesa", "rls", "hla",
-                           "ahla", "ttt_linear", "ttt_mlp", "titans_mlp", "mamba"}
+                           "ahla", "ttt_linear", "ttt_mlp", "titans_mlp", "mamba",
+                           "self_modifying_titans"}

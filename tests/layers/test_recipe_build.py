@@ -30,7 +30,7 @@ def test_every_registered_mixer_is_what_its_recipe_builds_or_shares_its_point():
         assert built.recipe == cls(16, 2).recipe, name
 
 
-@pytest.mark.parametrize("point", [("uniform", "mlp", "sgd_weight_decay"), ("uniform", "mlp", "gd_step")])
+@pytest.mark.parametrize("point", [("uniform", "linear", "dgd"), ("uniform", "mlp", "gd_step")])
 def test_other_points_build_the_engine_and_keep_the_mixer_contract(point):
     torch.manual_seed(0)
     mixer = _recipe(*point).build(16, 2, chunk_size=2, mini_batch=4).double().eval()
@@ -51,8 +51,8 @@ def test_other_points_build_the_engine_and_keep_the_mixer_contract(point):
 
 
 def test_a_recipe_name_builds_through_build_mixer_and_an_lm():
-    mixer = build_mixer("recipe:uniform/mlp/sgd_weight_decay", 16, 2)
-    assert isinstance(mixer, EngineMixer) and mixer.weight_decay and not mixer.momentum
+    mixer = build_mixer("recipe:uniform/linear/dgd", 16, 2)
+    assert isinstance(mixer, EngineMixer) and mixer.weight_decay and mixer.dgd and not mixer.momentum
     lm = LM(LMConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2, mixer="recipe:uniform/linear/sgd_momentum"))
     logits = lm(torch.randint(0, 11, (2, 7)))
     logits = logits[0] if isinstance(logits, tuple) else logits

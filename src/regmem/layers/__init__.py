@@ -19,6 +19,7 @@ from regmem.layers.recipe_builder import EngineMixer, build_recipe, how_it_build
 from regmem.layers.registry import MIXERS, build_mixer, is_mixer_name
 from regmem.layers.retnet import RetNet
 from regmem.layers.rotary import RotaryEmbedding
+from regmem.layers.self_modifying import SelfModifyingTitans
 from regmem.layers.titans import TitansLinear
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "Mixer",
     "RetNet",
     "RotaryEmbedding",
+    "SelfModifyingTitans",
     "ShortConvolution",
     "SoftmaxAttention",
     "build_mixer",

@@ -10,10 +10,11 @@ solver builds the generic test-time-training engine (`regmem.ops.ttt`) as an `En
     sgd               l2 loss 1/2 ||f(k) - v||^2, learned step
     sgd_weight_decay  + data-dependent weight decay alpha_t
     sgd_momentum      + data-dependent momentum mu_t and weight decay (Titans)
+    dgd               l2 loss, weight decay and Delta Gradient Descent's state-dependent decay (Nested Learning eq. 88)
 
 with the regressor linear (k -> W^T k) or an MLP (x + LN(MLP(x)), GELU, width 4K). Weights other than uniform are
 expressed by the solver's decay, so they build only where a named mixer exists. The names `recipe:<weights>/
-<regressor>/<solver>` (e.g. `recipe:uniform/mlp/sgd_weight_decay`) reach this builder from `build_mixer`, configs
+<regressor>/<solver>` (e.g. `recipe:uniform/linear/dgd`) reach this builder from `build_mixer`, configs
 and the command line.
 """
 
@@ -29,7 +30,7 @@ from regmem.ops import InnerModel
 from regmem.recipe import Recipe, Regressor, Solver, Weights, set_builder
 
 PREFIX = "recipe:"
-ENGINE_SOLVERS = {"gd_step": "dot", "sgd": "l2", "sgd_weight_decay": "l2", "sgd_momentum": "l2"}
+ENGINE_SOLVERS = {"gd_step": "dot", "sgd": "l2", "sgd_weight_decay": "l2", "sgd_momentum": "l2", "dgd": "l2"}
 
 
 class EngineMixer(DeepMemoryMixer):
@@ -43,8 +44,9 @@ class EngineMixer(DeepMemoryMixer):
         else:
             model = InnerModel()
         self.momentum = solver == "sgd_momentum"
-        self.weight_decay = solver in ("sgd_weight_decay", "sgd_momentum")
+        self.weight_decay = solver in ("sgd_weight_decay", "sgd_momentum", "dgd")
         default_lr = 1.0 if regressor == "linear" else 0.1
+        kwargs.setdefault("dgd", solver == "dgd")
         super().__init__(d_model, n_heads, inner_model=model, loss=ENGINE_SOLVERS[solver],
                          inner_lr=default_lr if inner_lr is None else inner_lr, **kwargs)
         self._recipe = recipe

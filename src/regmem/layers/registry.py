@@ -15,6 +15,7 @@ from regmem.layers.mamba import Mamba
 from regmem.layers.mamba2 import Mamba2
 from regmem.layers.mesa import RLS, Mesa
 from regmem.layers.retnet import RetNet
+from regmem.layers.self_modifying import SelfModifyingTitans
 from regmem.layers.titans import TitansLinear
 
 MIXERS: dict[str, type[Mixer]] = {
@@ -38,6 +39,7 @@ MIXERS: dict[str, type[Mixer]] = {
     "ttt_linear": TTTLinear,
     "ttt_mlp": TTTMLP,
     "titans_mlp": TitansMLP,
+    "self_modifying_titans": SelfModifyingTitans,
 }
 
 

@@ -164,6 +164,17 @@ register(RecipeEntry(
     "SGD with momentum and weight decay on an MLP memory",
 ))
 
+register(RecipeEntry(
+    "dgd", Recipe(Weights("uniform"), _LINEAR, Solver("dgd")), "ttt(q, k, v, beta, g, dgd=True, mini_batch=1)",
+    "not in TTR; Nested Learning arXiv:2512.24695 eq. 88", (), "M(alpha I - eta k k^T) - eta (M k - v) k^T",
+))
+register(RecipeEntry(
+    "self_modifying_titans", Recipe(Weights("uniform"), Regressor("mlp"), Solver("dgd")),
+    "regmem.nested.self_modifying_titans(x, config, params) on ttt(..., dgd=True)",
+    "not in TTR; Nested Learning arXiv:2512.24695 eqs. 86-91", ("Self-modifying Titans (Hope's core)",),
+    "six residual-MLP memories (k, v, q, eta, alpha, memory), each fitted to its own values by DGD + weight decay",
+))
+
 _ANALYTIC = Solver("analytic")
 register(RecipeEntry(
     "least_squares", Recipe(Weights("uniform"), _LINEAR, _ANALYTIC), "least_squares(q, k, v, ridge=lam)",

@@ -15,7 +15,7 @@ WeightsKind = Literal["uniform", "constant_decay", "scalar_decay", "diagonal_dec
 RegressorKind = Literal["linear", "feature_linear", "mlp", "kernel", "local_polynomial"]
 SolverKind = Literal[
     "analytic", "gd_step", "gd_steps", "sgd", "sgd_adaptive", "sgd_weight_decay", "sgd_momentum", "cg",
-    "metric_gd_step",
+    "metric_gd_step", "dgd",
 ]
 
 WEIGHTS_FORMULA = {
@@ -75,7 +75,8 @@ class Solver:
     """How the regression is solved: analytically (one Newton step), by `steps` full-batch gradient steps from
     0, or by streaming SGD (one example per step) with its variants. `metric_gd_step` is one gradient step from 0
     preconditioned by the key second moment S_t = sum_i k_i k_i^T (a data-adaptive metric; Newton would use an
-    inverse second moment) — second-order HLA, which is outside the TTR paper's taxonomy."""
+    inverse second moment) — second-order HLA, which is outside the TTR paper's taxonomy. `dgd` is Delta Gradient
+Descent with weight decay (Nested Learning, arXiv:2512.24695, eq. 88): SGD whose decay also depends on the state."""
 
     kind: SolverKind
     steps: int = 1  # gradient steps per token (gd_steps) or per example (sgd variants)

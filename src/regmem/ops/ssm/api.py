@@ -3,8 +3,8 @@
 It validates its arguments, discretises (A, B) per token, and runs one of three forms: `reference` (reference.py,
 the literal Mamba recurrence), `recurrent` and `chunk`. The selective scan *is* gated linear attention with one head
 per channel: with q = C_t, k = Bbar_t, v = x_t and the diagonal log-gate delta_t A, the state h [D, N] is GLA's
-S [H = D, K = N, V = 1] (DERIVATION.md beside this file). So the recurrent and chunk forms are GLA's (`regmem/ops/linear_attn`), whose
-chunk form is linear in T and exact for any decay (log-space sums).
+S [H = D, K = N, V = 1] (DERIVATION.md beside this file). So the recurrent and chunk forms are GLA's
+(`regmem/ops/linear_attn`), whose chunk form is linear in T and exact for any decay (log-space sums).
 
 Shapes: x, delta: [B, T, D]; A: [D, N]; B_t, C_t: [B, T, N] (shared by the channels, as in Mamba-1); D_skip: [D];
 state h: [Nseq, D, N]; Nseq = B, or the number of sequences with `cu_seqlens` (then B = 1).

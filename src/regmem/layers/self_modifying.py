@@ -1,0 +1,94 @@
+"""SelfModifyingTitans: the mixer of Nested Learning's self-modifying Titans (arXiv:2512.24695, Sec. 8.1-8.3), the
+core of Hope, on the functional composite `regmem.nested.self_modifying_titans`.
+
+    x_h = conv(W_in x) per head (short causal conv, window 4, Hope's "local convolutions")
+    y_h = self_modifying_titans(x_h)    six residual-MLP memories, each fitted at test time to its own values
+    out = W_o norm(y) ⊙ silu(W_g x)
+
+Outer parameters: the projection, conv, the six initial memories M_□,0 [H, P] (meta-learned through the unrolled
+inner updates), the gate read-outs, and the output norm and gate. Every Table-6 ablation is a constructor flag:
+`dgd=False`, `momentum=False`, `weight_decay=False`, `static=("k", "v", "q")` (any subset), `adaptive_q=False`.
+The layer reads the main memory after each token's update (`read="updated"`, as TTT does) by default, so a query can
+recall pairs of its own mini-batch; `read="anchor"` is the paper's eq. 90 (nothing written inside a mini-batch is
+readable before the mini-batch ends).
+
+Padding: left-padded rows are rotated so their real tokens come first (mini-batches count from a row's first real
+token), padded tokens change no memory (`token_mask`), and the outputs are rotated back; the conv cache ends at each
+row's last real token (conv.py).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from regmem.layers.base import Mixer, check_mixer_input, split_heads
+from regmem.layers.conv import ShortConvolution
+from regmem.layers.deep_memory import _rotate
+from regmem.layers.memory import MemoryState
+from regmem.layers.norm import GatedRMSNorm
+from regmem.nested import OuterParams, SelfModifyingConfig, self_modifying_titans
+
+
+class SelfModifyingTitans(Mixer):
+    recipe_name = "self_modifying_titans"
+
+    def __init__(self, d_model: int, n_heads: int, *, head_dim: int | None = None, short_conv: int = 4,
+                 mini_batch: int = 16, mini_batch_memory: int | None = None, dgd: bool = True,
+                 momentum: bool = False, weight_decay: bool = True, adaptive_q: bool = True, static=(),
+                 self_values: bool = True, read: str = "updated", eta_max: float = 0.5, hidden: int = 0,
+                 chunk_size: int = 64, norm_eps: float = 1e-5):
+        super().__init__()
+        self.d_model, self.n_heads = d_model, n_heads
+        self.head_dim = head_dim or d_model // n_heads
+        self.short_conv = short_conv
+        self.config = SelfModifyingConfig(
+            hidden=hidden, dgd=dgd, momentum=momentum, weight_decay=weight_decay, adaptive_q=adaptive_q,
+            static=frozenset(static), self_values=self_values, read=read, eta_max=eta_max,
+            mini_batch_memory=mini_batch_memory or mini_batch, mini_batch_other=mini_batch)
+        inner = n_heads * self.head_dim
+        self.in_proj = nn.Linear(d_model, inner, bias=False)
+        self.conv = ShortConvolution(inner, short_conv) if short_conv else None
+        H, d = n_heads, self.head_dim
+        self.memory_init = nn.ParameterDict({
+            name: nn.Parameter(self.config.model(name, d).init(H, d, d)) for name in self.config.used()})
+        self.w_eta = nn.Parameter(torch.randn(H, d) * d**-0.5)
+        self.w_alpha = nn.Parameter(torch.full((H, d), 4.0 / d)) if weight_decay else None  # alpha ~ 0.98 at init
+        self.w_mu = nn.Parameter(torch.randn(H, d) * d**-0.5) if momentum else None
+        self.w_q = nn.Parameter(torch.eye(d).repeat(H, 1, 1)) if not adaptive_q else None
+        self.g_proj = nn.Linear(d_model, inner, bias=False)
+        self.o_norm = GatedRMSNorm(d, norm_eps)
+        self.o_proj = nn.Linear(inner, d_model, bias=False)
+        del chunk_size  # the mini-batches set the block length (accepted for the common mixer signature)
+
+    def _outer(self) -> OuterParams:
+        return OuterParams(dict(self.memory_init), self.w_eta, self.w_alpha, self.w_mu, self.w_q)
+
+    def forward(self, x, state=None, *, attention_mask=None):
+        check_mixer_input(x, attention_mask, self.d_model)
+        mask = attention_mask.bool() if attention_mask is not None else None
+        if mask is not None:
+            x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
+        conv_cache, memory = state if state is not None else (None, None)
+        h = self.in_proj(x)
+        if self.conv is not None:
+            h, cache = self.conv(h, conv_cache[0] if conv_cache is not None else None, mask)
+            conv_cache = (cache,)
+        h = split_heads(h, self.head_dim)  # [B, T, H, d]
+        lead = None
+        if mask is not None:  # left padding to the right (module docstring)
+            lead = (mask.cumsum(1) == 0).sum(1)
+            h, mask = _rotate(h, lead), _rotate(mask, lead)
+        # Decoding one token with a state runs the engine's recurrent form; anything longer its chunk form.
+        mode = "recurrent" if state is not None and x.shape[1] == 1 else "chunk"
+        y, memory = self_modifying_titans(h, self.config, self._outer(), memory, token_mask=mask, mode=mode)
+        if lead is not None:
+            y = _rotate(y, -lead)
+        y = self.o_norm(y, split_heads(self.g_proj(x), self.head_dim))
+        return self.o_proj(y.flatten(-2)), MemoryState(conv_cache, memory)
+
+    def state_size(self, seq_len: int) -> int:
+        per_memory = sum(
+            p.shape[-1] * (2 + int(self.config.momentum)) + 1 for p in self.memory_init.values())  # per head
+        conv = self.in_proj.out_features * (self.short_conv - 1) if self.conv is not None else 0
+        return self.n_heads * per_memory + conv

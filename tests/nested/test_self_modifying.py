@@ -1,0 +1,139 @@
+"""Self-modifying Titans (regmem/nested/self_modifying.py; Nested Learning arXiv:2512.24695, eqs. 86-91): the engine's
+three forms give one result, mini-batch 1 is the token recurrence, the sequence can be split and continued, outputs
+are causal, every ablation switch changes the computation, and with every projection static and a linear main
+memory it reduces to known linear memories (spec claim: static memories + linear memory + no DGD = gated linear
+attention; + l2 = a decoupled gated delta rule). The mixer contract is in tests/layers/test_mixers.py."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers import assert_close
+from regmem.nested import OuterParams, SelfModifyingConfig, initial_state, self_modifying_titans
+from regmem.nested.self_modifying import _read
+from regmem.ops import InnerModel, gated_linear_attn, momentum_delta_rule
+
+B, T, H, d = 2, 11, 2, 4
+
+
+def _params(config, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    f = torch.float64
+    init = {name: 0.5 * torch.randn(H, config.model(name, d).num_params(d, d), generator=gen, dtype=f)
+            for name in config.used()}
+    return OuterParams(init, torch.randn(H, d, generator=gen, dtype=f),
+                       torch.randn(H, d, generator=gen, dtype=f) if config.weight_decay else None,
+                       torch.randn(H, d, generator=gen, dtype=f) if config.momentum else None,
+                       torch.randn(H, d, d, generator=gen, dtype=f) if not config.adaptive_q else None)
+
+
+def _x(seed=1):
+    return torch.randn(B, T, H, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+FULL = SelfModifyingConfig(momentum=True, mini_batch_other=2, mini_batch_memory=4, eta_max=0.3)
+
+
+def _close_states(a, b, label):
+    for name, sa, sb in zip(a._fields, a, b, strict=True):
+        if sa is None:
+            assert sb is None
+            continue
+        for field, ta, tb in zip(sa._fields, sa, sb, strict=True):
+            assert_close(ta, tb, f"{label} {name}.{field}")
+
+
+@pytest.mark.parametrize("read", ["anchor", "updated"])
+def test_the_engines_three_forms_give_one_result(read):
+    config = SelfModifyingConfig(momentum=True, mini_batch_other=2, mini_batch_memory=4, read=read, eta_max=0.3)
+    params, x = _params(config), _x()
+    y_ref, s_ref = self_modifying_titans(x, config, params, mode="reference")
+    for mode in ("recurrent", "chunk"):
+        y, s = self_modifying_titans(x, config, params, mode=mode)
+        assert_close(y, y_ref, f"{mode} y")
+        _close_states(s, s_ref, mode)
+
+
+@pytest.mark.parametrize("config", [FULL, SelfModifyingConfig(mini_batch_other=1, mini_batch_memory=1, eta_max=0.3)])
+def test_token_steps_and_a_split_sequence_equal_one_call(config):
+    params, x = _params(config), _x()
+    y_full, s_full = self_modifying_titans(x, config, params)
+    y_head, state = self_modifying_titans(x[:, :3], config, params)
+    y_mid, state = self_modifying_titans(x[:, 3:8], config, params, state)  # continues mid mini-batch
+    steps = [y_head, y_mid]
+    for t in range(8, T):
+        y_t, state = self_modifying_titans(x[:, t:t + 1], config, params, state, mode="recurrent")
+        steps.append(y_t)
+    assert_close(torch.cat(steps, dim=1), y_full, "y")
+    _close_states(state, s_full, "final")
+
+
+def test_causal():
+    params, x = _params(FULL), _x()
+    y, _ = self_modifying_titans(x, FULL, params)
+    for t in (0, 4, 9):
+        later = x.clone()
+        later[:, t + 1:] += 1.0
+        y2, _ = self_modifying_titans(later, FULL, params)
+        assert_close(y2[:, :t + 1], y[:, :t + 1], f"outputs up to {t}")
+
+
+@pytest.mark.parametrize("flag", [{"dgd": False}, {"momentum": False}, {"weight_decay": False},
+                                  {"static": frozenset({"k"})}, {"static": frozenset({"v"})},
+                                  {"adaptive_q": False}, {"self_values": False}, {"read": "updated"}])
+def test_every_ablation_switch_changes_the_computation(flag):
+    base = SelfModifyingConfig(momentum=True, mini_batch_other=2, mini_batch_memory=2, eta_max=0.3)
+    ablated = SelfModifyingConfig(**{**base.__dict__, **flag})
+    params_base, params_ablated = _params(base), _params(ablated)
+    y, _ = self_modifying_titans(_x(), base, params_base)
+    y2, state = self_modifying_titans(_x(), ablated, params_ablated)
+    assert (y - y2).abs().max() > 1e-6, f"{flag} changed nothing"
+    for name in flag.get("static", ()):
+        assert torch.equal(getattr(state, name).params[0], params_ablated.init[name]), f"static {name} moved"
+
+
+def _generated(config, params, x):
+    """k, v, q, eta, g of a configuration whose projections are all static (functions of x alone)."""
+    state = initial_state(config, params, B)
+    k = F.normalize(_read(config, "k", state.k, x), dim=-1)
+    v = _read(config, "v", state.v, x)
+    q = F.normalize(_read(config, "q", state.q, x), dim=-1)
+    eta = config.eta_max * torch.sigmoid((_read(config, "eta", state.eta, x) * params.w_eta).sum(-1))
+    g = F.logsigmoid((_read(config, "alpha", state.alpha, x) * params.w_alpha).sum(-1))
+    return q, k, v, eta, g
+
+
+STATIC = frozenset({"k", "v", "q", "eta", "alpha"})
+
+
+def test_static_projections_linear_memory_dot_loss_no_dgd_is_gated_linear_attention():
+    config = SelfModifyingConfig(static=STATIC, memory_model=InnerModel(), dgd=False, loss="dot", self_values=False,
+                                 read="updated", mini_batch_other=1, mini_batch_memory=1)
+    params, x = _params(config), _x()
+    params.init["memory"].zero_()
+    y, _ = self_modifying_titans(x, config, params)
+    q, k, v, eta, g = _generated(config, params, x)
+    expected, _ = gated_linear_attn(q, k, v * eta.unsqueeze(-1), g, scale=1.0)
+    assert_close(y, expected, "y")
+
+
+def test_with_the_l2_objective_it_is_the_decoupled_gated_delta_rule():
+    config = SelfModifyingConfig(static=STATIC, memory_model=InnerModel(), dgd=False, self_values=False,
+                                 read="updated", mini_batch_other=1, mini_batch_memory=1)
+    params, x = _params(config), _x()
+    params.init["memory"].zero_()
+    y, _ = self_modifying_titans(x, config, params)
+    q, k, v, eta, g = _generated(config, params, x)
+    expected, _ = momentum_delta_rule(q, k, v, g, eta, torch.full_like(g, -1e4), scale=1.0)
+    assert_close(y, expected, "y")
+
+
+def test_bad_configuration_raises_value_error_naming_it():
+    with pytest.raises(ValueError, match="static"):
+        SelfModifyingConfig(static=frozenset({"memory"}))
+    with pytest.raises(ValueError, match="mini_batch_memory"):
+        SelfModifyingConfig(mini_batch_memory=3)
+    with pytest.raises(ValueError, match="read"):
+        SelfModifyingConfig(read="later")
+    with pytest.raises(ValueError, match="x must"):
+        self_modifying_titans(torch.zeros(2, 3, 4), FULL, _params(FULL))
