@@ -305,14 +305,16 @@ def build_parser() -> argparse.ArgumentParser:
     generate.set_defaults(func=_cmd_generate)
 
     repro = commands.add_parser("repro", help="reproduce a seed's figure: paper's claim beside our result")
-    repro.add_argument("name", choices=["ttr-online-regression", "ttr-mqar", "nl-mad", "nl-niah"],
+    repro.add_argument("name", choices=["ttr-online-regression", "ttr-mqar", "nl-mad", "nl-niah", "lecture-lineage"],
                        help="ttr-online-regression: TTR Fig. 2, parameter-free online regression (seconds); "
                             "ttr-mqar: TTR Fig. 3, one layer + key conv on MQAR, linear attention vs RLS "
                             "(about 8 minutes); nl-mad: Nested Learning Table 4, MAD's six tasks at CPU scale "
                             "beside the paper, 5 mixers x lr grid of 4 x 2 seeds (240 runs, about 2 h 15 min of one "
                             "CPU thread; resumable, --set mixers=attn,linear to split it); nl-niah: Table 1's "
                             "pattern, needle heat maps at 1x/2x/4x the training length for 3 variants x 4 mixers x "
-                            "2 lrs x 2 seeds (48 runs, about 30 min of one thread; resumable)")
+                            "2 lrs x 2 seeds (48 runs, about 30 min of one thread; resumable); lecture-lineage: the "
+                            "lecture's Mamba / DeltaNet / TTT table on MQAR at equal memory, 3 mixers x 2 lrs x 2 "
+                            "seeds (12 runs; resumable)")
     repro.add_argument("--out-dir", default="results/repro", help="where the report, JSON and plot go")
     repro.add_argument("--quick", action="store_true", help="a seconds-long smoke run, not a reproduction")
     repro.add_argument("--set", dest="settings", action="append", default=[],

@@ -46,6 +46,17 @@ def test_quick_nl_niah_writes_a_heat_map_per_variant(tmp_path):
     assert paths["niah_single"].read_bytes()[:4] == b"\x89PNG"
 
 
+def test_quick_lecture_lineage_prints_the_lectures_table_with_measured_rows(tmp_path):
+    paths = run_repro("lecture-lineage", tmp_path, quick=True, log=lambda *_: None)
+    report = paths["report"].read_text()
+    for method, mixer in (("Mamba (S6)", "mamba"), ("DeltaNet", "deltanet"), ("TTT", "ttt_linear")):
+        assert f"| {method} |" in report and f"`{mixer}`" in report
+    result = json.loads(paths["json"].read_text())
+    floats = {c["mixer"]: c["state_floats"] for c in result["cells"]}
+    assert floats["mamba"] > 0 and floats["deltanet"] > 0 and floats["ttt_linear"] > 0
+    assert paths["plot"].read_bytes()[:4] == b"\x89PNG"
+
+
 def test_online_regression_orderings_of_the_paper():
     result = run_online_regression(OnlineSettings(data=OnlineRegressionConfig(seq_len=128), num_sequences=4))
     claims = {c["claim"]: c["holds"] for c in result["claims"]}

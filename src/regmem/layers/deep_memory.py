@@ -2,7 +2,9 @@
 
     q, k, v = conv(W_q x), conv(W_k x), conv(W_v x)          (memory.py: projections, short convs, L2-normalised q, k)
     eta_t = inner_lr * sigmoid(W_eta x_t)                      per head: the learnable, data-dependent inner step
-    [alpha_t, mu_t = sigmoid(-W_alpha x_t), sigmoid(W_mu x_t)]  weight decay and momentum (Titans only)
+    [alpha_t, mu_t = sigmoid(W_alpha x_t), sigmoid(W_mu x_t)]  weight decay and momentum (Titans only; alpha starts
+                                                                near 0.01: a memory decaying by half per token forgets
+                                                                its meta-learned initial state within a few tokens)
     o_t = f_{theta_t}(q_t), theta fitted on (k_t, v_t) by mini-batch SGD from a meta-learned theta_0
     y = W_o norm(o) ⊙ silu(W_g x)
 
@@ -56,13 +58,16 @@ class DeepMemoryMixer(MemoryMixer):
             self.ln_bias = nn.Parameter(torch.zeros(n_heads, self.value_dim))
         n_gates = 1 + int(self.momentum) + int(self.weight_decay)
         self.gate_proj = nn.Linear(d_model, n_gates * n_heads, bias=True)  # eta [, mu] [, alpha] logits per head
+        if self.weight_decay:  # alpha = sigmoid(-4.6) ~ 0.01 at init: the memory keeps ~99% per token, not 50%
+            with torch.no_grad():
+                self.gate_proj.bias[-n_heads:] = -4.6
         self.num_params = P
 
     def memory(self, x, q, k, v, mask, memory, mode):
         logits = self.gate_proj(x).chunk(1 + int(self.momentum) + int(self.weight_decay), dim=-1)  # [B, T, H] each
         beta = self.inner_lr * torch.sigmoid(logits[0])
         log_eta = F.logsigmoid(logits[1]) if self.momentum else None
-        g = F.logsigmoid(-logits[-1]) if self.weight_decay else None
+        g = F.logsigmoid(-logits[-1]) if self.weight_decay else None  # log(1 - alpha), alpha = sigmoid(logit)
         if memory is None:
             memory = self._initial_state(x.shape[0])
         lead = None

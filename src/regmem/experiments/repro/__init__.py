@@ -5,6 +5,7 @@ measured result and writes a markdown report, JSON and a plot.
     ttr-mqar                Test-time regression, Fig. 3 (Sec. 6): one layer + key conv on MQAR, LA vs RLS
     nl-mad                  Nested Learning, Table 4 (Sec. 9.4): MAD's tasks at CPU scale, beside the paper
     nl-niah                 Nested Learning, Table 1's pattern (Sec. 9.2): needle-in-a-haystack heat maps
+    lecture-lineage         the lecture's recurrent hierarchy (Mamba / DeltaNet / TTT) on MQAR at equal memory
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ def run_repro(name: str, out_dir: str | Path = "results/repro", *, quick: bool =
 
         settings = repro.QUICK if quick else repro.NIAHSettings()
         result = repro.run_niah_repro(_replace(settings, overrides), out_dir, log=log)
+    elif name == "lecture-lineage":
+        from regmem.experiments.repro import lecture_lineage as repro
+
+        settings = repro.QUICK if quick else repro.LineageSettings()
+        result = repro.run_lineage(_replace(settings, overrides), out_dir, progress=not quick, log=log)
     else:
         raise ValueError(f"unknown reproduction {name!r}; known: {REPROS}")
     paths = repro.write_outputs(result, out_dir)
@@ -52,7 +58,7 @@ def run_repro(name: str, out_dir: str | Path = "results/repro", *, quick: bool =
     return paths
 
 
-REPROS = ("ttr-online-regression", "ttr-mqar", "nl-mad", "nl-niah")
+REPROS = ("ttr-online-regression", "ttr-mqar", "nl-mad", "nl-niah", "lecture-lineage")
 
 
 def _replace(settings, overrides: dict | None):
