@@ -53,7 +53,8 @@ class SelfModifyingTitans(Mixer):
         self.memory_init = nn.ParameterDict({
             name: nn.Parameter(self.config.model(name, d).init(H, d, d)) for name in self.config.used()})
         self.w_eta = nn.Parameter(torch.randn(H, d) * d**-0.5)
-        self.w_alpha = nn.Parameter(torch.full((H, d), 4.0 / d)) if weight_decay else None  # alpha ~ 0.98 at init
+        self.w_alpha = nn.Parameter(torch.randn(H, d) * d**-0.5) if weight_decay else None
+        self.b_alpha = nn.Parameter(torch.full((H,), 4.6)) if weight_decay else None  # retention ~0.99 at init
         self.w_mu = nn.Parameter(torch.randn(H, d) * d**-0.5) if momentum else None
         self.w_q = nn.Parameter(torch.eye(d).repeat(H, 1, 1)) if not adaptive_q else None
         self.g_proj = nn.Linear(d_model, inner, bias=False)
@@ -62,7 +63,7 @@ class SelfModifyingTitans(Mixer):
         del chunk_size  # the mini-batches set the block length (accepted for the common mixer signature)
 
     def _outer(self) -> OuterParams:
-        return OuterParams(dict(self.memory_init), self.w_eta, self.w_alpha, self.w_mu, self.w_q)
+        return OuterParams(dict(self.memory_init), self.w_eta, self.w_alpha, self.w_mu, self.w_q, self.b_alpha)
 
     def forward(self, x, state=None, *, attention_mask=None):
         check_mixer_input(x, attention_mask, self.d_model)

@@ -4,7 +4,7 @@ Every projection is itself a memory fitted at test time. Per head, with input ro
 M_k, M_v, M_q, M_eta, M_alpha, M_memory — each a residual 2-layer MLP M(x) = x + act(x W_1) W_2 (eq. 89, row layout):
 
     k_t = normalise(M_k(x_t)),  v_t = M_v(x_t),  q_t = normalise(M_q(x_t))   (or x_t W_q with adaptive_q=False)
-    eta_t = eta_max * sigmoid(M_eta(x_t) . w_eta),  alpha_t = sigmoid(M_alpha(x_t) . w_alpha)
+    eta_t = eta_max * sigmoid(M_eta(x_t) . w_eta),  alpha_t = sigmoid(M_alpha(x_t) . w_alpha + b_alpha)
     vhat_t = M(v_t)                       each memory generates its own target (eq. 87; `self_values=False`: v_t)
     M_t = M_{t-1} (alpha_t I - eta_t k_t k_t^T) - eta_t grad L(M_{s(t)}; k_t, vhat_t)      (eq. 88, layer-wise DGD)
     y_t = M_memory(q_t)
@@ -101,7 +101,8 @@ class SelfModifyingState(NamedTuple):
 @dataclass(frozen=True)
 class OuterParams:
     """The outer (meta-learned) tensors: initial memories [H, P] by name (those of `config.used()`), the gate
-    read-outs w_eta, w_alpha (with weight decay), w_mu (with momentum) [H, d], and W_q [H, d, d] for a static q
+    read-outs w_eta, w_alpha (with weight decay), w_mu (with momentum) [H, d], the retention bias b_alpha [H]
+    (alpha_t is the retention of eq. 88; a bias of ~4.6 starts it near 0.99), and W_q [H, d, d] for a static q
     (adaptive_q=False)."""
 
     init: dict
@@ -109,6 +110,7 @@ class OuterParams:
     w_alpha: torch.Tensor | None = None
     w_mu: torch.Tensor | None = None
     w_q: torch.Tensor | None = None
+    b_alpha: torch.Tensor | None = None
 
 
 def initial_state(config: SelfModifyingConfig, params: OuterParams, B: int) -> SelfModifyingState:
@@ -177,7 +179,10 @@ def _piece(x, config, params, state, mask, mode, step):
         q = torch.einsum("bthd,hde->bthe", x, params.w_q)
     q = F.normalize(q, dim=-1)
     eta = config.eta_max * torch.sigmoid((reads["eta"] * params.w_eta).sum(-1))  # [B, n, H]
-    g = F.logsigmoid((reads["alpha"] * params.w_alpha).sum(-1)) if config.weight_decay else None
+    g = None
+    if config.weight_decay:
+        bias = 0.0 if params.b_alpha is None else params.b_alpha  # [H]
+        g = F.logsigmoid((reads["alpha"] * params.w_alpha).sum(-1) + bias)
     log_mu = F.logsigmoid((x * params.w_mu).sum(-1)) if config.momentum else None
     y = _read(config, "memory", state.memory, q) if config.read == "anchor" else None
     new = {}

@@ -63,23 +63,24 @@ def ttt_chunk_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: Inn
     gates = {n: split_chunks(tokens[n], c) for n in ("beta", "g", "live")}  # [B, H, N, c]
     kern = _kernels(gates["g"], split_chunks(tokens["log_eta"], c) if with_momentum else None, gates["live"])
 
-    theta, momentum = state.params, state.momentum
-    anchor = start_anchor(state)
-    final_anchor = anchor
+    # Parameters stay per layer inside the loop ([B, H, rows, columns] each) and are packed once at the end.
+    W_now = model.unpack(state.params, K, V)
+    P_now = model.unpack(state.momentum, K, V) if with_momentum else [None] * model.depth
+    anchor_w = model.unpack(start_anchor(state), K, V)
+    final_anchor = model.pack(anchor_w)
     outputs = []
     per_chunk = [x.unbind(2) for x in (qc, kc, vc, gates["beta"], gates["live"])]
     per_kernel = {n: x.unbind(2) for n, x in kern.items()}
     for n, (q_n, k_n, v_n, eta_n, live_n) in enumerate(zip(*per_chunk, strict=True)):
         kn = {name: x[n] for name, x in per_kernel.items()}
         if n > 0 and n % (C // c) == 0:  # a mini-batch starts: its gradients are taken here
-            anchor = theta
-        final_anchor = torch.where((live_n.sum(-1) > 0).unsqueeze(-1), anchor, final_anchor)
-        anchor_w = model.unpack(anchor, K, V)
-        y, trace = model.forward(anchor_w, k_n, ln)  # [B, H, C, V]
+            anchor_w = W_now
+        if n > 0:
+            has_live = (live_n.sum(-1) > 0).unsqueeze(-1)  # [B, H, 1]
+            final_anchor = torch.where(has_live, model.pack(anchor_w), final_anchor)
+        y, trace = model.forward(anchor_w, k_n, ln)  # [B, H, c, V]
         deltas = model.backward(anchor_w, trace, loss_grad(loss, y, v_n, loss_param), ln)
-        eta = eta_n.unsqueeze(-1)  # [B, H, C, 1]
-        W_now = model.unpack(theta, K, V)
-        P_now = model.unpack(momentum, K, V) if with_momentum else [None] * model.depth
+        eta = eta_n.unsqueeze(-1)  # [B, H, c, 1]
         z = q_n
         new_w, new_p = [], []
         for layer, (W0, P0, X, delta) in enumerate(zip(W_now, P_now, trace[0], deltas, strict=True)):
@@ -89,9 +90,9 @@ def ttt_chunk_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: Inn
             z = activation(model.activation, h) if layer < model.depth - 1 else h
         out = layer_norm(z, ln) if model.layer_norm else z
         outputs.append(out + q_n if model.residual else out)
-        theta = model.pack(new_w)
-        if with_momentum:
-            momentum = model.pack(new_p)
+        W_now, P_now = new_w, new_p
+    theta = model.pack(W_now)
+    momentum = model.pack(P_now) if with_momentum else state.momentum
 
     o = merge_chunks(torch.stack(outputs, dim=2), T_run)  # [B, T_run, H, V]
     if shift is not None:
