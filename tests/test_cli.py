@@ -141,3 +141,13 @@ def test_bench_names_the_extra_when_fla_is_missing(tmp_path, monkeypatch):
             main(["bench", "ops", "--ops", "fla_naive_gated_delta_rule", "--out-dir", str(tmp_path)])
     finally:
         load_fla_file.cache_clear()
+
+
+def test_bench_layers_times_regmems_deep_memory_layers(tmp_path):
+    main(["bench", "layers", "--layers", "titans_mlp,ttt_mlp", "--seq-lens", "16", "--heads", "1", "--head-dim", "8",
+          "--min-run-time", "0.001", "--out-dir", str(tmp_path)])
+    (json_file,) = tmp_path.glob("*-layers.json")
+    rows = json.loads(json_file.read_text())["rows"]
+    assert sorted((r["layer"], r["pass"]) for r in rows) == sorted(
+        (layer, p) for layer in ("titans_mlp", "ttt_mlp") for p in ("fwd", "fwdbwd"))
+    assert all(r["ms"] > 0 for r in rows)

@@ -4,9 +4,10 @@
     regmem suite --tasks ...    every mixer on many tasks: a mixers x tasks leaderboard and heat map, resumable
     regmem train mqar|text ...  train one mixer (also under torchrun: DDP)
     regmem generate MODEL_DIR   continue a prompt with a model trained on text
-    regmem recipes              the design space: each op / model with its test-time-regression recipe
+    regmem recipes              the design space: each op / model with its recipe, and what Recipe.build() builds
     regmem bench ops            time ops and forms; write benchmarks/results/<date>-ops.{json,md}
     regmem bench decode         one decoding step's latency against the context length
+    regmem bench layers         whole layers (deep memories) beside public code (titans-pytorch)
     regmem repro NAME           reproduce a seed's figure or table (ttr-mqar, nl-mad, ...): claim beside result
     regmem showcase             a short tour: every op, its three forms agreeing, and their speed
 """
@@ -100,6 +101,23 @@ def _cmd_bench_decode(args) -> None:
                         dtype=DTYPES[args.dtype], min_run_time=args.min_run_time)
     table = decode_table(result)
     json_path, md_path = write(result, Path(args.out_dir), f"{datetime.date.today().isoformat()}-decode", table)
+    print(f"\n{table}\n\nwrote {json_path} and {md_path}")
+
+
+def _cmd_bench_layers(args) -> None:
+    from regmem.bench import LAYER_CASES, layers_table, run_layers, write
+
+    unknown = [c for c in args.layers if c not in LAYER_CASES]
+    if unknown:
+        raise SystemExit(f"--layers: unknown {unknown}; known: {sorted(LAYER_CASES)}")
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    try:
+        result = run_layers(args.layers, args.seq_lens, batch=args.batch, heads=args.heads, head_dim=args.head_dim,
+                            min_run_time=args.min_run_time)
+    except ImportError as err:
+        raise SystemExit(f"--layers: {err}") from None
+    table = layers_table(result)
+    json_path, md_path = write(result, Path(args.out_dir), f"{datetime.date.today().isoformat()}-layers", table)
     print(f"\n{table}\n\nwrote {json_path} and {md_path}")
 
 
@@ -204,11 +222,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="regmem",
-        description="regmem: sequence models built on associative memory (test-time regression).",
+        description="regmem: sequence models built on associative memory (test-time regression). Mixers include "
+                    "linear and gated memories, delta rules, exact regression, HLA, Mamba-1 (mamba) and Mamba-2, and "
+                    "deep memories fitted by test-time training (ttt_linear, ttt_mlp, titans_mlp, "
+                    "self_modifying_titans); any point of the design space builds as recipe:<weights>/<regressor>/"
+                    "<solver>.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    recipes = commands.add_parser("recipes", help="print the design space: ops and models with their recipes")
+    recipes = commands.add_parser("recipes", help="the design space and what Recipe.build() builds at each point")
     recipes.set_defaults(func=_cmd_recipes)
 
     bench = commands.add_parser("bench", help="benchmarks (results under benchmarks/results/)")
@@ -245,6 +267,20 @@ def build_parser() -> argparse.ArgumentParser:
     decode.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     decode.add_argument("--out-dir", default="benchmarks/results", help="where the JSON and markdown go")
     decode.set_defaults(func=_cmd_bench_decode)
+    layers = bench_kinds.add_parser("layers", help="time whole mixer layers, forward and forward+backward, beside "
+                                                   "public implementations (titans-pytorch: pip install "
+                                                   "'regmem[bench]')")
+    layers.add_argument("--layers", type=_name_list, default=["titans_mlp", "titans_pytorch", "titans_pytorch_b16"],
+                        help="comma-separated cases: titans_mlp, ttt_mlp (regmem), titans_pytorch, "
+                             "titans_pytorch_b16 (lucidrains' NeuralMemory, batch_size None or 16)")
+    layers.add_argument("--seq-lens", type=_int_list, default=[1024, 4096], help="comma-separated T values")
+    layers.add_argument("--batch", type=int, default=1, help="batch size B")
+    layers.add_argument("--heads", type=int, default=4, help="heads H")
+    layers.add_argument("--head-dim", type=int, default=64, help="dim per head (d_model = heads x head_dim)")
+    layers.add_argument("--min-run-time", type=float, default=1.0, help="seconds of timed runs per measurement")
+    layers.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
+    layers.add_argument("--out-dir", default="benchmarks/results", help="where the JSON and markdown go")
+    layers.set_defaults(func=_cmd_bench_layers)
 
     compare = commands.add_parser("compare", help="train several mixers on one task, fairly; write a leaderboard")
     compare.add_argument("task", help=_task_help())
