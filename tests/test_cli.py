@@ -143,11 +143,19 @@ def test_bench_names_the_extra_when_fla_is_missing(tmp_path, monkeypatch):
         load_fla_file.cache_clear()
 
 
-def test_bench_layers_times_regmems_deep_memory_layers(tmp_path):
-    main(["bench", "layers", "--layers", "titans_mlp,ttt_mlp", "--seq-lens", "16", "--heads", "1", "--head-dim", "8",
+def test_bench_layers_times_regmems_layers_and_their_decoding_step(tmp_path):
+    main(["bench", "layers", "--layers", "titans_mlp,mamba", "--seq-lens", "16,32", "--heads", "1", "--head-dim", "8",
           "--min-run-time", "0.001", "--out-dir", str(tmp_path)])
     (json_file,) = tmp_path.glob("*-layers.json")
     rows = json.loads(json_file.read_text())["rows"]
-    assert sorted((r["layer"], r["pass"]) for r in rows) == sorted(
-        (layer, p) for layer in ("titans_mlp", "ttt_mlp") for p in ("fwd", "fwdbwd"))
+    assert sorted((r["layer"], r["pass"], r["T"]) for r in rows) == sorted(
+        (layer, p, T) for layer in ("titans_mlp", "mamba") for p in ("fwd", "fwdbwd", "step") for T in (16, 32))
     assert all(r["ms"] > 0 for r in rows)
+    table = next(tmp_path.glob("*-layers.md")).read_text()
+    decode = table.split("| layer | decode step ms @ 16 | ms @ 32 | t(32) / t(16) |\n|---|---:|---:|---:|\n")[1]
+    assert [line.split(" | ")[0] for line in decode.splitlines()] == ["| titans_mlp", "| mamba"]
+
+
+def test_bench_layers_rejects_an_unknown_pass(tmp_path):
+    with pytest.raises(SystemExit, match="--passes"):
+        main(["bench", "layers", "--layers", "mamba", "--passes", "fwd,decode", "--out-dir", str(tmp_path)])

@@ -105,15 +105,18 @@ def _cmd_bench_decode(args) -> None:
 
 
 def _cmd_bench_layers(args) -> None:
-    from regmem.bench import LAYER_CASES, layers_table, run_layers, write
+    from regmem.bench import LAYER_CASES, PASSES, layers_table, run_layers, write
 
     unknown = [c for c in args.layers if c not in LAYER_CASES]
     if unknown:
         raise SystemExit(f"--layers: unknown {unknown}; known: {sorted(LAYER_CASES)}")
+    unknown = [p for p in args.passes if p not in PASSES]
+    if unknown:
+        raise SystemExit(f"--passes: unknown {unknown}; known: {list(PASSES)}")
     torch.set_num_threads(args.threads or torch.get_num_threads())
     try:
         result = run_layers(args.layers, args.seq_lens, batch=args.batch, heads=args.heads, head_dim=args.head_dim,
-                            min_run_time=args.min_run_time)
+                            min_run_time=args.min_run_time, passes=args.passes)
     except ImportError as err:
         raise SystemExit(f"--layers: {err}") from None
     table = layers_table(result)
@@ -267,12 +270,16 @@ def build_parser() -> argparse.ArgumentParser:
     decode.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     decode.add_argument("--out-dir", default="benchmarks/results", help="where the JSON and markdown go")
     decode.set_defaults(func=_cmd_bench_decode)
-    layers = bench_kinds.add_parser("layers", help="time whole mixer layers, forward and forward+backward, beside "
-                                                   "public implementations (titans-pytorch: pip install "
-                                                   "'regmem[bench]')")
+    layers = bench_kinds.add_parser("layers", help="time whole mixer layers (forward, forward+backward, one decoding "
+                                                   "step after T tokens), beside public implementations "
+                                                   "(titans-pytorch: pip install 'regmem[bench]')")
     layers.add_argument("--layers", type=_name_list, default=["titans_mlp", "titans_pytorch", "titans_pytorch_b16"],
-                        help="comma-separated cases: titans_mlp, ttt_mlp (regmem), titans_pytorch, "
-                             "titans_pytorch_b16 (lucidrains' NeuralMemory, batch_size None or 16)")
+                        help="comma-separated cases: titans_mlp, ttt_mlp, ttt_linear, self_modifying_titans, mamba "
+                             "(regmem), titans_pytorch, titans_pytorch_b16 (lucidrains' NeuralMemory, batch_size None "
+                             "or 16)")
+    layers.add_argument("--passes", type=_name_list, default=["fwd", "fwdbwd", "step"],
+                        help="comma-separated passes: fwd, fwdbwd, step (one decoding token after a T-token prefill; "
+                             "regmem's layers only)")
     layers.add_argument("--seq-lens", type=_int_list, default=[1024, 4096], help="comma-separated T values")
     layers.add_argument("--batch", type=int, default=1, help="batch size B")
     layers.add_argument("--heads", type=int, default=4, help="heads H")

@@ -1,7 +1,12 @@
-"""`regmem bench layers`: whole mixer layers, forward and forward+backward, beside public implementations.
+"""`regmem bench layers`: whole mixer layers, forward and forward+backward, beside public implementations, and
+one decoding step after a context of T tokens.
 
 Every case is a layer on x [B, T, d_model] with d_model = heads x head_dim. The deep-memory cases share one
 configuration: a 2-layer GELU MLP memory of width 4 x head_dim per head, inner mini-batch 16.
+
+Passes: `fwd` (no grad), `fwdbwd` (a forward and a backward of a unit cotangent), and `step` for regmem's layers: the
+prefill of T tokens (not timed) returns the layer's state, and one token is then timed through the layer with that
+state (the recurrent form). A fixed-size state makes the step cost the same at every T.
 
 - `titans_mlp`, `ttt_mlp`: regmem's layers (regmem/layers/deep_memory.py): every inner gradient of a mini-batch of 16
   tokens taken at its start, per-token updates read inside it (the chunk form's dual form).
@@ -21,11 +26,11 @@ import torch
 from regmem.bench.timing import median_seconds
 
 
-def _regmem(name: str) -> Callable:
+def _regmem(name: str, **kwargs) -> Callable:
     def make(d_model: int, heads: int):
         from regmem.layers import build_mixer
 
-        return build_mixer(name, d_model, heads, mini_batch=16, chunk_size=16)
+        return build_mixer(name, d_model, heads, **kwargs)
     return make
 
 
@@ -40,46 +45,75 @@ def _titans_pytorch(batch_size: int | None) -> Callable:
     return make
 
 
+DEEP = {"mini_batch": 16, "chunk_size": 16}
 LAYER_CASES = {
-    "titans_mlp": _regmem("titans_mlp"),
-    "ttt_mlp": _regmem("ttt_mlp"),
+    "titans_mlp": _regmem("titans_mlp", **DEEP),
+    "ttt_mlp": _regmem("ttt_mlp", **DEEP),
+    "ttt_linear": _regmem("ttt_linear", **DEEP),
+    "self_modifying_titans": _regmem("self_modifying_titans", mini_batch=16),
+    "mamba": _regmem("mamba"),
     "titans_pytorch": _titans_pytorch(None),
     "titans_pytorch_b16": _titans_pytorch(16),
 }
 EXTERNAL_LAYERS = {"titans_pytorch": "titans_mlp", "titans_pytorch_b16": "titans_mlp"}  # theirs -> ours
+PASSES = ("fwd", "fwdbwd", "step")
 
 
-def run_layers(case_names, seq_lens, *, batch, heads, head_dim, min_run_time, progress=print) -> dict:
+def run_layers(case_names, seq_lens, *, batch, heads, head_dim, min_run_time, passes=PASSES, progress=print) -> dict:
+    """Times every (case, T, pass); `step` only for regmem's layers (the external ones keep no decoding state here).
+    Returns {"meta": ..., "rows": [...]}."""
     rows = []
     d_model = heads * head_dim
     for name in case_names:
         torch.manual_seed(0)
         layer = LAYER_CASES[name](d_model, heads)
         for T in seq_lens:
-            x = torch.randn(batch, T, d_model, generator=torch.Generator().manual_seed(T))
-
-            def forward(layer=layer, x=x):
-                with torch.no_grad():
-                    return layer(x)
-
-            def forward_backward(layer=layer, x=x):
-                y = layer(x)[0]
-                y.backward(torch.ones_like(y))
-                layer.zero_grad(set_to_none=True)
-
-            for pass_, fn in (("fwd", forward), ("fwdbwd", forward_backward)):
+            x = torch.randn(batch, T + 1, d_model, generator=torch.Generator().manual_seed(T))
+            timed = {"fwd": _forward(layer, x[:, :T]), "fwdbwd": _forward_backward(layer, x[:, :T])}
+            if name not in EXTERNAL_LAYERS and "step" in passes:
+                timed["step"] = _step(layer, x[:, :T], x[:, T:])
+            for pass_, fn in ((p, timed[p]) for p in passes if p in timed):
                 seconds = median_seconds(fn, min_run_time=min_run_time)
+                tokens = batch * (1 if pass_ == "step" else T)
                 rows.append({"layer": name, "pass": pass_, "T": T, "B": batch, "H": heads, "K": head_dim,
-                             "ms": seconds * 1e3, "tokens_per_s": batch * T / seconds})
-                progress(f"{name:>20} {pass_:>6} T={T:>6}: {seconds * 1e3:9.1f} ms")
+                             "ms": seconds * 1e3, "tokens_per_s": tokens / seconds})
+                progress(f"{name:>22} {pass_:>6} T={T:>6}: {seconds * 1e3:9.2f} ms")
     meta = {"threads": torch.get_num_threads(), "torch": torch.__version__, "d_model": d_model}
     return {"meta": meta, "rows": rows}
 
 
+def _forward(layer, x) -> Callable[[], object]:
+    def forward():
+        with torch.no_grad():
+            return layer(x)
+    return forward
+
+
+def _forward_backward(layer, x) -> Callable[[], None]:
+    def forward_backward():
+        y = layer(x)[0]
+        y.backward(torch.ones_like(y))
+        layer.zero_grad(set_to_none=True)
+    return forward_backward
+
+
+def _step(layer, context, token) -> Callable[[], object]:
+    """One token through the layer after the prefill of `context` (the prefill is not timed)."""
+    with torch.no_grad():
+        _, state = layer(context)
+
+    def step():
+        with torch.no_grad():
+            return layer(token, state)
+    return step
+
+
 def layers_table(result: dict) -> str:
+    """Every row (T is the context of a `step`), then regmem against each public implementation at the same T and
+    pass, then each layer's decoding step at the longest context over the shortest."""
     rows = result["rows"]
     lines = ["| layer | pass | T | ms | tokens/s |", "|---|---|---:|---:|---:|"]
-    lines += [f"| {r['layer']} | {r['pass']} | {r['T']} | {r['ms']:.1f} | {r['tokens_per_s']:,.0f} |" for r in rows]
+    lines += [f"| {r['layer']} | {r['pass']} | {r['T']} | {r['ms']:.2f} | {r['tokens_per_s']:,.0f} |" for r in rows]
     compare = []
     for theirs, ours in EXTERNAL_LAYERS.items():
         for r in (r for r in rows if r["layer"] == theirs):
@@ -90,4 +124,13 @@ def layers_table(result: dict) -> str:
     if compare:
         lines += ["", "| comparison | T | pass | regmem ms | theirs ms | regmem speed-up |",
                   "|---|---:|---|---:|---:|---:|", *compare]
+    steps = [r for r in rows if r["pass"] == "step"]
+    Ts = sorted({r["T"] for r in steps})
+    if len(Ts) > 1:
+        lines += ["", f"| layer | decode step ms @ {Ts[0]} | ms @ {Ts[-1]} | t({Ts[-1]}) / t({Ts[0]}) |",
+                  "|---|---:|---:|---:|"]
+        for layer in dict.fromkeys(r["layer"] for r in steps):
+            by_T = {r["T"]: r["ms"] for r in steps if r["layer"] == layer}
+            if Ts[0] in by_T and Ts[-1] in by_T:
+                lines.append(f"| {layer} | {by_T[Ts[0]]:.3f} | {by_T[Ts[-1]]:.3f} | {by_T[Ts[-1]] / by_T[Ts[0]]:.2f} |")
     return "\n".join(lines)
