@@ -33,6 +33,13 @@ def test_bench_ops_writes_json_and_markdown(tmp_path, capsys):
     assert "| gla_diagonal | chunk | fwdbwd | 128 |" in md_file.read_text()
 
 
+def test_bench_ops_times_token_loops_only_up_to_the_given_length(tmp_path):
+    main(["bench", "ops", "--seq-lens", "32,64", "--heads", "1", "--head-dim", "8", "--chunk-size", "16",
+          "--min-run-time", "0.001", "--ops", "linear_attn", "--max-token-loop-len", "32", "--out-dir", str(tmp_path)])
+    rows = json.loads(next(tmp_path.glob("*-ops.json")).read_text())["rows"]
+    assert sorted({(r["form"], r["T"]) for r in rows}) == [("chunk", 32), ("chunk", 64), ("recurrent", 32)]
+
+
 def test_bench_rejects_unknown_ops(tmp_path):
     with pytest.raises(SystemExit, match="unknown"):
         main(["bench", "ops", "--ops", "flash", "--out-dir", str(tmp_path)])

@@ -84,6 +84,7 @@ def _cmd_bench_ops(args) -> None:
     result = run(
         args.ops, args.forms, args.seq_lens, batch=args.batch, heads=args.heads, head_dim=args.head_dim,
         chunk_size=args.chunk_size, dtype=DTYPES[args.dtype], min_run_time=args.min_run_time, memory=args.memory,
+        max_token_loop_len=args.max_token_loop_len,
     )
     stem = f"{datetime.date.today().isoformat()}-ops"
     json_path, md_path = write(result, Path(args.out_dir), stem)
@@ -251,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     ops.add_argument("--chunk-size", type=int, default=64, help="chunk size of the chunk form")
     ops.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="input dtype")
     ops.add_argument("--min-run-time", type=float, default=1.0, help="seconds of timed runs per measurement")
+    ops.add_argument("--max-token-loop-len", type=int, default=None,
+                     help="time the recurrent and reference forms only up to this T (a token loop's time is linear "
+                          "in T; the chunk form still runs at every T)")
     ops.add_argument("--memory", action="store_true",
                      help="also measure each call's peak memory, once, in a fresh process (slower)")
     ops.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")

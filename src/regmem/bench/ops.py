@@ -273,10 +273,11 @@ def forward_flops(case: OpCase, form: str, s: Shape) -> float:
 
 def run(
     case_names, forms, seq_lens, *, batch, heads, head_dim, chunk_size, dtype, min_run_time, memory=False,
-    progress=print,
+    max_token_loop_len=None, progress=print,
 ) -> dict:
     """Times every (case, form, T, pass); with `memory`, also measures each one's peak memory in a fresh process
-    (bench/memory.py). Returns {"meta": ..., "rows": [...]}."""
+    (bench/memory.py); forms other than chunk only up to T = `max_token_loop_len` (None: every T).
+    Returns {"meta": ..., "rows": [...]}."""
     from regmem.bench.memory import peak_mb
 
     peak = matmul_gflops(1024, dtype, min_run_time=min_run_time)
@@ -288,7 +289,8 @@ def run(
         for T in seq_lens:
             shape = Shape(batch, T, heads, head_dim, head_dim, chunk_size)
             inputs = case.make_inputs(shape, dtype, gen)
-            for form in (f for f in forms if f in case.forms):
+            long = max_token_loop_len is not None and T > max_token_loop_len
+            for form in (f for f in forms if f in case.forms and not (long and f != "chunk")):
                 kwargs = {"mode": form, **({"chunk_size": chunk_size} if form == "chunk" else {})}
                 for pass_ in ("fwd", "fwdbwd"):
                     seconds = median_seconds(_step(case, inputs, kwargs, pass_), min_run_time=min_run_time)
