@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from regmem.models import LM, LMConfig
 
@@ -81,3 +82,16 @@ def test_state_size_grows_only_for_attention():
     recurrent, attention = _lm("gla"), _lm("attn")
     assert recurrent.state_size(100) == recurrent.state_size(1000)
     assert attention.state_size(1000) == 10 * attention.state_size(100)
+
+
+
+@pytest.mark.parametrize("mixer", ["titans_mlp", "recipe:uniform/mlp/sgd_weight_decay"])
+def test_inside_an_lm_the_deep_memorys_weight_decay_starts_near_retention_one(mixer):
+    """The LM zeroes every Linear bias after the mixers are built, so the decay gate's starting value (retention
+    ~0.99 per token) lives in a parameter of its own; with the gate's bias reset, the retention would start at 0.5
+    and wipe the meta-learned memory within a few tokens (Titans' MLP memory then trained at chance on MQAR)."""
+    torch.manual_seed(0)
+    layer = LM(LMConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4, mixer=mixer)).blocks[0].mixer
+    logits = layer.gate_proj(torch.zeros(1, 1, 32)) + layer.gate_bias  # [1, 1, n_gates * H]
+    log_retention = F.logsigmoid(-logits[..., -4:])  # the weight-decay gate of each head, as DeepMemoryMixer reads it
+    assert torch.all(log_retention.exp() > 0.98)

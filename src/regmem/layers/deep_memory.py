@@ -57,14 +57,18 @@ class DeepMemoryMixer(MemoryMixer):
             self.ln_weight = nn.Parameter(torch.ones(n_heads, self.value_dim))
             self.ln_bias = nn.Parameter(torch.zeros(n_heads, self.value_dim))
         n_gates = 1 + int(self.momentum) + int(self.weight_decay)
-        self.gate_proj = nn.Linear(d_model, n_gates * n_heads, bias=True)  # eta [, mu] [, alpha] logits per head
-        if self.weight_decay:  # alpha = sigmoid(-4.6) ~ 0.01 at init: the memory keeps ~99% per token, not 50%
-            with torch.no_grad():
-                self.gate_proj.bias[-n_heads:] = -4.6
+        self.gate_proj = nn.Linear(d_model, n_gates * n_heads, bias=False)  # eta [, mu] [, alpha] logits per head
+        # The gates' biases are a parameter of their own, not the Linear's (an LM re-initialises every Linear bias to
+        # zero): alpha = sigmoid(-4.6) ~ 0.01 at init, so the memory keeps ~99% per token, not 50%.
+        bias = torch.zeros(n_gates, n_heads)
+        if self.weight_decay:
+            bias[-1] = -4.6
+        self.gate_bias = nn.Parameter(bias.flatten())  # [n_gates * H]
         self.num_params = P
 
     def memory(self, x, q, k, v, mask, memory, mode):
-        logits = self.gate_proj(x).chunk(1 + int(self.momentum) + int(self.weight_decay), dim=-1)  # [B, T, H] each
+        n_gates = 1 + int(self.momentum) + int(self.weight_decay)
+        logits = (self.gate_proj(x) + self.gate_bias).chunk(n_gates, dim=-1)  # [B, T, H] each
         beta = self.inner_lr * torch.sigmoid(logits[0])
         log_eta = F.logsigmoid(logits[1]) if self.momentum else None
         g = F.logsigmoid(-logits[-1]) if self.weight_decay else None  # log(1 - alpha), alpha = sigmoid(logit)
