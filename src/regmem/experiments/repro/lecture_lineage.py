@@ -15,12 +15,12 @@ the command resumes.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from regmem.experiments.presets import PRESETS
 from regmem.experiments.protocol import RunStore, execute, run_specs, summarize
+from regmem.experiments.repro.outputs import write_report
 
 ROWS = {  # mixer -> (the lecture's method, state representation, update logic)
     "mamba": ("Mamba (S6)", "vector h in R^{N x D}", "selective scalar gating"),
@@ -114,10 +114,6 @@ def plot(result: dict, path: Path) -> None:
 
 
 def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"report": out_dir / "lecture-lineage.md", "json": out_dir / "lecture-lineage.json",
-             "plot": out_dir / "lecture-lineage.png"}
-    paths["report"].write_text(format_report(result) + "\n")
-    paths["json"].write_text(json.dumps(result, indent=1))
+    paths = write_report(out_dir, "lecture-lineage", result, format_report(result))
     plot(result, paths["plot"])
     return paths

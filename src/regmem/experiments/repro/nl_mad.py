@@ -22,6 +22,7 @@ from pathlib import Path
 from regmem.experiments.plots import plot_heatmap
 from regmem.experiments.presets import Preset
 from regmem.experiments.protocol import RunStore, execute, run_specs, summarize
+from regmem.experiments.repro.outputs import write_report
 
 # Table 4 of the paper (accuracy %), columns in TASK_ORDER minus noisy recall.
 PAPER_TABLE4 = {
@@ -150,10 +151,7 @@ def findings(result: dict, tasks: list[str]) -> list[str]:
 
 
 def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"report": out_dir / "nl-mad.md", "json": out_dir / "nl-mad.json", "plot": out_dir / "nl-mad.png"}
-    paths["report"].write_text(format_report(result) + "\n")
-    paths["json"].write_text(json.dumps(result, indent=1))
+    paths = write_report(out_dir, "nl-mad", result, format_report(result))
     tasks = [t for t in TASK_ORDER if t in result["settings"]["tasks"]]
     cells = {(c["task"], c["mixer"]): _Mean(c["mean"], c["metric"]) for c in result["cells"]}
     plot_heatmap(paths["plot"], tasks, list(result["settings"]["mixers"]), cells,

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from regmem.experiments.niah import run_niah
 from regmem.experiments.presets import PRESETS
+from regmem.experiments.repro.outputs import write_report
 
 VARIANTS = ("niah_single", "niah_multikey", "niah_multivalue")
 # Table 1, mean over the three lengths 4K/8K/16K (accuracy %), of the rows whose mixer regmem has.
@@ -106,10 +107,8 @@ def findings(result: dict, lengths: list[int]) -> list[str]:
 
 
 def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"report": out_dir / "nl-niah.md", "json": out_dir / "nl-niah.json"}
-    paths["report"].write_text(format_report(result) + "\n")
-    paths["json"].write_text(json.dumps(result, indent=1))
+    paths = write_report(out_dir, "nl-niah", result, format_report(result))
+    del paths["plot"]  # the heat maps live with each variant's runs
     paths.update({variant: Path(run["dir"]) / "niah.png" for variant, run in result["runs"].items()})
     return paths
 

@@ -16,11 +16,11 @@ layer trains with 30 conjugate-gradient steps per token (MesaNet's solver; `rls_
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from regmem.experiments.presets import Preset
+from regmem.experiments.repro.outputs import write_report
 from regmem.experiments.runs import Cell, train_cell
 
 
@@ -118,9 +118,6 @@ def plot_rows(result: dict, path: Path) -> None:
 
 
 def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"report": out_dir / "ttr-mqar.md", "json": out_dir / "ttr-mqar.json", "plot": out_dir / "ttr-mqar.png"}
-    paths["report"].write_text(format_report(result) + "\n")
-    paths["json"].write_text(json.dumps(result, indent=1))
+    paths = write_report(out_dir, "ttr-mqar", result, format_report(result))
     plot_rows(result, paths["plot"])
     return paths

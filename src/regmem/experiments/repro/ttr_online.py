@@ -16,7 +16,6 @@ linear, and linear attention normalised to unit L2 norm.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from regmem.experiments.repro.outputs import write_report
 from regmem.ops import least_squares, linear_attn, local_linear_attn, softmax_attn
 from regmem.tasks.online_regression import OnlineRegressionConfig, switching_keys
 
@@ -157,11 +157,7 @@ def plot_curves(result: dict, path: Path) -> None:
 
 
 def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"report": out_dir / "ttr-online-regression.md", "json": out_dir / "ttr-online-regression.json",
-             "plot": out_dir / "ttr-online-regression.png"}
-    paths["report"].write_text(format_report(result) + "\n")
-    paths["json"].write_text(json.dumps(result, indent=1))
+    paths = write_report(out_dir, "ttr-online-regression", result, format_report(result))
     plot_curves(result, paths["plot"])
     return paths
 

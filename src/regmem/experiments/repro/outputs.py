@@ -1,0 +1,17 @@
+"""What every reproduction writes: `<name>.md` (the report: the paper's claim beside the measured result) and
+`<name>.json` (settings, cells, every run) under the output directory; each repro adds its own plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def write_report(out_dir: Path, name: str, result: dict, report: str) -> dict[str, Path]:
+    """Writes the report and the result; returns their paths ("report", "json") and, as "plot", where the
+    repro's plot belongs (`<name>.png`), for the caller to draw."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"report": out_dir / f"{name}.md", "json": out_dir / f"{name}.json", "plot": out_dir / f"{name}.png"}
+    paths["report"].write_text(report + "\n")
+    paths["json"].write_text(json.dumps(result, indent=1))
+    return paths
