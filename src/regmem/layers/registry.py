@@ -22,9 +22,9 @@ MIXERS: dict[str, type[Mixer]] = {
     "attn": SoftmaxAttention,
     "linear": LinearAttention,
     "retnet": RetNet,
-    "mamba": Mamba,
     "mamba2": Mamba2,
     "gla": GLA,
+    "mamba": Mamba,  # after GLA: Recipe.build() gives the first mixer at a point, and GLA is that point's plain form
     "deltanet": DeltaNet,
     "gated_deltanet": GatedDeltaNet,
     "longhorn": Longhorn,
