@@ -5,6 +5,11 @@ core of Hope, on the functional composite `regmem.nested.self_modifying_titans`.
     y_h = self_modifying_titans(x_h)    six residual-MLP memories, each fitted at test time to its own values
     out = W_o norm(y) ⊙ silu(W_g x)
 
+The inner step is eta_t = eta_max * sigmoid(.) with eta_max = 0.05: the DGD step W (alpha I - eta x x^T) is stable only
+while eta ||x||^2 < 1 + alpha for every layer input x, and the hidden layer's input is not normalised; with
+eta_max = 0.5 an LM on MQAR (quick preset, lr 0.01) reached NaN within 25 steps (measured); 0.05 stays finite (benchmarks/README.md, MQAR).
+The public implementation of the paper's model uses a far smaller scale still (softplus x 1e-3).
+
 Outer parameters: the projection, conv, the six initial memories M_□,0 [H, P] (meta-learned through the unrolled
 inner updates), the gate read-outs, and the output norm and gate. Every Table-6 ablation is a constructor flag:
 `dgd=False`, `momentum=False`, `weight_decay=False`, `static=("k", "v", "q")` (any subset), `adaptive_q=False`.
@@ -36,7 +41,7 @@ class SelfModifyingTitans(Mixer):
     def __init__(self, d_model: int, n_heads: int, *, head_dim: int | None = None, short_conv: int = 4,
                  mini_batch: int = 16, mini_batch_memory: int | None = None, dgd: bool = True,
                  momentum: bool = False, weight_decay: bool = True, adaptive_q: bool = True, static=(),
-                 self_values: bool = True, read: str = "updated", eta_max: float = 0.5, hidden: int = 0,
+                 self_values: bool = True, read: str = "updated", eta_max: float = 0.05, hidden: int = 0,
                  chunk_size: int = 64, norm_eps: float = 1e-5):
         super().__init__()
         self.d_model, self.n_heads = d_model, n_heads
