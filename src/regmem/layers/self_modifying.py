@@ -7,7 +7,7 @@ core of Hope, on the functional composite `regmem.nested.self_modifying_titans`.
 
 The inner step is eta_t = eta_max * sigmoid(.) with eta_max = 0.05: the DGD step W (alpha I - eta x x^T) is stable only
 while eta ||x||^2 < 1 + alpha for every layer input x, and the hidden layer's input is not normalised; with
-eta_max = 0.5 an LM on MQAR (quick preset, lr 0.01) reached NaN within 25 steps (measured); 0.05 stays finite (benchmarks/README.md, MQAR).
+eta_max = 0.5 an LM on MQAR (quick preset, lr 0.01) reached NaN within 25 steps (measured; benchmarks/README.md).
 The public implementation of the paper's model uses a far smaller scale still (softplus x 1e-3).
 
 Outer parameters: the projection, conv, the six initial memories M_□,0 [H, P] (meta-learned through the unrolled
