@@ -5,10 +5,11 @@ core of Hope, on the functional composite `regmem.nested.self_modifying_titans`.
     y_h = self_modifying_titans(x_h)    six residual-MLP memories, each fitted at test time to its own values
     out = W_o norm(y) ⊙ silu(W_g x)
 
-The inner step is eta_t = eta_max * sigmoid(.) with eta_max = 0.05: the DGD step W (alpha I - eta x x^T) is stable only
-while eta ||x||^2 < 1 + alpha for every layer input x, and the hidden layer's input is not normalised; with
-eta_max = 0.5 an LM on MQAR (quick preset, lr 0.01) reached NaN within 25 steps (measured; benchmarks/README.md).
-The public implementation of the paper's model uses a far smaller scale still (softplus x 1e-3).
+The inner step is eta_t = eta_max * sigmoid(.) with eta_max = 0.05. Known limitation (measured, benchmarks/README.md):
+an LM with this layer trained on MQAR (quick preset) diverges to NaN — within 25 steps at eta_max = 0.5, within 512
+at 0.05, and also with dgd=False. The memories' parameters grow first in M_v: every memory regresses onto its own
+M(v) with v = M_v(x), a positive feedback once M_v's gain exceeds one. L2-normalising v kept a trace finite for 60
+steps at lr 0.03 where it otherwise failed at step 21, but was not verified over a full run and is not done here.
 
 Outer parameters: the projection, conv, the six initial memories M_□,0 [H, P] (meta-learned through the unrolled
 inner updates), the gate read-outs, and the output norm and gate. Every Table-6 ablation is a constructor flag:
