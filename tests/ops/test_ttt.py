@@ -220,13 +220,14 @@ def test_forms_agree_over_shapes(B, T, H, K, V, depth, mini_batch, chunk_size, d
             assert_close(a, b, f"{mode} {name}")
 
 
-def test_padding_by_token_mask_is_a_shorter_sequence():
+@pytest.mark.parametrize("chunk_size", [1, 64])  # blocks of 1 inside mini-batches of 4, and one block per mini-batch
+def test_padding_by_token_mask_is_a_shorter_sequence(chunk_size):
     q, k, v, beta = _inputs(B=2, T=11)
     model = InnerModel((6,), "gelu")
     state = _state(model, 2, 2, 4, 4)
     mask = torch.arange(11) < torch.tensor([[11], [6]])
     o, s = ttt(q, k, v, beta, model=model, mini_batch=4, initial_state=state, token_mask=mask,
-               output_final_state=True)
+               output_final_state=True, chunk_size=chunk_size)
     o6, s6 = ttt(*(x[1:, :6] for x in (q, k, v, beta)), model=model, mini_batch=4,
                  initial_state=TTTState(*(f[1:] for f in state)), output_final_state=True)
     assert_close(o[1:, :6], o6, "o")

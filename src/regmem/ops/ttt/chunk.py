@@ -75,7 +75,8 @@ def ttt_chunk_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: Inn
         kn = {name: x[n] for name, x in per_kernel.items()}
         if n > 0 and n % (C // c) == 0:  # a mini-batch starts: its gradients are taken here
             anchor_w = W_now
-        if n > 0:
+            # Live tokens form a prefix of each row (after the shift), so a mini-batch holds live tokens iff its
+            # first block does: the final anchor is the last such mini-batch's, checked once per mini-batch.
             has_live = (live_n.sum(-1) > 0).unsqueeze(-1)  # [B, H, 1]
             final_anchor = torch.where(has_live, model.pack(anchor_w), final_anchor)
         y, trace = model.forward(anchor_w, k_n, ln)  # [B, H, c, V]
