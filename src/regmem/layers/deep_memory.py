@@ -56,7 +56,7 @@ class DeepMemoryMixer(MemoryMixer):
         if inner_model.layer_norm:
             self.ln_weight = nn.Parameter(torch.ones(n_heads, self.value_dim))
             self.ln_bias = nn.Parameter(torch.zeros(n_heads, self.value_dim))
-        n_gates = 1 + int(self.momentum) + int(self.weight_decay)
+        n_gates = self.n_gates
         self.gate_proj = nn.Linear(d_model, n_gates * n_heads, bias=False)  # eta [, mu] [, alpha] logits per head
         # The gates' biases are a parameter of their own, not the Linear's (an LM re-initialises every Linear bias to
         # zero): alpha = sigmoid(-4.6) ~ 0.01 at init, so the memory keeps ~99% per token, not 50%.
@@ -67,8 +67,7 @@ class DeepMemoryMixer(MemoryMixer):
         self.num_params = P
 
     def memory(self, x, q, k, v, mask, memory, mode):
-        n_gates = 1 + int(self.momentum) + int(self.weight_decay)
-        logits = (self.gate_proj(x) + self.gate_bias).chunk(n_gates, dim=-1)  # [B, T, H] each
+        logits = (self.gate_proj(x) + self.gate_bias).chunk(self.n_gates, dim=-1)  # [B, T, H] each
         beta = self.inner_lr * torch.sigmoid(logits[0])
         log_eta = F.logsigmoid(logits[1]) if self.momentum else None
         g = F.logsigmoid(-logits[-1]) if self.weight_decay else None  # log(1 - alpha), alpha = sigmoid(logit)
@@ -85,6 +84,11 @@ class DeepMemoryMixer(MemoryMixer):
         if lead is not None:
             o = _rotate(o, -lead)
         return o, state
+
+    @property
+    def n_gates(self) -> int:
+        """eta, then mu with momentum, then alpha with weight decay: one logit per head each."""
+        return 1 + int(self.momentum) + int(self.weight_decay)
 
     def _initial_state(self, B: int) -> TTTState:
         init = self.memory_init.unsqueeze(0).expand(B, -1, -1)  # [B, H, P]
