@@ -114,6 +114,12 @@ class SoftmaxAttention(Mixer):
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
         return o.transpose(1, 2)  # [B, T, H, D]
 
+    def levels(self) -> list[dict]:
+        """Softmax attention is a non-parametric memory that keeps every pair (Nested Learning, Sec. 5, eq. 62):
+        its KV cache grows at every token."""
+        return [{"tensors": "KV cache (every key and value)", "period": 1,
+                 "objective": "non-parametric: Nadaraya-Watson regression at each query"}]
+
     def state_size(self, seq_len: int) -> int:
         conv = sum(c.conv.in_channels for c in self.convs) * (self.short_conv - 1) if self.convs is not None else 0
         return 2 * self.n_kv_heads * self.head_dim * seq_len + conv

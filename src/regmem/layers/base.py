@@ -30,6 +30,13 @@ class Mixer(nn.Module):
     def forward(self, x: torch.Tensor, state=None, *, attention_mask: torch.Tensor | None = None):
         raise NotImplementedError
 
+    def levels(self) -> list[dict]:
+        """The mixer's in-context components for `regmem.nested.describe_levels` (Nested Learning, Definition 2):
+        by default one memory state written at every token by the solver of its recipe."""
+        recipe = self.recipe
+        return [{"tensors": f"{self.recipe_name} memory state", "period": 1,
+                 "objective": f"{recipe.regressor} regression, {recipe.solver}"}]
+
 
 def check_mixer_input(x: torch.Tensor, attention_mask: torch.Tensor | None, d_model: int) -> None:
     if x.ndim != 3 or x.shape[-1] != d_model:

@@ -94,6 +94,17 @@ class SelfModifyingTitans(Mixer):
         y = self.o_norm(y, split_heads(self.g_proj(x), self.head_dim))
         return self.o_proj(y.flatten(-2)), MemoryState(conv_cache, memory)
 
+    def levels(self) -> list[dict]:
+        """The memories updated in context: each every token, its gradients and generated values at the start of
+        its mini-batch (Fig. 5: self-modifying Titans' chunk of 16)."""
+        rows = []
+        for name in self.config.used():
+            if self.config.updated(name):
+                rows.append({"tensors": f"M_{name} (residual MLP)", "period": self.config.mini_batch(name),
+                             "objective": "l2 regression onto its own values" + (", DGD" if self.config.dgd else ""),
+                             "independent": bool(rows)})  # each needs only the previous states
+        return rows
+
     def state_size(self, seq_len: int) -> int:
         per_memory = sum(
             p.shape[-1] * (2 + int(self.config.momentum)) + 1 for p in self.memory_init.values())  # per head

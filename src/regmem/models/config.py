@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from regmem.layers import MIXERS, is_mixer_name
+from regmem.nested import CMSConfig
 
 
 @dataclass(frozen=True)
@@ -19,8 +20,15 @@ class LMConfig:
     mixer: str | tuple[str, ...] = "gla"
     # Constructor arguments per mixer name, e.g. {"attn": {"qk_norm": True}, "gla": {"expand_v": 2.0}}.
     mixer_kwargs: dict[str, dict] = field(default_factory=dict)
-    ffn: Literal["swiglu", "none"] = "swiglu"
+    ffn: Literal["swiglu", "cms", "none"] = "swiglu"
     ffn_expansion: float = 4.0  # SwiGLU hidden width = round(2/3 * ffn_expansion * d_model), LLaMA's sizing
+    # ffn="cms": a Continuum Memory System (regmem.nested.CMS) of cms_levels SwiGLU levels of that width, level l
+    # updated in context every cms_chunk_sizes[l] tokens with inner learning rate cms_lr.
+    cms_levels: int = 3
+    cms_chunk_sizes: tuple[int, ...] = (16, 64, 256)
+    cms_lr: float = 1e-3
+    cms_variant: Literal["sequential", "nested", "independent"] = "sequential"
+    cms_objective: Literal["value", "reconstruct"] = "value"
     tie_embeddings: bool = True
     norm_eps: float = 1e-5
     init_std: float = 0.02  # normal init of embeddings and linear layers (GPT-2)
@@ -35,8 +43,14 @@ class LMConfig:
         unknown = set(self.mixer_kwargs) - set(MIXERS)
         if unknown:
             raise ValueError(f"mixer_kwargs keys must be mixer names from {sorted(MIXERS)}, got {sorted(unknown)}")
-        if self.ffn not in ("swiglu", "none"):
-            raise ValueError(f"ffn must be 'swiglu' or 'none', got {self.ffn!r}")
+        if self.ffn not in ("swiglu", "cms", "none"):
+            raise ValueError(f"ffn must be 'swiglu', 'cms' or 'none', got {self.ffn!r}")
+        object.__setattr__(self, "cms_chunk_sizes", tuple(self.cms_chunk_sizes))
+        if len(self.cms_chunk_sizes) != self.cms_levels:
+            raise ValueError(f"cms_chunk_sizes lists {len(self.cms_chunk_sizes)} levels but cms_levels = "
+                             f"{self.cms_levels}")
+        if self.ffn == "cms":
+            self.cms_config()  # validates the chunk sizes, lr and variant
         for name in ("vocab_size", "d_model", "n_layers", "n_heads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -48,9 +62,17 @@ class LMConfig:
             raise ValueError(f"mixer lists {len(names)} layers but n_layers = {self.n_layers}")
         return [names[i % len(names)] for i in range(self.n_layers)]
 
+    def ffn_hidden(self) -> int:
+        return round(2 / 3 * self.ffn_expansion * self.d_model)
+
+    def cms_config(self) -> CMSConfig:
+        return CMSConfig(chunk_sizes=self.cms_chunk_sizes, lr=self.cms_lr, hidden=self.ffn_hidden(),
+                         variant=self.cms_variant, objective=self.cms_objective, norm_eps=self.norm_eps)
+
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["mixer"] = list(self.mixer) if isinstance(self.mixer, tuple) else self.mixer
+        d["cms_chunk_sizes"] = list(self.cms_chunk_sizes)
         return d
 
     @classmethod

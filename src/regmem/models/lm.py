@@ -1,6 +1,11 @@
 """A language model around any mixer: embeddings -> pre-norm residual blocks -> norm -> head.
 
     x = x + mixer(norm(x));  x = x + ffn(norm(x))        (ffn: SwiGLU, or none)
+    x = x + mixer(norm(x));  x = CMS(x)                   (ffn="cms": each CMS level is pre-norm residual, so a
+                                                           one-level CMS that never updates is the SwiGLU block)
+
+A block's decoding state is its mixer's state, or `BlockState(mixer, ffn)` when the FFN is a CMS (whose fast
+weights and partial-chunk gradients are part of the context).
 
 `forward(input_ids, state=None, *, attention_mask=None, return_state=False)` returns logits [B, T, vocab] (and
 the per-layer states). `generate` decodes with the mixers' states: one prefill, then one-token steps.
@@ -17,8 +22,11 @@ import torch.nn.functional as F
 from safetensors.torch import load_model, save_model
 from torch import nn
 
+from typing import NamedTuple
+
 from regmem.layers import build_mixer
 from regmem.models.config import LMConfig
+from regmem.nested import CMS, CMSState
 
 
 class SwiGLU(nn.Module):
@@ -32,6 +40,13 @@ class SwiGLU(nn.Module):
         return self.down(F.silu(gate) * up)
 
 
+class BlockState(NamedTuple):
+    """The state of a block whose FFN is a CMS."""
+
+    mixer: object
+    ffn: CMSState | None
+
+
 class Block(nn.Module):
     def __init__(self, config: LMConfig, mixer: str):
         super().__init__()
@@ -40,14 +55,24 @@ class Block(nn.Module):
         self.ffn = None
         if config.ffn == "swiglu":
             self.ffn_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
-            self.ffn = SwiGLU(config.d_model, round(2 / 3 * config.ffn_expansion * config.d_model))
+            self.ffn = SwiGLU(config.d_model, config.ffn_hidden())
+        elif config.ffn == "cms":
+            self.ffn = CMS(config.d_model, config.cms_config())
 
     def forward(self, x, state=None, attention_mask=None):
+        if isinstance(self.ffn, CMS):
+            mixer_state, ffn_state = state if state is not None else (None, None)
+            y, mixer_state = self.mixer(self.mixer_norm(x), mixer_state, attention_mask=attention_mask)
+            x, ffn_state = self.ffn(x + y, ffn_state, attention_mask=attention_mask)
+            return x, BlockState(mixer_state, ffn_state)
         y, state = self.mixer(self.mixer_norm(x), state, attention_mask=attention_mask)
         x = x + y
         if self.ffn is not None:
             x = x + self.ffn(self.ffn_norm(x))
         return x, state
+
+    def state_size(self, seq_len: int) -> int:
+        return self.mixer.state_size(seq_len) + (self.ffn.state_size() if isinstance(self.ffn, CMS) else 0)
 
 
 class LM(nn.Module):
@@ -99,7 +124,7 @@ class LM(nn.Module):
 
     def state_size(self, seq_len: int) -> int:
         """Floats of decoding state per sequence after `seq_len` tokens, summed over layers."""
-        return sum(block.mixer.state_size(seq_len) for block in self.blocks)
+        return sum(block.state_size(seq_len) for block in self.blocks)
 
     def save_pretrained(self, directory: str | Path) -> None:
         directory = Path(directory)

@@ -1,6 +1,9 @@
-"""Nested Learning (Behrouz et al., arXiv:2512.24695): models as nested optimisation problems. Self-modifying Titans
-(Sec. 8.1-8.2) is here; it runs on the test-time-training engine of `regmem.ops.ttt`."""
+"""Nested Learning (Behrouz et al., arXiv:2512.24695): models as nested optimisation problems. Here: the Continuum
+Memory System (Sec. 7.1), self-modifying Titans (Sec. 8.1-8.2, on the test-time-training engine of `regmem.ops.ttt`),
+Linear Attention++ (Sec. 3.2 and 5.1) and the levels of a model (Definition 2)."""
 
+from regmem.nested.cms import CMS, CMSConfig, CMSState, LevelState, Weights
+from regmem.nested.levels import Level, describe_levels, format_levels
 from regmem.nested.self_modifying import (
     MEMORIES,
     OuterParams,
@@ -10,5 +13,6 @@ from regmem.nested.self_modifying import (
     self_modifying_titans,
 )
 
-__all__ = ["MEMORIES", "OuterParams", "SelfModifyingConfig", "SelfModifyingState", "initial_state",
+__all__ = ["CMS", "CMSConfig", "CMSState", "Level", "LevelState", "Weights", "describe_levels", "format_levels",
+           "MEMORIES", "OuterParams", "SelfModifyingConfig", "SelfModifyingState", "initial_state",
            "self_modifying_titans"]

@@ -1,0 +1,237 @@
+"""The Continuum Memory System (Nested Learning, arXiv:2512.24695, Sec. 7.1, eqs. 70-74): the batched chunk form
+against the token loop, the update schedule of eq. 71, the variants of eqs. 72-74, state passing, padding,
+causality, meta-learning of the initial levels, and bad configurations."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from regmem.models.lm import SwiGLU
+from regmem.nested import CMS, CMSConfig
+from regmem.nested.cms import Weights, swiglu
+
+D = 6
+
+
+def _cms(chunk_sizes=(2, 4), lr=0.05, variant="sequential", objective="value", dtype=torch.float64, seed=0):
+    torch.manual_seed(seed)
+    cms = CMS(D, CMSConfig(chunk_sizes=chunk_sizes, lr=lr, hidden=5, variant=variant, objective=objective))
+    with torch.no_grad():  # break the identity value map and unit norms, so every outer parameter matters
+        cms.value.add_(0.3 * torch.randn_like(cms.value)) if cms.value is not None else None
+        cms.norm_weight.add_(0.2 * torch.randn_like(cms.norm_weight))
+    return cms.to(dtype)
+
+
+def _x(B, T, dtype=torch.float64, seed=1):
+    return torch.randn(B, T, D, dtype=dtype, generator=torch.Generator().manual_seed(seed))
+
+
+def _flat(state):
+    return [t for level in state.levels for part in level for t in (part or ())]
+
+
+def _grads(cms, x, y, state):
+    """Gradients of a random projection of the outputs and the final fast weights w.r.t. x and every parameter."""
+    gen = torch.Generator().manual_seed(2)
+    loss = (y * torch.randn(y.shape, dtype=y.dtype, generator=gen)).sum()
+    for t in _flat(state):
+        loss = loss + (t * torch.randn(t.shape, dtype=t.dtype, generator=gen)).sum()
+    return torch.autograd.grad(loss, [x, *cms.parameters()])
+
+
+@pytest.mark.parametrize("variant", ["sequential", "nested", "independent"])
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-4)], ids=["f64", "f32"])
+def test_batched_chunks_equal_the_token_loop_with_frozen_parameters(variant, dtype, tol):
+    cms = _cms(variant=variant, dtype=dtype)
+    x = _x(2, 11, dtype).requires_grad_()
+    y, state = cms(x)
+    y_ref, state_ref = cms(x, mode="reference")
+    torch.testing.assert_close(y, y_ref, rtol=tol, atol=tol)
+    for a, b in zip(_flat(state), _flat(state_ref), strict=True):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+    for a, b in zip(_grads(cms, x, y, state), _grads(cms, x, y_ref, state_ref), strict=True):
+        torch.testing.assert_close(a, b, rtol=10 * tol, atol=10 * tol)
+
+
+@settings(max_examples=15, deadline=None)
+@given(B=st.integers(1, 3), T=st.integers(1, 19), sizes=st.sampled_from([(1,), (3,), (2, 4), (4, 2), (1, 2, 8)]),
+       variant=st.sampled_from(["sequential", "nested", "independent"]), split=st.integers(0, 19))
+def test_forms_state_passing_and_steps_agree_over_shapes(B, T, sizes, variant, split):
+    if variant == "nested" and sizes == (4, 2):
+        sizes = (2, 4)
+    cms = _cms(chunk_sizes=sizes, variant=variant)
+    x = _x(B, T)
+    y, state = cms(x)
+    torch.testing.assert_close(cms(x, mode="reference")[0], y, rtol=1e-10, atol=1e-10)
+    split = min(split, T)
+    y1, mid = cms(x[:, :split])
+    y2, end = cms(x[:, split:], mid)
+    torch.testing.assert_close(torch.cat([y1, y2], 1), y, rtol=1e-10, atol=1e-10)
+    for a, b in zip(_flat(end), _flat(state), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_prefill_then_one_token_steps_equal_one_call():
+    cms = _cms(chunk_sizes=(2, 3))
+    x = _x(2, 13)
+    y, _ = cms(x)
+    ys, state = [], None
+    y0, state = cms(x[:, :5])
+    ys.append(y0)
+    for t in range(5, 13):
+        y_t, state = cms(x[:, t:t + 1], state)
+        ys.append(y_t)
+    torch.testing.assert_close(torch.cat(ys, 1), y, rtol=1e-10, atol=1e-10)
+
+
+def test_a_level_changes_only_at_multiples_of_its_chunk_by_the_summed_token_errors():
+    """Eq. 71: theta is constant inside a chunk; at its end it moves by -lr * sum_t grad L(theta_start; u_t)."""
+    cms = _cms(chunk_sizes=(3,), lr=0.2)
+    x = _x(1, 7)
+    thetas = []
+    state = None
+    for t in range(7):
+        _, state = cms(x[:, t:t + 1], state)
+        thetas.append(state.levels[0].theta)
+    changed = [t + 1 for t in range(1, 7) if not torch.equal(thetas[t].down, thetas[t - 1].down)]
+    assert changed == [3, 6], f"updates after {changed} tokens"
+    start = cms.initial_weights(0, 1)
+    assert not torch.equal(thetas[2].down, start.down) and torch.equal(thetas[1].down, start.down)
+    # The first update by hand: per-token gradients at the initial weights, summed over tokens 0..2.
+    u = cms.level_input(0, x[:, :3])
+    total = None
+    for t in range(3):
+        theta = Weights(*(w.detach().clone().requires_grad_() for w in start))
+        loss = 0.5 * ((swiglu(theta, u[:, t:t + 1]) - cms.target(0, u[:, t:t + 1])) ** 2).sum()
+        g = torch.autograd.grad(loss, theta)
+        total = g if total is None else [a + b for a, b in zip(total, g, strict=True)]
+    for w, g, got in zip(start, total, thetas[2], strict=True):
+        torch.testing.assert_close(got, w - 0.2 * g, rtol=1e-10, atol=1e-12)
+
+
+def test_tokens_of_a_chunk_read_the_chunk_start_parameters():
+    cms = _cms(chunk_sizes=(4,), lr=0.5)
+    x = _x(2, 8)
+    y, _ = cms(x)
+    _, mid = cms(x[:, :4])
+    u = cms.level_input(0, x[:, 4:])
+    torch.testing.assert_close(y[:, 4:], x[:, 4:] + swiglu(mid.levels[0].theta, u), rtol=1e-10, atol=1e-12)
+
+
+def test_nested_levels_reset_to_their_initial_value_when_the_parent_chunk_ends():
+    cms = _cms(chunk_sizes=(2, 6), variant="nested", lr=0.4)
+    x = _x(1, 12)
+    init = cms.initial_weights(0, 1)
+    state = None
+    for t in range(12):
+        _, state = cms(x[:, t:t + 1], state)
+        child = state.levels[0].theta
+        reset = torch.equal(child.gate, init.gate) and torch.equal(child.down, init.down)
+        assert reset == ((t + 1) % 6 in (0, 1)), f"after {t + 1} tokens: at the initial value = {reset}"
+    assert not torch.equal(state.levels[1].theta.down, cms.initial_weights(1, 1).down)  # the parent never resets
+    assert cms.config.parents() == [1, None]
+
+
+def test_independent_cms_with_weights_one_zero_is_one_level():
+    cms = _cms(chunk_sizes=(2, 4), variant="independent")
+    one = _cms(chunk_sizes=(2,), variant="sequential")
+    with torch.no_grad():
+        cms.mix.copy_(torch.tensor([1.0, 0.0]))
+        for name in ("gate", "up", "down", "norm_weight", "value"):
+            getattr(one, name).copy_(getattr(cms, name)[:1])
+    x = _x(2, 9)
+    torch.testing.assert_close(cms(x)[0], one(x)[0], rtol=1e-12, atol=1e-12)
+
+
+def test_one_frozen_level_is_the_swiglu_block():
+    """The conventional Transformer FFN is the one-level CMS that never updates (Sec. 7.1)."""
+    cms = _cms(chunk_sizes=(4,), lr=0.0)
+    ffn, norm = SwiGLU(D, 5).double(), torch.nn.RMSNorm(D, eps=1e-5).double()
+    with torch.no_grad():
+        ffn.gate_up.weight.copy_(torch.cat([cms.gate[0].T, cms.up[0].T]))
+        ffn.down.weight.copy_(cms.down[0].T)
+        norm.weight.copy_(cms.norm_weight[0])
+    x = _x(2, 9)
+    torch.testing.assert_close(cms(x)[0], x + ffn(norm(x)), rtol=1e-12, atol=1e-12)
+    assert cms.state_size() == 3 * D * 5  # no gradient accumulator for a frozen level
+
+
+@pytest.mark.parametrize("sizes", [(1,), (3,), (2, 5)])
+def test_causal_for_any_chunk_size(sizes):
+    cms = _cms(chunk_sizes=sizes)
+    x = _x(1, 10)
+    y, _ = cms(x)
+    for t in range(10):
+        changed = x.clone()
+        changed[:, t + 1:] += 1.0
+        torch.testing.assert_close(cms(changed)[0][:, :t + 1], y[:, :t + 1], rtol=1e-12, atol=1e-12)
+
+
+def test_left_padding_changes_no_real_token_nor_the_state():
+    cms = _cms(chunk_sizes=(2, 3))
+    x = _x(2, 9)
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[0, :4] = False
+    y, state = cms(x, attention_mask=mask)
+    y_alone, state_alone = cms(x[:1, 4:])
+    torch.testing.assert_close(y[:1, 4:], y_alone, rtol=1e-10, atol=1e-10)
+    for a, b in zip(_flat(state), _flat(state_alone), strict=True):
+        torch.testing.assert_close(a[:1], b, rtol=1e-10, atol=1e-10)
+    assert state.offset.tolist() == [5, 9]
+    _, after = cms(x[:, :1], state)  # each row continues at its own offset
+    _, after_alone = cms(x[:1, :1], state_alone)
+    for a, b in zip(_flat(after), _flat(after_alone), strict=True):
+        torch.testing.assert_close(a[:1], b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("variant", ["sequential", "nested", "independent"])
+def test_gradients_reach_every_initial_level(variant):
+    cms = _cms(chunk_sizes=(2, 4), variant=variant)
+    x = _x(2, 12)
+    y, _ = cms(x)
+    y.square().sum().backward()
+    for name, p in cms.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    # The slow level's initial state gets gradient through the unrolled updates, not only through its first chunk.
+    unrolled = _cms(chunk_sizes=(2, 4), variant=variant)
+    y2, _ = unrolled(x)
+    y2[:, 8:].square().sum().backward()
+    assert unrolled.up.grad[1].abs().sum() > 0
+
+
+def test_reconstruct_objective_pulls_the_branch_toward_the_identity():
+    cms = _cms(chunk_sizes=(2,), objective="reconstruct", lr=0.05)
+    assert cms.value is None
+    x = _x(1, 2)  # one pair of tokens, written 40 times: the level fits it
+    u = cms.level_input(0, x)
+    state = None
+    errors = []
+    for _ in range(40):
+        _, state = cms(x, state)
+        errors.append((swiglu(state.levels[0].theta, u) - u).square().sum().item())
+    assert errors[-1] < 0.5 * errors[0]
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"chunk_sizes": ()}, "chunk_sizes"), ({"chunk_sizes": (2, 0)}, "chunk_sizes"),
+    ({"chunk_sizes": (2, 4), "lr": (0.1,)}, "lr lists 1 levels"), ({"lr": -1.0}, "lr must be"),
+    ({"variant": "chain"}, "variant"), ({"objective": "ntp"}, "objective"), ({"hidden": -1}, "hidden"),
+    ({"chunk_sizes": (3, 4), "variant": "nested"}, "multiple"),
+])
+def test_bad_configuration_raises_value_error_naming_it(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        CMSConfig(**kwargs)
+
+
+def test_bad_input_raises_value_error():
+    cms = _cms()
+    with pytest.raises(ValueError, match="x must have shape"):
+        cms(_x(1, 3)[..., :4])
+    with pytest.raises(ValueError, match="attention_mask"):
+        cms(_x(1, 3), attention_mask=torch.ones(1, 4))
+    with pytest.raises(ValueError, match="mode"):
+        cms(_x(1, 3), mode="recurrent")
+    _, state = cms(_x(2, 3), attention_mask=torch.tensor([[0, 1, 1], [1, 1, 1]]))
+    with pytest.raises(ValueError, match="one offset"):
+        cms(_x(2, 2), state)
