@@ -13,7 +13,8 @@ def test_help_lists_every_command(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("    ")]
-    assert listed == ["recipes", "bench", "compare", "suite", "train", "generate", "repro", "showcase"]  # parser order
+    # parser order
+    assert listed == ["recipes", "levels", "bench", "compare", "suite", "train", "generate", "repro", "showcase"]
 
 
 def test_module_entry_point_prints_recipes():

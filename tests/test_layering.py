@@ -16,7 +16,7 @@ ALLOWED = {
     "models": {"layers", "nested", "ops", "recipe"},
     "tasks": set(),
     "train": set(),
-    "bench": {"ops", "layers"},
+    "bench": {"ops", "layers", "nested", "models"},
     "experiments": {"train", "tasks", "models", "layers", "nested", "ops", "recipe"},
     "cli": {"experiments", "train", "tasks", "models", "layers", "nested", "ops", "recipe", "bench"},
     "__main__": {"cli"},

@@ -5,6 +5,7 @@
     regmem train mqar|text ...  train one mixer (also under torchrun: DDP)
     regmem generate MODEL_DIR   continue a prompt with a model trained on text
     regmem recipes              the design space: each op / model with its recipe, and what Recipe.build() builds
+    regmem levels --model hope  a model's levels (Nested Learning): which tensors update how often, in which order
     regmem bench ops            time ops and forms; write benchmarks/results/<date>-ops.{json,md}
     regmem bench decode         one decoding step's latency against the context length
     regmem bench layers         whole layers (deep memories) beside public code (titans-pytorch)
@@ -66,6 +67,29 @@ def _cmd_recipes(args) -> None:
     print("\n'builds': the mixer `Recipe.build()` returns at that point ('engine': the test-time-training engine, "
           "regmem.ops.ttt). Any point (uniform, linear | mlp, gd_step | sgd | sgd_weight_decay | sgd_momentum | dgd) "
           "builds, e.g. `regmem compare mqar --mixers recipe:uniform/linear/dgd`.")
+
+
+OPTIMIZERS = {"adamw": lambda params: torch.optim.AdamW(params),
+              "sgd": lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9), "none": lambda params: None}
+
+
+def _cmd_levels(args) -> None:
+    from regmem.models import LM, LMConfig
+    from regmem.nested import describe_levels, format_levels
+
+    if Path(args.model).is_dir():
+        model = LM.from_pretrained(args.model)
+    else:
+        ffn = args.ffn or ("none" if args.model in ("hope", "hope_attention") else "swiglu")
+        try:
+            model = LM(LMConfig(vocab_size=256, d_model=args.d_model, n_layers=args.n_layers,
+                                n_heads=max(args.d_model // 16, 1), mixer=args.model, ffn=ffn))
+        except ValueError as err:
+            raise SystemExit(str(err)) from None
+    config = model.config
+    print(f"levels of an LM: mixer {config.mixer}, ffn {config.ffn}, {config.n_layers} layer(s), d_model "
+          f"{config.d_model}; optimiser {args.optimizer} (Nested Learning, arXiv:2512.24695, Definition 2)\n")
+    print(format_levels(describe_levels(model, OPTIMIZERS[args.optimizer](model.parameters()))))
 
 
 def _cmd_bench_ops(args) -> None:
@@ -218,7 +242,8 @@ def _cmd_repro(args) -> None:
     from regmem.experiments.repro import run_repro
 
     overrides = dict(_parse_assignment(text) for text in args.settings)
-    run_repro(args.name, args.out_dir, quick=args.quick, paper_scale=args.paper_scale, overrides=overrides)
+    run_repro(args.name, args.out_dir, quick=args.quick, paper_scale=args.paper_scale, full=args.full,
+              overrides=overrides)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -229,13 +254,24 @@ def build_parser() -> argparse.ArgumentParser:
         description="regmem: sequence models built on associative memory (test-time regression). Mixers include "
                     "linear and gated memories, delta rules, exact regression, HLA, Mamba-1 (mamba) and Mamba-2, and "
                     "deep memories fitted by test-time training (ttt_linear, ttt_mlp, titans_mlp, "
-                    "self_modifying_titans); any point of the design space builds as recipe:<weights>/<regressor>/"
-                    "<solver>.",
+                    "self_modifying_titans), Nested Learning's Hope and the Continuum Memory System (ffn=cms), and "
+                    "an LSTM; any point of the design space builds as recipe:<weights>/<regressor>/<solver>.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     recipes = commands.add_parser("recipes", help="the design space and what Recipe.build() builds at each point")
     recipes.set_defaults(func=_cmd_recipes)
+
+    levels = commands.add_parser("levels", help="each tensor's update frequency (Nested Learning's levels)")
+    levels.add_argument("--model", required=True, help="a mixer name (hope, hope_attention, attn, ...) or a "
+                        "checkpoint directory (save_pretrained)")
+    levels.add_argument("--ffn", choices=("swiglu", "cms", "none"), default=None,
+                        help="the FFN of a named model (default: none for hope/hope_attention, else swiglu)")
+    levels.add_argument("--d-model", type=int, default=64, help="width of a named model")
+    levels.add_argument("--n-layers", type=int, default=2, help="layers of a named model")
+    levels.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="adamw",
+                        help="the outer optimiser whose state is listed as a level")
+    levels.set_defaults(func=_cmd_levels)
 
     bench = commands.add_parser("bench", help="benchmarks (results under benchmarks/results/)")
     bench_kinds = bench.add_subparsers(dest="kind", required=True, metavar="KIND")
@@ -352,7 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
     generate.set_defaults(func=_cmd_generate)
 
     repro = commands.add_parser("repro", help="reproduce a seed's figure: paper's claim beside our result")
-    repro.add_argument("name", choices=["ttr-online-regression", "ttr-mqar", "nl-mad", "nl-niah", "lecture-lineage"],
+    repro.add_argument("name", choices=["ttr-online-regression", "ttr-mqar", "nl-mad", "nl-niah", "lecture-lineage",
+                                        "nl-formal-languages"],
                        help="ttr-online-regression: TTR Fig. 2, parameter-free online regression (seconds); "
                             "ttr-mqar: TTR Fig. 3, one layer + key conv on MQAR, linear attention vs RLS "
                             "(about 8 minutes); nl-mad: Nested Learning Table 4, MAD's six tasks at CPU scale "
@@ -361,7 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "pattern, needle heat maps at 1x/2x/4x the training length for 3 variants x 4 mixers x "
                             "2 lrs x 2 seeds (48 runs, about 30 min of one thread; resumable); lecture-lineage: the "
                             "lecture's Mamba / DeltaNet / TTT table on MQAR at equal memory, 3 mixers x 2 lrs x 2 "
-                            "seeds (12 runs; resumable)")
+                            "seeds (12 runs; resumable); nl-formal-languages: Nested Learning Table 5, six formal "
+                            "languages x attention / linear / DeltaNet / LSTM / Hope / Hope w/o CMS, Bin 0 and Bin 1 "
+                            "(resumable; --full: lr grid of 3, 2 seeds, more steps)")
     repro.add_argument("--out-dir", default="results/repro", help="where the report, JSON and plot go")
     repro.add_argument("--quick", action="store_true", help="a seconds-long smoke run, not a reproduction")
     repro.add_argument("--set", dest="settings", action="append", default=[],
@@ -370,6 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
     repro.add_argument("--paper-scale", action="store_true",
                        help="ttr-mqar at the paper's d_model 64, P 64/128 (hours on CPU; default: d_model 32, "
                             "P 16/32, about 8 minutes)")
+    repro.add_argument("--full", action="store_true",
+                       help="nl-formal-languages with an lr grid, two seeds and 1000 steps (hours on CPU)")
     repro.set_defaults(func=_cmd_repro)
 
     show = commands.add_parser("showcase", help="a short tour of the ops: forms agree, chunk is fast")

@@ -47,16 +47,22 @@ OPTION_VARIANTS = {  # "<registry key>-<what the options do>": options beyond th
     "titans_mlp-noconv": {"mini_batch": 2, "short_conv": 0},
     "mamba-simple-noconv": {"discretization": "simple", "short_conv": 0},
     "self_modifying_titans-mb2-4": {"mini_batch": 2, "mini_batch_memory": 4},
+    "hope-cms-nested": {"mini_batch": 2, "cms_chunk_sizes": (2, 4), "cms_variant": "nested", "cms_lr": 0.05},
+    "hope_attention-independent": {"cms_chunk_sizes": (3,), "cms_variant": "independent", "cms_lr": 0.05},
     "self_modifying_titans-ablations": {"mini_batch": 4, "dgd": False, "momentum": True, "weight_decay": False,
                                         "static": ("k", "v"), "adaptive_q": False, "read": "updated"},
+    "lstm-conv-narrow": {"short_conv": 3, "hidden_size": 8},
 }
 CASES = {name: {} for name in MIXERS} | OPTION_VARIANTS
-SMALLER = {"mamba2": {"state_size": 8}, "mamba": {"state_size": 4}}  # defaults that are large for these sizes
+# Defaults that are large for these sizes (Hope's CMS levels would not update within the tests' 13 tokens).
+SMALLER = {"mamba2": {"state_size": 8}, "mamba": {"state_size": 4}, "hope": {"cms_chunk_sizes": (2, 4, 8)},
+           "hope_attention": {"cms_chunk_sizes": (2, 4)}}
 
 _LIN, _GD = Regressor("linear"), Solver("gd_step")
 # Each mixer's point of the design space (arXiv:2501.12352, Sec. 3 and Table 1; HLA is arXiv:2510.27258).
 RECIPES = {
     "attn": Recipe(Weights("query_similarity"), Regressor("local_polynomial", degree=0), Solver("analytic")),
+    "hope_attention": Recipe(Weights("query_similarity"), Regressor("local_polynomial", degree=0), Solver("analytic")),
     "linear": Recipe(Weights("uniform"), _LIN, _GD),
     "linear-elu-gqa": Recipe(Weights("uniform"), Regressor("feature_linear", feature_map="phi"), _GD),
     "linear-taylor2": Recipe(Weights("uniform"), Regressor("feature_linear", feature_map="phi"), _GD),
@@ -64,6 +70,7 @@ RECIPES = {
     "mamba2": Recipe(Weights("scalar_decay"), _LIN, _GD),
     "mamba": Recipe(Weights("diagonal_decay"), _LIN, _GD),
     "self_modifying_titans": Recipe(Weights("uniform"), Regressor("mlp"), Solver("dgd")),
+    "hope": Recipe(Weights("uniform"), Regressor("mlp"), Solver("dgd")),
     "gla": Recipe(Weights("diagonal_decay"), _LIN, _GD),
     "deltanet": Recipe(Weights("uniform"), _LIN, Solver("sgd")),
     "gated_deltanet": Recipe(Weights("uniform"), _LIN, Solver("sgd_weight_decay")),
@@ -81,6 +88,7 @@ RECIPES = {
     "ttt_linear": Recipe(Weights("uniform"), _LIN, Solver("sgd")),
     "ttt_mlp": Recipe(Weights("uniform"), Regressor("mlp"), Solver("sgd")),
     "titans_mlp": Recipe(Weights("uniform"), Regressor("mlp"), Solver("sgd_momentum")),
+    "lstm": None,  # a nonlinear recurrence, no point of the design space (regmem/layers/lstm.py)
 }
 
 
@@ -106,7 +114,7 @@ def _mixer(case: str):
     torch.manual_seed(0)
     name = _registry_key(case)
     kwargs = SMALLER.get(name, {}) | ({"chunk_size": CHUNK} if _takes_chunk_size(MIXERS[name]) else {})
-    return build_mixer(name, D_MODEL, HEADS, **kwargs, **CASES[case]).double().eval()
+    return build_mixer(name, D_MODEL, HEADS, **(kwargs | CASES[case])).double().eval()
 
 
 def _x(B: int, T: int) -> torch.Tensor:
@@ -237,7 +245,7 @@ def test_gradients_reach_every_parameter(case):
 
 def test_unknown_mixer_and_bad_input_raise():
     with pytest.raises(ValueError, match="mixer"):
-        build_mixer("lstm", D_MODEL, HEADS)
+        build_mixer("gru", D_MODEL, HEADS)
     with pytest.raises(ValueError, match="x must have shape"):
         _mixer("gla")(_x(2, 5)[..., :-1])
     with pytest.raises(ValueError, match="attention_mask"):
@@ -248,4 +256,4 @@ def test_registry_covers_the_issue_mixers():
     assert set(MIXERS) == {"attn", "linear", "retnet", "mamba2", "gla", "deltanet", "gated_deltanet", "longhorn",
                            "nlms", "delta_product", "titans", "local_linear", "mesa", "rls", "hla",
                            "ahla", "ttt_linear", "ttt_mlp", "titans_mlp", "mamba",
-                           "self_modifying_titans"}
+                           "self_modifying_titans", "lstm", "hope", "hope_attention"}

@@ -26,6 +26,8 @@ def test_a_point_with_a_named_mixer_builds_that_mixer(point, cls):
 
 def test_every_registered_mixer_is_what_its_recipe_builds_or_shares_its_point():
     for name, cls in MIXERS.items():
+        if cls(16, 2).recipe is None:  # outside the design space: the LSTM (regmem/layers/lstm.py)
+            continue
         built = cls(16, 2).recipe.build(16, 2)
         assert built.recipe == cls(16, 2).recipe, name
 

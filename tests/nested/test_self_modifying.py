@@ -80,7 +80,8 @@ def test_causal():
 
 @pytest.mark.parametrize("flag", [{"dgd": False}, {"momentum": False}, {"weight_decay": False},
                                   {"static": frozenset({"k"})}, {"static": frozenset({"v"})},
-                                  {"adaptive_q": False}, {"self_values": False}, {"read": "updated"}])
+                                  {"adaptive_q": False}, {"self_values": False}, {"read": "updated"},
+                                  {"normalize_v": True}])
 def test_every_ablation_switch_changes_the_computation(flag):
     base = SelfModifyingConfig(momentum=True, mini_batch_other=2, mini_batch_memory=2, eta_max=0.3)
     ablated = SelfModifyingConfig(**{**base.__dict__, **flag})

@@ -15,6 +15,9 @@ state (the recurrent form). A fixed-size state makes the step cost the same at e
   the whole call), so the chunks run in parallel — a cheaper, different model.
 - `titans_pytorch_b16`: the same with batch_size=16: the weights move every 16 tokens, the semantics of regmem's
   mini-batch of 16 (regmem still reads per-token updates inside a mini-batch, which titans-pytorch does not).
+- `cms`: Nested Learning's Continuum Memory System (regmem/nested/cms.py) with three SwiGLU levels of the LM's FFN
+  width 8/3 d_model, updated every 16, 64 and 256 tokens; `swiglu`: one such FFN (the LM's), its baseline.
+- `hope`: self-modifying Titans (mini-batch 16) followed by that CMS; `gated_deltanet`, its baseline at equal d_model.
 """
 
 from __future__ import annotations
@@ -45,6 +48,25 @@ def _titans_pytorch(batch_size: int | None) -> Callable:
     return make
 
 
+def _cms(d_model: int, heads: int):
+    from regmem.nested import CMS, CMSConfig
+
+    return CMS(d_model, CMSConfig(chunk_sizes=(16, 64, 256)))
+
+
+class _FFN(torch.nn.Module):
+    """The LM's SwiGLU FFN in the layers' (y, state) calling convention; it keeps no state."""
+
+    def __init__(self, d_model: int, heads: int):
+        super().__init__()
+        from regmem.models import SwiGLU
+
+        self.ffn = SwiGLU(d_model, round(8 / 3 * d_model))
+
+    def forward(self, x, state=None):
+        return self.ffn(x), None
+
+
 DEEP = {"mini_batch": 16, "chunk_size": 16}
 LAYER_CASES = {
     "titans_mlp": _regmem("titans_mlp", **DEEP),
@@ -52,10 +74,16 @@ LAYER_CASES = {
     "ttt_linear": _regmem("ttt_linear", **DEEP),
     "self_modifying_titans": _regmem("self_modifying_titans", mini_batch=16),
     "mamba": _regmem("mamba"),
+    "cms": _cms,
+    "swiglu": _FFN,
+    "hope": _regmem("hope", mini_batch=16),
+    "gated_deltanet": _regmem("gated_deltanet"),
     "titans_pytorch": _titans_pytorch(None),
     "titans_pytorch_b16": _titans_pytorch(16),
 }
 EXTERNAL_LAYERS = {"titans_pytorch": "titans_mlp", "titans_pytorch_b16": "titans_mlp"}  # theirs -> ours
+BASELINES = {"cms": "swiglu", "hope": "gated_deltanet"}  # layer -> the layer its time is stated against
+STATELESS = {*EXTERNAL_LAYERS, "swiglu"}  # no decoding state: no step pass
 PASSES = ("fwd", "fwdbwd", "step")
 
 
@@ -70,7 +98,7 @@ def run_layers(case_names, seq_lens, *, batch, heads, head_dim, min_run_time, pa
         for T in seq_lens:
             x = torch.randn(batch, T + 1, d_model, generator=torch.Generator().manual_seed(T))
             timed = {"fwd": _forward(layer, x[:, :T]), "fwdbwd": _forward_backward(layer, x[:, :T])}
-            if name not in EXTERNAL_LAYERS and "step" in passes:
+            if name not in STATELESS and "step" in passes:
                 timed["step"] = _step(layer, x[:, :T], x[:, T:])
             for pass_, fn in ((p, timed[p]) for p in passes if p in timed):
                 seconds = median_seconds(fn, min_run_time=min_run_time)
@@ -124,6 +152,17 @@ def layers_table(result: dict) -> str:
     if compare:
         lines += ["", "| comparison | T | pass | regmem ms | theirs ms | regmem speed-up |",
                   "|---|---:|---|---:|---:|---:|", *compare]
+    ratios = []
+    for layer, baseline in BASELINES.items():
+        for r in (r for r in rows if r["layer"] == layer):
+            base = next((b for b in rows if b["layer"] == baseline and b["T"] == r["T"] and b["pass"] == r["pass"]),
+                        None)
+            if base:
+                ratios.append(f"| {layer} / {baseline} | {r['T']} | {r['pass']} | {r['ms']:.1f} | {base['ms']:.1f} | "
+                              f"{r['ms'] / base['ms']:.2f} |")
+    if ratios:
+        lines += ["", "| time ratio | T | pass | layer ms | baseline ms | layer / baseline |",
+                  "|---|---:|---|---:|---:|---:|", *ratios]
     steps = [r for r in rows if r["pass"] == "step"]
     Ts = sorted({r["T"] for r in steps})
     if len(Ts) > 1:

@@ -8,8 +8,10 @@ from regmem.layers.delta_product import DeltaProduct
 from regmem.layers.deltanet import NLMS, DeltaNet, GatedDeltaNet, Longhorn
 from regmem.layers.gla import GLA
 from regmem.layers.hla import AHLA, HLA
+from regmem.layers.hope import Hope, HopeAttention, HopeState
 from regmem.layers.linear_attention import LinearAttention
 from regmem.layers.local_linear import LocalLinearAttention
+from regmem.layers.lstm import LSTM, LSTMState
 from regmem.layers.mamba import Mamba
 from regmem.layers.mamba2 import Mamba2
 from regmem.layers.memory import MemoryMixer, MemoryState
@@ -26,6 +28,9 @@ __all__ = [
     "AHLA",
     "GLA",
     "HLA",
+    "Hope",
+    "HopeAttention",
+    "HopeState",
     "NLMS",
     "DeltaNet",
     "DeltaProduct",
@@ -42,6 +47,8 @@ __all__ = [
     "KVCache",
     "LinearAttention",
     "LocalLinearAttention",
+    "LSTM",
+    "LSTMState",
     "Mamba",
     "Mamba2",
     "Mesa",

@@ -9,8 +9,10 @@ from regmem.layers.delta_product import DeltaProduct
 from regmem.layers.deltanet import NLMS, DeltaNet, GatedDeltaNet, Longhorn
 from regmem.layers.gla import GLA
 from regmem.layers.hla import AHLA, HLA
+from regmem.layers.hope import Hope, HopeAttention
 from regmem.layers.linear_attention import LinearAttention
 from regmem.layers.local_linear import LocalLinearAttention
+from regmem.layers.lstm import LSTM
 from regmem.layers.mamba import Mamba
 from regmem.layers.mamba2 import Mamba2
 from regmem.layers.mesa import RLS, Mesa
@@ -40,6 +42,9 @@ MIXERS: dict[str, type[Mixer]] = {
     "ttt_mlp": TTTMLP,
     "titans_mlp": TitansMLP,
     "self_modifying_titans": SelfModifyingTitans,
+    "hope": Hope,
+    "hope_attention": HopeAttention,
+    "lstm": LSTM,  # the nonlinear recurrence of Nested Learning's Table 5; outside the design space (recipe None)
 }
 
 

@@ -5,11 +5,12 @@ core of Hope, on the functional composite `regmem.nested.self_modifying_titans`.
     y_h = self_modifying_titans(x_h)    six residual-MLP memories, each fitted at test time to its own values
     out = W_o norm(y) ⊙ silu(W_g x)
 
-The inner step is eta_t = eta_max * sigmoid(.) with eta_max = 0.05. Known limitation (measured, benchmarks/README.md):
-an LM with this layer trained on MQAR (quick preset) diverges to NaN — within 25 steps at eta_max = 0.5, within 512
-at 0.05, and also with dgd=False. The memories' parameters grow first in M_v: every memory regresses onto its own
-M(v) with v = M_v(x), a positive feedback once M_v's gain exceeds one. L2-normalising v kept a trace finite for 60
-steps at lr 0.03 where it otherwise failed at step 21, but was not verified over a full run and is not done here.
+The inner step is eta_t = eta_max * sigmoid(.) with eta_max = 0.05, and v_t is L2-normalised like k_t and q_t
+(`normalize_v=True`, regmem's default; the paper normalises q and k only). Measured without it (benchmarks/README.md):
+an LM with this layer trained on MQAR (quick preset) diverges to NaN -- within 25 steps at eta_max = 0.5, within 512
+at 0.05, and also with dgd=False: every memory regresses onto its own M(v) with v = M_v(x), a positive feedback once
+M_v's gain exceeds one, and M_v's parameters grow first. With unit v the targets stay bounded; the same run then
+trains without a NaN (120 steps at lr 0.03 where the unnormalised one failed at step 19).
 
 Outer parameters: the projection, conv, the six initial memories M_□,0 [H, P] (meta-learned through the unrolled
 inner updates), the gate read-outs, and the output norm and gate. Every Table-6 ablation is a constructor flag:
@@ -42,15 +43,15 @@ class SelfModifyingTitans(Mixer):
     def __init__(self, d_model: int, n_heads: int, *, head_dim: int | None = None, short_conv: int = 4,
                  mini_batch: int = 16, mini_batch_memory: int | None = None, dgd: bool = True,
                  momentum: bool = False, weight_decay: bool = True, adaptive_q: bool = True, static=(),
-                 self_values: bool = True, read: str = "updated", eta_max: float = 0.05, hidden: int = 0,
-                 chunk_size: int = 64, norm_eps: float = 1e-5):
+                 self_values: bool = True, normalize_v: bool = True, read: str = "updated", eta_max: float = 0.05,
+                 hidden: int = 0, chunk_size: int = 64, norm_eps: float = 1e-5):
         super().__init__()
         self.d_model, self.n_heads = d_model, n_heads
         self.head_dim = head_dim or d_model // n_heads
         self.short_conv = short_conv
         self.config = SelfModifyingConfig(
             hidden=hidden, dgd=dgd, momentum=momentum, weight_decay=weight_decay, adaptive_q=adaptive_q,
-            static=frozenset(static), self_values=self_values, read=read, eta_max=eta_max,
+            static=frozenset(static), self_values=self_values, normalize_v=normalize_v, read=read, eta_max=eta_max,
             mini_batch_memory=mini_batch_memory or mini_batch, mini_batch_other=mini_batch)
         inner = n_heads * self.head_dim
         self.in_proj = nn.Linear(d_model, inner, bias=False)

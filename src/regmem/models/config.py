@@ -26,7 +26,7 @@ class LMConfig:
     # updated in context every cms_chunk_sizes[l] tokens with inner learning rate cms_lr.
     cms_levels: int = 3
     cms_chunk_sizes: tuple[int, ...] = (16, 64, 256)
-    cms_lr: float = 1e-3
+    cms_lr: float | tuple[float, ...] = 1e-3  # one for every level, or one per level
     cms_variant: Literal["sequential", "nested", "independent"] = "sequential"
     cms_objective: Literal["value", "reconstruct"] = "value"
     tie_embeddings: bool = True
@@ -46,6 +46,8 @@ class LMConfig:
         if self.ffn not in ("swiglu", "cms", "none"):
             raise ValueError(f"ffn must be 'swiglu', 'cms' or 'none', got {self.ffn!r}")
         object.__setattr__(self, "cms_chunk_sizes", tuple(self.cms_chunk_sizes))
+        if isinstance(self.cms_lr, list):
+            object.__setattr__(self, "cms_lr", tuple(self.cms_lr))
         if len(self.cms_chunk_sizes) != self.cms_levels:
             raise ValueError(f"cms_chunk_sizes lists {len(self.cms_chunk_sizes)} levels but cms_levels = "
                              f"{self.cms_levels}")
@@ -73,6 +75,7 @@ class LMConfig:
         d = dataclasses.asdict(self)
         d["mixer"] = list(self.mixer) if isinstance(self.mixer, tuple) else self.mixer
         d["cms_chunk_sizes"] = list(self.cms_chunk_sizes)
+        d["cms_lr"] = list(self.cms_lr) if isinstance(self.cms_lr, tuple) else self.cms_lr
         return d
 
     @classmethod

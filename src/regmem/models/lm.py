@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_model, save_model
 from torch import nn
-
-from typing import NamedTuple
 
 from regmem.layers import build_mixer
 from regmem.models.config import LMConfig

@@ -4,6 +4,7 @@ Linear Attention++ (Sec. 3.2 and 5.1) and the levels of a model (Definition 2)."
 
 from regmem.nested.cms import CMS, CMSConfig, CMSState, LevelState, Weights
 from regmem.nested.levels import Level, describe_levels, format_levels
+from regmem.nested.linear_attention_pp import LinearAttentionPP
 from regmem.nested.self_modifying import (
     MEMORIES,
     OuterParams,
@@ -14,5 +15,6 @@ from regmem.nested.self_modifying import (
 )
 
 __all__ = ["CMS", "CMSConfig", "CMSState", "Level", "LevelState", "Weights", "describe_levels", "format_levels",
+           "LinearAttentionPP",
            "MEMORIES", "OuterParams", "SelfModifyingConfig", "SelfModifyingState", "initial_state",
            "self_modifying_titans"]

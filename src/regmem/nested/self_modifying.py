@@ -30,6 +30,7 @@ Legend: B batch, T time, H heads, d head dim, P parameters per memory.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -54,6 +55,7 @@ class SelfModifyingConfig:
     adaptive_q: bool = True  # False: q = x W_q, a static linear projection
     static: frozenset = field(default_factory=frozenset)  # memories (not the main one) never updated at test time
     self_values: bool = True  # False: every memory regresses onto v_t (eq. 84) instead of its own M(v_t)
+    normalize_v: bool = False  # True: v_t = normalise(M_v(x_t)) like k and q (bounds the self-generated targets)
     read: str = "anchor"  # "anchor" (eq. 90) | "updated"
     loss: str = "l2"  # the inner objective of every memory (eq. 85: l2)
     eta_max: float = 1.0
@@ -160,23 +162,57 @@ def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: 
 
 def _read(config: SelfModifyingConfig, name: str, state: TTTState, rows: torch.Tensor) -> torch.Tensor:
     """M_name at its mini-batch anchor, applied to rows [B, n, H, d] -> [B, n, H, d]."""
-    d = rows.shape[-1]
-    model = config.model(name, d)
-    anchor = model.unpack(start_anchor(state), d, d)  # [B, H, ...] per layer
-    y, _ = model.forward(anchor, rows.transpose(1, 2), None)  # [B, H, n, d]
-    return y.transpose(1, 2)
+    return _read_many(config, [name], [state], rows)[name]
+
+
+def _read_many(config: SelfModifyingConfig, names: list[str], states: list[TTTState], rows: torch.Tensor) -> dict:
+    """Several memories of one architecture at their anchors, applied to the same rows [B, n, H, d] in one batched
+    call: the memories are stacked along the head axis (memory g, head h is head g H + h)."""
+    d, G = rows.shape[-1], len(names)
+    model = config.model(names[0], d)
+    anchor = torch.cat([start_anchor(state) for state in states], dim=1)  # [B, G H, P]
+    y, _ = model.forward(model.unpack(anchor, d, d), rows.transpose(1, 2).repeat(1, G, 1, 1), None)  # [B, G H, n, d]
+    return dict(zip(names, (part.transpose(1, 2) for part in y.chunk(G, dim=1)), strict=True))
+
+
+def _groups(config: SelfModifyingConfig, names: list[str], d: int, by_mini_batch: bool) -> list[list[str]]:
+    """The memories that can run as one stacked call: the same inner model (and mini-batch, for updates)."""
+    groups: dict = {}
+    for name in names:
+        key = (config.model(name, d), config.mini_batch(name) if by_mini_batch else None)
+        groups.setdefault(key, []).append(name)
+    return list(groups.values())
+
+
+def _read_grouped(config, names: list[str], state: SelfModifyingState, rows: torch.Tensor) -> dict:
+    reads = {}
+    for group in _groups(config, names, rows.shape[-1], by_mini_batch=False):
+        reads.update(_read_many(config, group, [getattr(state, name) for name in group], rows))
+    return reads
+
+
+def _repeat_heads(t: torch.Tensor | None, copies: int) -> torch.Tensor | None:
+    """[B, n, H, ...] -> [B, n, copies H, ...]: memory g of a stacked call reads heads g H .. g H + H - 1."""
+    return None if t is None else torch.cat([t] * copies, dim=2)
+
+
+def _stack(states: list[TTTState]) -> TTTState:
+    return TTTState(*(torch.cat(fields, dim=1) for fields in zip(*states, strict=True)))
+
+
+def _unstack(state: TTTState, G: int) -> list[TTTState]:
+    return [TTTState(*parts) for parts in zip(*(field.chunk(G, dim=1) for field in state), strict=True)]
 
 
 def _piece(x, config, params, state, mask, mode, step):
-    """One piece inside one mini-batch of both grids: generate, read, update."""
-    reads = {name: _read(config, name, getattr(state, name), x) for name in ("k", "v", "eta", "alpha")
-             if getattr(state, name) is not None}
+    """One piece inside one mini-batch of both grids: generate, read, update. Memories of one architecture and
+    mini-batch read and update as one stacked call (`_read_many`), so a piece costs a few calls, not six each."""
+    generated = [name for name in ("k", "v", "eta", "alpha") if getattr(state, name) is not None]
+    generated += ["q"] if config.adaptive_q else []
+    reads = _read_grouped(config, generated, state, x)
     k = F.normalize(reads["k"], dim=-1)
-    v = reads["v"]
-    if config.adaptive_q:
-        q = _read(config, "q", state.q, x)
-    else:
-        q = torch.einsum("bthd,hde->bthe", x, params.w_q)
+    v = F.normalize(reads["v"], dim=-1) if config.normalize_v else reads["v"]
+    q = reads["q"] if config.adaptive_q else torch.einsum("bthd,hde->bthe", x, params.w_q)
     q = F.normalize(q, dim=-1)
     eta = config.eta_max * torch.sigmoid((reads["eta"] * params.w_eta).sum(-1))  # [B, n, H]
     g = None
@@ -185,18 +221,19 @@ def _piece(x, config, params, state, mask, mode, step):
         g = F.logsigmoid((reads["alpha"] * params.w_alpha).sum(-1) + bias)
     log_mu = F.logsigmoid((x * params.w_mu).sum(-1)) if config.momentum else None
     y = _read(config, "memory", state.memory, q) if config.read == "anchor" else None
-    new = {}
-    for name in MEMORIES:
-        current = getattr(state, name)
-        if current is None or not config.updated(name):
-            new[name] = current
-            continue
-        target = _read(config, name, current, v) if config.self_values else v
-        reads_at = q if name == "memory" else k  # only the main memory's read is used (read="updated")
-        o, new[name] = ttt(reads_at, k, target, eta, g, log_mu, model=config.model(name, k.shape[-1]),
-                           loss=config.loss, dgd=config.dgd, mini_batch=config.mini_batch(name),
-                           initial_state=current, output_final_state=True, mode=mode, chunk_size=step,
-                           token_mask=mask)
-        if name == "memory" and config.read == "updated":
-            y = o
+    updated = [name for name in MEMORIES if getattr(state, name) is not None and config.updated(name)]
+    targets = _read_grouped(config, updated, state, v) if config.self_values else dict.fromkeys(updated, v)
+    new = {name: getattr(state, name) for name in MEMORIES}
+    for group in _groups(config, updated, k.shape[-1], by_mini_batch=True):
+        G = len(group)
+        heads = functools.partial(_repeat_heads, copies=G)
+        reads_at = torch.cat([q if name == "memory" else k for name in group], dim=2)  # only memory's read is used
+        o, stacked = ttt(reads_at, heads(k), torch.cat([targets[name] for name in group], dim=2), heads(eta),
+                         heads(g), heads(log_mu), model=config.model(group[0], k.shape[-1]), loss=config.loss,
+                         dgd=config.dgd, mini_batch=config.mini_batch(group[0]),
+                         initial_state=_stack([state._asdict()[name] for name in group]), output_final_state=True,
+                         mode=mode, chunk_size=step, token_mask=mask)
+        new.update(zip(group, _unstack(stacked, G), strict=True))
+        if "memory" in group and config.read == "updated":
+            y = o.chunk(G, dim=2)[group.index("memory")]
     return y, SelfModifyingState(**new)

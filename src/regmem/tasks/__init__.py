@@ -2,6 +2,7 @@
 
 from regmem.tasks.base import Task, accuracy
 from regmem.tasks.formal import FORMAL_TASKS
+from regmem.tasks.formal_languages import LANGUAGE_TASKS, FormalLanguage, FormalLanguageConfig
 from regmem.tasks.mad import MAD_SETTINGS, MAD_TASKS
 from regmem.tasks.mqar import MQAR, MQARConfig, multiquery_ar
 from regmem.tasks.niah import NIAH_TASKS
@@ -10,11 +11,13 @@ from regmem.tasks.text import Text, TextConfig
 from regmem.tasks.word_problem import WordProblem, WordProblemConfig
 
 # Task registry keyed by short name: name -> constructor taking the task's config.
-TASKS = {"mqar": MQAR, **MAD_TASKS, "s5": WordProblem, **NIAH_TASKS, **FORMAL_TASKS, "text": Text}
+TASKS = {"mqar": MQAR, **MAD_TASKS, "s5": WordProblem, **NIAH_TASKS, **FORMAL_TASKS, **LANGUAGE_TASKS, "text": Text}
 # Names standing for several tasks on the command line (`regmem suite --tasks mad,s5`).
-TASK_GROUPS: dict[str, list[str]] = {"mad": list(MAD_TASKS), "niah": list(NIAH_TASKS), "formal": list(FORMAL_TASKS)}
+TASK_GROUPS: dict[str, list[str]] = {"mad": list(MAD_TASKS), "niah": list(NIAH_TASKS), "formal": list(FORMAL_TASKS),
+                                     "languages": list(LANGUAGE_TASKS)}
 
 __all__ = [
-    "MAD_SETTINGS", "MQAR", "TASKS", "TASK_GROUPS", "MQARConfig", "OnlineRegressionConfig", "Task", "Text",
-    "TextConfig", "WordProblem", "WordProblemConfig", "accuracy", "multiquery_ar", "switching_keys",
+    "MAD_SETTINGS", "MQAR", "TASKS", "TASK_GROUPS", "FormalLanguage", "FormalLanguageConfig", "MQARConfig",
+    "OnlineRegressionConfig", "Task", "Text", "TextConfig", "WordProblem", "WordProblemConfig", "accuracy",
+    "multiquery_ar", "switching_keys",
 ]

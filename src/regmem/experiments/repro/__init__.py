@@ -6,6 +6,7 @@ measured result and writes a markdown report, JSON and a plot.
     nl-mad                  Nested Learning, Table 4 (Sec. 9.4): MAD's tasks at CPU scale, beside the paper
     nl-niah                 Nested Learning, Table 1's pattern (Sec. 9.2): needle-in-a-haystack heat maps
     lecture-lineage         the lecture's recurrent hierarchy (Mamba / DeltaNet / TTT) on MQAR at equal memory
+    nl-formal-languages     Nested Learning, Table 5 (Sec. 9.5): six formal languages, Hope vs LSTM / attention
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from pathlib import Path
 
 
 def run_repro(name: str, out_dir: str | Path = "results/repro", *, quick: bool = False, paper_scale: bool = False,
-              overrides: dict | None = None, log=print) -> dict:
+              full: bool = False, overrides: dict | None = None, log=print) -> dict:
     """Runs reproduction `name`, logs its report and writes its outputs under `out_dir`; returns the paths.
     `quick` shrinks the run to a smoke test (tests and CI), not a reproduction; `paper_scale` runs ttr-mqar at
-    the paper's d_model 64 and P in {64, 128} instead of the 10-minute scaled default; `overrides` replaces
+    the paper's d_model 64 and P in {64, 128} instead of the 10-minute scaled default; `full` runs
+    nl-formal-languages with more steps, an lr grid and two seeds; `overrides` replaces
     fields of the settings (e.g. {"softmax_bandwidth": 0.05} for ttr-online-regression)."""
     out_dir = Path(out_dir)
     if name == "ttr-online-regression":
@@ -50,6 +52,11 @@ def run_repro(name: str, out_dir: str | Path = "results/repro", *, quick: bool =
 
         settings = repro.QUICK if quick else repro.LineageSettings()
         result = repro.run_lineage(_replace(settings, overrides), out_dir, progress=not quick, log=log)
+    elif name == "nl-formal-languages":
+        from regmem.experiments.repro import nl_formal as repro
+
+        settings = repro.QUICK if quick else repro.FULL if full else repro.FormalSettings()
+        result = repro.run_formal(_replace(settings, overrides), out_dir, progress=not quick, log=log)
     else:
         raise ValueError(f"unknown reproduction {name!r}; known: {REPROS}")
     paths = repro.write_outputs(result, out_dir)
@@ -58,7 +65,7 @@ def run_repro(name: str, out_dir: str | Path = "results/repro", *, quick: bool =
     return paths
 
 
-REPROS = ("ttr-online-regression", "ttr-mqar", "nl-mad", "nl-niah", "lecture-lineage")
+REPROS = ("ttr-online-regression", "ttr-mqar", "nl-mad", "nl-niah", "lecture-lineage", "nl-formal-languages")
 
 
 def _replace(settings, overrides: dict | None):

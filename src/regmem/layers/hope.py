@@ -1,0 +1,72 @@
+"""Hope and Hope-Attention: Nested Learning, arXiv:2512.24695, Sec. 8.3, eqs. 94-97.
+
+    o = SelfModifyingTitans(x)        (eqs. 94-96: q, k L2-normalised, short causal conv of window 4, chunk-wise)
+    y = CMS(o)                        (eq. 97: the Continuum Memory System, sequential variant, regmem.nested.CMS)
+
+Hope-Attention puts global softmax attention where self-modifying Titans was (Sec. 8.3: "a Transformer whose MLPs
+are CMS"). Both are mixers, so an LM takes them by name (`mixer="hope"`); with `ffn="none"` the CMS is the block's
+only MLP, as in the paper. Every Table-6 ablation is a constructor flag: self-modifying Titans' own (`dgd=False`,
+`momentum=False`, `weight_decay=False`, `static=("k",)` ... for "w/o inner-projection k/v", `adaptive_q=False`) and
+`cms=False` ("w/o CMS", which leaves self-modifying Titans alone).
+
+CMS options (regmem/nested/cms.py): `cms_chunk_sizes` (one per level, fast first as in Fig. 5), `cms_lr` (inner
+learning rate), `cms_variant`, `cms_objective`, `cms_hidden` (0: 8/3 d_model).
+
+State: `HopeState(inner, cms)`, the inner mixer's state and the CMS's.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from regmem.layers.attention import SoftmaxAttention
+from regmem.layers.self_modifying import SelfModifyingTitans
+from regmem.nested import CMS, CMSConfig, CMSState
+
+
+class HopeState(NamedTuple):
+    inner: object
+    cms: CMSState | None
+
+
+class _ThenCMS:
+    """Runs the mixer it is mixed into, then a CMS on its output (eq. 97)."""
+
+    def _build_cms(self, d_model, cms, chunk_sizes, lr, variant, objective, hidden):
+        self.cms = CMS(d_model, CMSConfig(chunk_sizes=tuple(chunk_sizes), lr=lr, hidden=hidden, variant=variant,
+                                          objective=objective)) if cms else None
+
+    def forward(self, x, state=None, *, attention_mask=None):
+        inner, cms_state = state if state is not None else (None, None)
+        o, inner = super().forward(x, inner, attention_mask=attention_mask)
+        if self.cms is not None:
+            o, cms_state = self.cms(o, cms_state, attention_mask=attention_mask)
+        return o, HopeState(inner, cms_state)
+
+    def state_size(self, seq_len: int) -> int:
+        return super().state_size(seq_len) + (self.cms.state_size() if self.cms is not None else 0)
+
+
+class Hope(_ThenCMS, SelfModifyingTitans):
+    """Self-modifying Titans followed by a CMS (module docstring). The memories' mini-batch (the paper's chunk, 16
+    in Fig. 5) is `mini_batch`; state tracking needs small ones (Sec. 9.5)."""
+
+    recipe_name = "self_modifying_titans"
+
+    def __init__(self, d_model: int, n_heads: int, *, cms: bool = True, cms_chunk_sizes=(16, 64, 256),
+                 cms_lr: float = 1e-3, cms_variant: str = "sequential", cms_objective: str = "value",
+                 cms_hidden: int = 0, **memory):
+        SelfModifyingTitans.__init__(self, d_model, n_heads, **memory)
+        self._build_cms(d_model, cms, cms_chunk_sizes, cms_lr, cms_variant, cms_objective, cms_hidden)
+
+
+class HopeAttention(_ThenCMS, SoftmaxAttention):
+    """Softmax attention followed by a CMS (module docstring); attention's options pass through."""
+
+    recipe_name = "softmax_attn"
+
+    def __init__(self, d_model: int, n_heads: int, *, cms: bool = True, cms_chunk_sizes=(16, 64, 256),
+                 cms_lr: float = 1e-3, cms_variant: str = "sequential", cms_objective: str = "value",
+                 cms_hidden: int = 0, **attention):
+        SoftmaxAttention.__init__(self, d_model, n_heads, **attention)
+        self._build_cms(d_model, cms, cms_chunk_sizes, cms_lr, cms_variant, cms_objective, cms_hidden)

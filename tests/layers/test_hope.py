@@ -1,0 +1,93 @@
+"""Hope and Hope-Attention (Nested Learning, arXiv:2512.24695, Sec. 8.3, eqs. 94-97): "w/o CMS" is self-modifying
+Titans (or attention) alone; one frozen CMS level is a SwiGLU on the mixer's output; q and k are unit vectors when
+the memories use them; outputs are causal; every outer parameter, the CMS's initial levels included, gets a
+gradient. The mixer contract (prefill + steps, padding, state size) is in test_mixers.py."""
+
+import pytest
+import torch
+
+import regmem.nested.self_modifying as smt
+from regmem.layers import HopeAttention, SelfModifyingTitans, SoftmaxAttention, build_mixer
+from regmem.models.lm import SwiGLU
+
+D, H = 16, 2
+SMALL = {"mini_batch": 2, "cms_chunk_sizes": (2, 4)}
+
+
+def _x(B=2, T=9, seed=1):
+    return torch.randn(B, T, D, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+
+
+def _hope(**kwargs):
+    torch.manual_seed(0)
+    return build_mixer("hope", D, H, **{**SMALL, **kwargs}).double()
+
+
+@pytest.mark.parametrize("name,alone", [("hope", SelfModifyingTitans), ("hope_attention", SoftmaxAttention)])
+def test_without_cms_it_is_the_inner_mixer(name, alone):
+    torch.manual_seed(0)
+    kwargs = {"mini_batch": 2} if name == "hope" else {}
+    hope = build_mixer(name, D, H, cms=False, **kwargs).double()
+    inner = alone(D, H, **kwargs).double()
+    inner.load_state_dict(hope.state_dict())
+    x = _x()
+    torch.testing.assert_close(hope(x)[0], inner(x)[0], rtol=1e-12, atol=1e-12)
+
+
+def test_hope_attention_with_one_frozen_level_is_attention_then_a_residual_swiglu():
+    torch.manual_seed(0)
+    hope = HopeAttention(D, H, cms_chunk_sizes=(4,), cms_lr=0.0, cms_hidden=8).double()
+    attention = SoftmaxAttention(D, H).double()
+    attention.load_state_dict({k: v for k, v in hope.state_dict().items() if not k.startswith("cms.")})
+    ffn, norm = SwiGLU(D, 8).double(), torch.nn.RMSNorm(D, eps=1e-5).double()
+    with torch.no_grad():
+        ffn.gate_up.weight.copy_(torch.cat([hope.cms.gate[0].T, hope.cms.up[0].T]))
+        ffn.down.weight.copy_(hope.cms.down[0].T)
+        norm.weight.copy_(hope.cms.norm_weight[0])
+    x = _x()
+    o, _ = attention(x)
+    torch.testing.assert_close(hope(x)[0], o + ffn(norm(o)), rtol=1e-12, atol=1e-12)
+
+
+def test_the_cms_and_each_ablation_flag_change_the_computation():
+    x = _x()
+    y = _hope()(x)[0]
+    for flag in ({"cms": False}, {"cms_lr": 0.0}, {"dgd": False}, {"weight_decay": False}, {"static": ("k",)},
+                 {"adaptive_q": False}, {"momentum": True}, {"cms_variant": "independent"}):
+        assert (_hope(**flag)(x)[0] - y).abs().max() > 1e-8, f"{flag} changed nothing"
+
+
+def test_keys_and_queries_reach_the_memories_as_unit_vectors(monkeypatch):
+    seen = []
+    engine = smt.ttt
+
+    def spy(q, k, *args, **kwargs):
+        seen.append((q, k))
+        return engine(q, k, *args, **kwargs)
+
+    monkeypatch.setattr(smt, "ttt", spy)
+    _hope(normalize_v=True)(_x())
+    assert seen
+    for q, k in seen:
+        torch.testing.assert_close(k.norm(dim=-1), torch.ones_like(k[..., 0]))
+        torch.testing.assert_close(q.norm(dim=-1), torch.ones_like(q[..., 0]))
+
+
+@pytest.mark.parametrize("name", ["hope", "hope_attention"])
+def test_causal(name):
+    torch.manual_seed(0)
+    mixer = build_mixer(name, D, H, **(SMALL if name == "hope" else {"cms_chunk_sizes": (2, 4)})).double()
+    x = _x(1, 10)
+    y, _ = mixer(x)
+    for t in (0, 3, 6):
+        changed = x.clone()
+        changed[:, t + 1:] += 1.0
+        torch.testing.assert_close(mixer(changed)[0][:, :t + 1], y[:, :t + 1], rtol=1e-10, atol=1e-10)
+
+
+def test_gradients_reach_every_initial_state():
+    hope = _hope(momentum=True)
+    x = _x(T=12)
+    hope(x)[0].square().sum().backward()
+    for name, p in hope.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
