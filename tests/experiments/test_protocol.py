@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 import pytest
+import torch
 
 from regmem.cli import main
 from regmem.experiments.compare import compare, lr_grid
@@ -178,3 +179,19 @@ def test_the_committed_tuned_table_names_its_sweep_and_holds_grid_values():
     assert lrs and all(lr > 0 for lr in lrs)
 
 
+
+
+def test_runs_in_worker_processes_give_the_records_of_one_process(tmp_path):
+    """Each worker trains with one torch thread, as the serial path does here: the same numbers, in spec order."""
+    specs = run_specs(["mqar"], ["linear"], [{}], [1e-2], [0, 1])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        serial = execute(specs, FAST, RunStore(tmp_path / "serial", FAST), progress=False, log=lambda *_: None)
+    finally:
+        torch.set_num_threads(threads)
+    parallel = execute(specs, FAST, RunStore(tmp_path / "parallel", FAST), progress=False, log=lambda *_: None,
+                       workers=2)
+    assert [r["seed"] for r in parallel] == [0, 1]
+    for a, b in zip(serial, parallel, strict=True):
+        assert a["score"] == b["score"] and a["metrics"] == b["metrics"]

@@ -90,3 +90,17 @@ def test_set_overrides_of_tuple_settings_take_comma_separated_lists():
     assert settings.seeds == (1,) and settings.steps == 8
     with pytest.raises(ValueError, match="comma-separated float"):
         _replace(MADSettings(), {"lrs": "0.01,fast"})
+
+
+def test_quick_nl_formal_languages_prints_table5_beside_both_bins(tmp_path):
+    paths = run_repro("nl-formal-languages", tmp_path, quick=True, log=lambda *_: None)
+    report = paths["report"].read_text()
+    assert "| paper: HOPE | 100.0 | 100.0 | 100.0 | 100.0 |" in report  # Parity and aⁿbⁿ, Bin 0 and Bin 1
+    assert "| paper: Transformer | 46.4 | 0.0 | 100.0 | 100.0 |" in report
+    result = json.loads(paths["json"].read_text())
+    assert {(c["task"], c["mixer"]) for c in result["cells"]} == {
+        (t, m) for t in ("lang_parity", "lang_anbn") for m in ("lstm", "hope")}
+    for cell in result["cells"]:
+        assert 0.0 <= cell["bin0"]["mean"] <= 1.0 and 0.0 <= cell["bin1"]["mean"] <= 1.0
+    assert "- Paper: Hope is perfect on every language and bin. Ours:" in report
+    assert paths["plot"].read_bytes()[:4] == b"\x89PNG"

@@ -136,30 +136,29 @@ def _step(layer, context, token) -> Callable[[], object]:
     return step
 
 
+def _matched(rows: list[dict], layer: str, other: str):
+    """(row of `layer`, row of `other` at the same T and pass) for every such pair."""
+    for r in (r for r in rows if r["layer"] == layer):
+        match = next((o for o in rows if o["layer"] == other and o["T"] == r["T"] and o["pass"] == r["pass"]), None)
+        if match:
+            yield r, match
+
+
 def layers_table(result: dict) -> str:
     """Every row (T is the context of a `step`), then regmem against each public implementation at the same T and
     pass, then each layer's decoding step at the longest context over the shortest."""
     rows = result["rows"]
     lines = ["| layer | pass | T | ms | tokens/s |", "|---|---|---:|---:|---:|"]
     lines += [f"| {r['layer']} | {r['pass']} | {r['T']} | {r['ms']:.2f} | {r['tokens_per_s']:,.0f} |" for r in rows]
-    compare = []
-    for theirs, ours in EXTERNAL_LAYERS.items():
-        for r in (r for r in rows if r["layer"] == theirs):
-            mine = next((m for m in rows if m["layer"] == ours and m["T"] == r["T"] and m["pass"] == r["pass"]), None)
-            if mine:
-                compare.append(f"| {ours} vs {theirs} | {r['T']} | {r['pass']} | {mine['ms']:.1f} | {r['ms']:.1f} | "
-                               f"{r['ms'] / mine['ms']:.2f}x |")
+    compare = [f"| {ours} vs {theirs} | {r['T']} | {r['pass']} | {mine['ms']:.1f} | {r['ms']:.1f} | "
+               f"{r['ms'] / mine['ms']:.2f}x |" for theirs, ours in EXTERNAL_LAYERS.items()
+               for r, mine in _matched(rows, theirs, ours)]
     if compare:
         lines += ["", "| comparison | T | pass | regmem ms | theirs ms | regmem speed-up |",
                   "|---|---:|---|---:|---:|---:|", *compare]
-    ratios = []
-    for layer, baseline in BASELINES.items():
-        for r in (r for r in rows if r["layer"] == layer):
-            base = next((b for b in rows if b["layer"] == baseline and b["T"] == r["T"] and b["pass"] == r["pass"]),
-                        None)
-            if base:
-                ratios.append(f"| {layer} / {baseline} | {r['T']} | {r['pass']} | {r['ms']:.1f} | {base['ms']:.1f} | "
-                              f"{r['ms'] / base['ms']:.2f} |")
+    ratios = [f"| {layer} / {baseline} | {r['T']} | {r['pass']} | {r['ms']:.1f} | {base['ms']:.1f} | "
+              f"{r['ms'] / base['ms']:.2f} |" for layer, baseline in BASELINES.items()
+              for r, base in _matched(rows, layer, baseline)]
     if ratios:
         lines += ["", "| time ratio | T | pass | layer ms | baseline ms | layer / baseline |",
                   "|---|---:|---|---:|---:|---:|", *ratios]

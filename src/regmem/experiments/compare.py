@@ -55,7 +55,7 @@ def lr_source(preset: Preset, lrs: list[float] | None, task: str, mixers: list[s
 
 def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | None = None,
             seeds: list[int] = SEEDS, lrs: list[float] | None = None, out_dir: str | Path = "results",
-            run_dir: str | Path | None = None, progress: bool = True, log=print) -> Path:
+            run_dir: str | Path | None = None, progress: bool = True, log=print, workers: int = 1) -> Path:
     """Trains every (mixer, sweep value, lr, seed) not yet in `run_dir`; writes the leaderboard, CSV, JSON and
     plot; returns the run directory."""
     if task_name not in TASKS:
@@ -68,7 +68,7 @@ def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | N
     run_dir = Path(run_dir)
     settings = [{field: v} if field else {} for v in values]
     specs = run_specs([task_name], mixers, settings, lr_grid(preset, lrs), seeds)
-    records = execute(specs, preset, RunStore(run_dir, preset), progress=progress, log=log)
+    records = execute(specs, preset, RunStore(run_dir, preset), progress=progress, log=log, workers=workers)
     summaries = summarize(records)
     source = lr_source(preset, lrs, task_name, mixers)
     write_outputs(run_dir, task_name, preset, field, records, summaries, source)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import matplotlib
 
@@ -47,15 +48,23 @@ def plot_results(path: Path, task_name: str, field: str | None, summaries) -> No
     plt.close(fig)
 
 
+class HeatCell(NamedTuple):
+    """One cell of `plot_heatmap`: the value shown and the metric it is (which sets the colour scale)."""
+
+    mean: float
+    metric: str
+
+
 def plot_heatmap(path: Path, tasks: list[str], mixers: list[str], cell: dict, title: str) -> None:
     """Mixers x tasks, colour = accuracy (0 red .. 1 green); a lower-is-better column (bits per byte) is coloured
-    by its rank among the mixers, best green. Every cell shows its value."""
+    by its rank among the mixers, best green. Every cell shows its value. `cell[(task, mixer)]` has `.mean` and
+    `.metric` (a `HeatCell` or a protocol summary)."""
     import numpy as np
 
     colours = np.zeros((len(mixers), len(tasks)))
     for j, t in enumerate(tasks):
         values = [cell[(t, m)].mean for m in mixers]
-        if cell[(t, mixers[0])].metric == "accuracy":
+        if higher_is_better(cell[(t, mixers[0])].metric):
             colours[:, j] = values
         else:  # lower is better: min -> 1, max -> 0
             low, high = min(values), max(values)

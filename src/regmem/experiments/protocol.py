@@ -16,12 +16,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import multiprocessing
 import statistics
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from tqdm.auto import tqdm
 
 from regmem.experiments.presets import Preset
@@ -121,24 +124,45 @@ def train_run(spec: RunSpec, preset: Preset, progress: bool = False,
 
 
 def execute(specs: list[RunSpec], preset: Preset, store: RunStore, *, progress: bool = True,
-            log: Callable[[str], None] = print, train: Callable = train_run) -> list[dict]:
+            log: Callable[[str], None] = print, train: Callable = train_run, workers: int = 1) -> list[dict]:
     """Runs every spec not already in `store`, with one progress bar over all of them (ETA from the runs done in
-    this call); returns one record per spec, in order: {**spec fields, **result}."""
+    this call); returns one record per spec, in order: {**spec fields, **result}.
+
+    `workers` > 1 trains that many runs at once, each in its own process with one torch thread (`train` must then
+    be picklable: a module-level function or a partial of one). A run's result does not depend on it: every run
+    trains with one thread either way when the caller sets one, as `regmem` sweeps do."""
     todo = [s for s in specs if store.load(s) is None]
     if len(todo) < len(specs):
         where = f"{store.dir}" + (f" or {', '.join(map(str, store.reuse))}" if store.reuse else "")
         log(f"[protocol] {len(specs) - len(todo)} of {len(specs)} runs already finished in {where}; skipped")
     bar = tqdm(total=len(todo), desc="runs", unit="run", disable=not progress or not todo, dynamic_ncols=True)
-    for spec in todo:
-        bar.set_postfix_str(f"{spec.task} {spec.mixer} lr={spec.lr:g} seed={spec.seed}", refresh=True)
-        start = time.perf_counter()
-        result = train(spec, preset)
+
+    def finished(spec, result, seconds):
         store.save(spec, result)
         log(f"[protocol] {spec.task} {spec.mixer} {_setting_text(spec.setting)}lr={spec.lr:g} seed={spec.seed}: "
-            f"{score_of(spec.task)[0]} {result['score']:.4f} ({time.perf_counter() - start:.1f}s)")
+            f"{score_of(spec.task)[0]} {result['score']:.4f} ({seconds:.1f}s)")
         bar.update(1)
+
+    if workers > 1 and len(todo) > 1:
+        context = multiprocessing.get_context("spawn")  # no fork of a process that holds OpenMP threads
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=torch.set_num_threads,
+                                 initargs=(1,)) as pool:
+            futures = {pool.submit(_timed, train, spec, preset): spec for spec in todo}
+            bar.set_postfix_str(f"{workers} workers", refresh=True)
+            for future in as_completed(futures):
+                finished(futures[future], *future.result())
+    else:
+        for spec in todo:
+            bar.set_postfix_str(f"{spec.task} {spec.mixer} lr={spec.lr:g} seed={spec.seed}", refresh=True)
+            finished(spec, *_timed(train, spec, preset))
     bar.close()
     return [{**dataclasses.asdict(s), **store.load(s)} for s in specs]
+
+
+def _timed(train: Callable, spec: RunSpec, preset: Preset) -> tuple[dict, float]:
+    start = time.perf_counter()
+    result = train(spec, preset)
+    return result, time.perf_counter() - start
 
 
 def _setting_text(setting: dict) -> str:

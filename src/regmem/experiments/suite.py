@@ -42,7 +42,7 @@ def resolve_tasks(names: list[str]) -> list[str]:
 
 def suite(task_names: list[str], mixers: list[str], preset: Preset, *, seeds: list[int] = SEEDS,
           lrs: list[float] | None = None, run_dir: str | Path | None = None, save_tuned_to: str | Path | None = None,
-          reuse: list[str | Path] = (), progress: bool = True, log=print) -> Path:
+          reuse: list[str | Path] = (), progress: bool = True, log=print, workers: int = 1) -> Path:
     """Trains every (task, mixer, lr, seed) not yet in `run_dir` (or in a `reuse` directory, read only); writes
     the mixers x tasks leaderboard, CSV, JSON and heat map; with `save_tuned_to`, also each mixer's best lr per
     task into that tuned-lr table."""
@@ -54,7 +54,7 @@ def suite(task_names: list[str], mixers: list[str], preset: Preset, *, seeds: li
     run_dir = Path(run_dir or f"results/suite-{preset.name}")
     specs = run_specs(tasks, mixers, [{}], lr_grid(preset, lrs), seeds)
     log(f"[suite] {len(tasks)} tasks x {len(mixers)} mixers: {len(specs)} runs into {run_dir}")
-    records = execute(specs, preset, RunStore(run_dir, preset, reuse), progress=progress, log=log)
+    records = execute(specs, preset, RunStore(run_dir, preset, reuse), progress=progress, log=log, workers=workers)
     summaries = summarize(records)
     sources = {task: lr_source(preset, lrs, task, mixers) for task in tasks}
     write_suite(run_dir, preset, tasks, mixers, records, summaries, sources)

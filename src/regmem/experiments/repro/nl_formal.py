@@ -19,14 +19,18 @@ stored in the output directory, so the command resumes after an interruption.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from regmem.experiments.plots import plot_heatmap
+import torch
+
+from regmem.experiments.plots import HeatCell, plot_heatmap
 from regmem.experiments.presets import Preset
 from regmem.experiments.protocol import RunStore, execute, run_specs, summarize, train_run
 from regmem.experiments.repro.outputs import write_report
 from regmem.tasks import TASKS
+from regmem.tasks.formal_languages import FormalLanguageConfig
 
 LANGUAGES = ("lang_parity", "lang_aa", "lang_abab", "lang_anbn", "lang_anbncn", "lang_shuffle2")
 HEADERS = {"lang_parity": "Parity", "lang_aa": "(aa)*", "lang_abab": "(abab)*", "lang_anbn": "aⁿbⁿ",
@@ -52,51 +56,57 @@ class FormalSettings:
     d_model: int = 32
     n_layers: int = 1
     steps: int = 300
-    batch_size: int = 32
-    lrs: tuple[float, ...] = (3e-3,)
+    batch_size: int = 16
+    lrs: tuple[float, ...] = (3e-3, 1e-2)  # the default run: two lrs, one seed (about 15 min on 2 cores)
     seeds: tuple[int, ...] = (0,)
     num_eval: int = 256  # strings per bin
-    mini_batch: int = 2  # Hope's memories: chunk-wise updates every 2 tokens (Sec. 9.5 needs small chunks)
-    cms_chunk_sizes: tuple[int, ...] = (2, 8)
+    train_max_len: int = 20  # train lengths 1..train_max_len; Bin 1 is train_max_len + 1 .. 2 train_max_len
+    mini_batch: int = 4  # Hope's memories: chunk-wise updates every 4 tokens (Sec. 9.5 needs small chunks)
+    cms_chunk_sizes: tuple[int, ...] = (4, 16)
+    workers: int = 2  # runs trained at once, one process and one torch thread each
 
 
-FULL = FormalSettings(steps=1000, lrs=(1e-3, 3e-3, 1e-2), seeds=(0, 1))
+FULL = FormalSettings(steps=1000, lrs=(1e-3, 3e-3, 1e-2), seeds=(0, 1, 2), mini_batch=2, cms_chunk_sizes=(2, 8))
 QUICK = FormalSettings(languages=("lang_parity", "lang_anbn"), mixers=("lstm", "hope"), d_model=16, steps=3,
-                       batch_size=4, num_eval=8)
+                       batch_size=4, lrs=(3e-3,), num_eval=8, train_max_len=8, mini_batch=4, workers=1)
 
 
 def formal_preset(settings: FormalSettings) -> Preset:
     memory = {"mini_batch": settings.mini_batch}
     return Preset(
         name=f"formal-d{settings.d_model}", d_model=settings.d_model, n_layers=settings.n_layers,
-        n_heads=max(settings.d_model // 16, 1), ffn="swiglu", task={"seq_len": 40}, steps=settings.steps,
+        n_heads=max(settings.d_model // 16, 1), ffn="swiglu", task={"seq_len": settings.train_max_len},
+        steps=settings.steps,
         batch_size=settings.batch_size, lr=settings.lrs[0], num_train=settings.steps * settings.batch_size,
-        num_eval=settings.num_eval, eval_every=max(settings.steps // 5, 1),
+        num_eval=settings.num_eval, eval_every=max(settings.steps // 4, 1),
         mixer_kwargs={"hope": {**memory, "cms_chunk_sizes": settings.cms_chunk_sizes}, "self_modifying_titans": memory},
     )
 
 
-def _evaluate_bins(settings: FormalSettings):
-    def evaluate(spec, trained) -> dict:
-        import torch
+@dataclass(frozen=True)
+class BinScores:
+    """String accuracy of a trained run on Bin 0 and Bin 1 (fresh strings, seeded apart from training's)."""
 
-        task = TASKS[spec.task]()
+    num_eval: int
+    train_max_len: int
+
+    def __call__(self, spec, trained) -> dict:
+        task = TASKS[spec.task](FormalLanguageConfig(seq_len=self.train_max_len))
         scores = {}
         trained.model.eval()
         for index in (0, 1):
-            inputs, targets = task.bin(index).generate(settings.num_eval, seed=10_000 + spec.seed)
+            inputs, targets = task.bin(index).generate(self.num_eval, seed=10_000 + spec.seed)
             with torch.no_grad():
                 scores[f"bin{index}"] = task.metric(trained.model(inputs), targets)["string_accuracy"]
         return scores
-    return evaluate
 
 
 def run_formal(settings: FormalSettings, out_dir: Path, *, progress: bool = True, log=print) -> dict:
     preset = formal_preset(settings)
     specs = run_specs(settings.languages, settings.mixers, [{}], settings.lrs, settings.seeds)
-    evaluate = _evaluate_bins(settings)
+    train = functools.partial(train_run, evaluate=BinScores(settings.num_eval, settings.train_max_len))
     records = execute(specs, preset, RunStore(out_dir / "nl-formal-runs", preset), progress=progress, log=log,
-                      train=lambda spec, p: train_run(spec, p, evaluate=evaluate))
+                      train=train, workers=settings.workers)
     cells = [dataclasses.asdict(c) for c in summarize(records)]
     for cell in cells:  # the bins of the best lr's runs
         runs = [r for r in records if (r["task"], r["mixer"], r["lr"]) == (cell["task"], cell["mixer"],
@@ -126,7 +136,8 @@ def format_report(result: dict) -> str:
         "lengths, Bin 1 = longer. Paper: Hope perfect everywhere like the LSTM; Transformer / linear attention fail "
         "Parity, (aa)*, (abab)*; DeltaNet does not length-generalise on them; all solve the counter languages.",
         f"Ours: {p['n_layers']} block(s) of d_model {p['d_model']} + SwiGLU, {p['steps']} steps x batch "
-        f"{p['batch_size']}, train lengths 1-40, Bin 1 41-80, lr grid {', '.join(f'{lr:g}' for lr in s['lrs'])} "
+        f"{p['batch_size']}, train lengths 1-{s['train_max_len']}, Bin 1 {s['train_max_len'] + 1}-"
+        f"{2 * s['train_max_len']}, lr grid {', '.join(f'{lr:g}' for lr in s['lrs'])} "
         f"(best per model and language by Bin 0), seeds {', '.join(map(str, s['seeds']))}: mean (min-max). Hope: "
         f"memories' mini-batch {s['mini_batch']}, CMS chunks {tuple(s['cms_chunk_sizes'])}.",
         "",
@@ -173,14 +184,9 @@ def findings(result: dict, languages: list[str]) -> list[str]:
 def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
     paths = write_report(out_dir, "nl-formal-languages", result, format_report(result))
     columns = [f"{t} B{i}" for t in result["settings"]["languages"] for i in (0, 1)]
-    cells = {(f"{c['task']} B{i}", c["mixer"]): _Mean(c[f"bin{i}"]["mean"], "string_accuracy")
+    cells = {(f"{c['task']} B{i}", c["mixer"]): HeatCell(c[f"bin{i}"]["mean"], "string_accuracy")
              for c in result["cells"] for i in (0, 1)}
     plot_heatmap(paths["plot"], columns, list(result["settings"]["mixers"]), cells,
                  title="Formal languages (Nested Learning Table 5): string accuracy")
     return paths
 
-
-@dataclass(frozen=True)
-class _Mean:
-    mean: float
-    metric: str

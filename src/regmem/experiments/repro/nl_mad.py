@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from regmem.experiments.plots import plot_heatmap
+from regmem.experiments.plots import HeatCell, plot_heatmap
 from regmem.experiments.presets import Preset
 from regmem.experiments.protocol import RunStore, execute, run_specs, summarize
 from regmem.experiments.repro.outputs import write_report
@@ -153,13 +153,8 @@ def findings(result: dict, tasks: list[str]) -> list[str]:
 def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
     paths = write_report(out_dir, "nl-mad", result, format_report(result))
     tasks = [t for t in TASK_ORDER if t in result["settings"]["tasks"]]
-    cells = {(c["task"], c["mixer"]): _Mean(c["mean"], c["metric"]) for c in result["cells"]}
+    cells = {(c["task"], c["mixer"]): HeatCell(c["mean"], c["metric"]) for c in result["cells"]}
     plot_heatmap(paths["plot"], tasks, list(result["settings"]["mixers"]), cells,
                  title="MAD at CPU scale (Nested Learning Table 4's tasks)")
     return paths
 
-
-@dataclass(frozen=True)
-class _Mean:
-    mean: float
-    metric: str
