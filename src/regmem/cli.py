@@ -318,7 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "step after T tokens), beside public implementations "
                                                    "(titans-pytorch: pip install 'regmem[bench]')")
     layers.add_argument("--layers", type=_name_list, default=["titans_mlp", "titans_pytorch", "titans_pytorch_b16"],
-                        help="comma-separated cases: titans_mlp, ttt_mlp, ttt_linear, self_modifying_titans, mamba "
+                        help="comma-separated cases: titans_mlp, ttt_mlp, ttt_linear, self_modifying_titans, mamba, "
+                             "hope, gated_deltanet, cms (3 levels, chunks 16/64/256), swiglu (the LM's FFN) "
                              "(regmem), titans_pytorch, titans_pytorch_b16 (lucidrains' NeuralMemory, batch_size None "
                              "or 16)")
     layers.add_argument("--passes", type=_name_list, default=["fwd", "fwdbwd", "step"],

@@ -26,8 +26,9 @@ def _hope(**kwargs):
 @pytest.mark.parametrize("name,alone", [("hope", SelfModifyingTitans), ("hope_attention", SoftmaxAttention)])
 def test_without_cms_it_is_the_inner_mixer(name, alone):
     torch.manual_seed(0)
-    kwargs = {"mini_batch": 2} if name == "hope" else {}
-    hope = build_mixer(name, D, H, cms=False, **kwargs).double()
+    kwargs = {"mini_batch": 2} if name == "hope" else {"short_conv": 4}  # Hope-Attention's conv is on by default
+    hope = build_mixer(name, D, H, cms=False).double() if name == "hope_attention" else build_mixer(
+        name, D, H, cms=False, **kwargs).double()
     inner = alone(D, H, **kwargs).double()
     inner.load_state_dict(hope.state_dict())
     x = _x()
@@ -37,7 +38,7 @@ def test_without_cms_it_is_the_inner_mixer(name, alone):
 def test_hope_attention_with_one_frozen_level_is_attention_then_a_residual_swiglu():
     torch.manual_seed(0)
     hope = HopeAttention(D, H, cms_chunk_sizes=(4,), cms_lr=0.0, cms_hidden=8).double()
-    attention = SoftmaxAttention(D, H).double()
+    attention = SoftmaxAttention(D, H, short_conv=4).double()
     attention.load_state_dict({k: v for k, v in hope.state_dict().items() if not k.startswith("cms.")})
     ffn, norm = SwiGLU(D, 8).double(), torch.nn.RMSNorm(D, eps=1e-5).double()
     with torch.no_grad():
