@@ -219,12 +219,14 @@ class CMS(nn.Module):
         return u if self.value is None else u @ self.value[level]
 
     def levels(self) -> list[dict]:
-        """This module's levels (Definition 2) for `describe_levels`: one per CMS level, updated in context."""
+        """This module's levels (Definition 2) for `describe_levels`: one per CMS level, updated in context (the
+        levels of an independent CMS read the same input, so none needs another)."""
         rows = []
         for level, (size, rate) in enumerate(zip(self.config.chunk_sizes, self.config.rates(), strict=True)):
             rows.append({"tensors": f"CMS level {level} SwiGLU (gate, up, down)", "period": size if rate > 0 else None,
                          "objective": f"{self.config.objective} regression, lr {rate:g}",
-                         "reset": _reset_note(self.config, level)})
+                         "reset": _reset_note(self.config, level),
+                         "independent": self.config.variant == "independent" and level > 0})
         return rows
 
 
