@@ -167,3 +167,18 @@ def test_bench_layers_times_regmems_layers_and_their_decoding_step(tmp_path):
 def test_bench_layers_rejects_an_unknown_pass(tmp_path):
     with pytest.raises(SystemExit, match="--passes"):
         main(["bench", "layers", "--layers", "mamba", "--passes", "fwd,decode", "--out-dir", str(tmp_path)])
+
+
+def test_levels_prints_a_models_levels_and_reads_a_checkpoint(tmp_path, capsys):
+    from regmem.models import LM, LMConfig
+
+    main(["levels", "--model", "attn", "--ffn", "cms", "--d-model", "32", "--n-layers", "1"])
+    out = capsys.readouterr().out
+    assert "| 1 | every token | blocks.0.mixer | KV cache" in out and "every 16 tokens" in out
+    assert "exp_avg_sq (second moment)" in out
+    LM(LMConfig(vocab_size=16, d_model=16, n_heads=2, mixer="gla")).save_pretrained(tmp_path)
+    main(["levels", "--model", str(tmp_path), "--optimizer", "none"])
+    out = capsys.readouterr().out
+    assert "gla memory state" in out and "exp_avg" not in out
+    with pytest.raises(SystemExit, match="mixer must name"):
+        main(["levels", "--model", "nope"])
