@@ -146,7 +146,8 @@ def _matched(rows: list[dict], layer: str, other: str):
 
 def layers_table(result: dict) -> str:
     """Every row (T is the context of a `step`), then regmem against each public implementation at the same T and
-    pass, then each layer's decoding step at the longest context over the shortest."""
+    pass, then each layer's time over its baseline's (`BASELINES`: the CMS over a SwiGLU FFN, Hope over Gated
+    DeltaNet), then each layer's decoding step at the longest context over the shortest."""
     rows = result["rows"]
     lines = ["| layer | pass | T | ms | tokens/s |", "|---|---|---:|---:|---:|"]
     lines += [f"| {r['layer']} | {r['pass']} | {r['T']} | {r['ms']:.2f} | {r['tokens_per_s']:,.0f} |" for r in rows]
