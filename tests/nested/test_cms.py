@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from regmem.models.lm import SwiGLU
 from regmem.nested import CMS, CMSConfig
-from regmem.nested.cms import Weights, swiglu
+from regmem.nested.cms import SwiGLUWeights, swiglu
 
 D = 6
 
@@ -102,7 +102,7 @@ def test_a_level_changes_only_at_multiples_of_its_chunk_by_the_summed_token_erro
     u = cms.level_input(0, x[:, :3])
     total = None
     for t in range(3):
-        theta = Weights(*(w.detach().clone().requires_grad_() for w in start))
+        theta = SwiGLUWeights(*(w.detach().clone().requires_grad_() for w in start))
         loss = 0.5 * ((swiglu(theta, u[:, t:t + 1]) - cms.target(0, u[:, t:t + 1])) ** 2).sum()
         g = torch.autograd.grad(loss, theta)
         total = g if total is None else [a + b for a, b in zip(total, g, strict=True)]

@@ -2,7 +2,7 @@
 Memory System (Sec. 7.1), self-modifying Titans (Sec. 8.1-8.2, on the test-time-training engine of `regmem.ops.ttt`),
 Linear Attention++ (Sec. 3.2 and 5.1) and the levels of a model (Definition 2)."""
 
-from regmem.nested.cms import CMS, CMSConfig, CMSState, LevelState, Weights
+from regmem.nested.cms import CMS, CMSConfig, CMSState, LevelState, SwiGLUWeights
 from regmem.nested.levels import Level, describe_levels, format_levels
 from regmem.nested.linear_attention_pp import LinearAttentionPP
 from regmem.nested.self_modifying import (
@@ -14,7 +14,7 @@ from regmem.nested.self_modifying import (
     self_modifying_titans,
 )
 
-__all__ = ["CMS", "CMSConfig", "CMSState", "Level", "LevelState", "Weights", "describe_levels", "format_levels",
+__all__ = ["CMS", "CMSConfig", "CMSState", "Level", "LevelState", "SwiGLUWeights", "describe_levels", "format_levels",
            "LinearAttentionPP",
            "MEMORIES", "OuterParams", "SelfModifyingConfig", "SelfModifyingState", "initial_state",
            "self_modifying_titans"]

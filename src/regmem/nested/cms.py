@@ -108,7 +108,7 @@ class CMSConfig:
                 for c in sizes]
 
 
-class Weights(NamedTuple):
+class SwiGLUWeights(NamedTuple):
     """A level's SwiGLU parameters per row: gate, up [B, D, F], down [B, F, D] (or one of these gradients)."""
 
     gate: torch.Tensor
@@ -120,8 +120,8 @@ class LevelState(NamedTuple):
     """theta: the level's current parameters; grad: the summed inner gradient of the unfinished chunk (None for a
     frozen level)."""
 
-    theta: Weights
-    grad: Weights | None
+    theta: SwiGLUWeights
+    grad: SwiGLUWeights | None
 
 
 class CMSState(NamedTuple):
@@ -132,12 +132,12 @@ class CMSState(NamedTuple):
     offset: torch.Tensor
 
 
-def swiglu(theta: Weights, u: torch.Tensor) -> torch.Tensor:
+def swiglu(theta: SwiGLUWeights, u: torch.Tensor) -> torch.Tensor:
     """f_theta(u): u [B, n, D] -> [B, n, D]."""
     return torch.bmm(F.silu(torch.bmm(u, theta.gate)) * torch.bmm(u, theta.up), theta.down)
 
 
-def swiglu_grad(theta: Weights, u: torch.Tensor, target: torch.Tensor, weight: torch.Tensor) -> Weights:
+def swiglu_grad(theta: SwiGLUWeights, u: torch.Tensor, target: torch.Tensor, weight: torch.Tensor) -> SwiGLUWeights:
     """The gradient of sum_t weight_t / 2 ||f_theta(u_t) - target_t||^2, written out: u, target [B, n, D], weight
     [B, n]. Returns it per row, shaped like theta."""
     z_gate, z_up = torch.bmm(u, theta.gate), torch.bmm(u, theta.up)  # [B, n, F]
@@ -149,7 +149,7 @@ def swiglu_grad(theta: Weights, u: torch.Tensor, target: torch.Tensor, weight: t
     d_up = da * act
     d_gate = da * z_up * s * (1.0 + z_gate * (1.0 - s))  # silu'(z) = s (1 + z (1 - s))
     ut = u.transpose(1, 2)  # [B, D, n]
-    return Weights(torch.bmm(ut, d_gate), torch.bmm(ut, d_up), torch.bmm(a.transpose(1, 2), e))
+    return SwiGLUWeights(torch.bmm(ut, d_gate), torch.bmm(ut, d_up), torch.bmm(a.transpose(1, 2), e))
 
 
 class CMS(nn.Module):
@@ -179,14 +179,14 @@ class CMS(nn.Module):
         per_level = self.gate.shape[1] * self.gate.shape[2] * 3
         return sum(per_level * (2 if rate > 0 else 1) for rate in self.config.rates())
 
-    def initial_weights(self, level: int, B: int) -> Weights:
-        return Weights(*(w[level].unsqueeze(0).expand(B, -1, -1) for w in (self.gate, self.up, self.down)))
+    def initial_weights(self, level: int, B: int) -> SwiGLUWeights:
+        return SwiGLUWeights(*(w[level].unsqueeze(0).expand(B, -1, -1) for w in (self.gate, self.up, self.down)))
 
     def initial_state(self, B: int) -> CMSState:
         levels = []
         for level, rate in enumerate(self.config.rates()):
             theta = self.initial_weights(level, B)
-            grad = Weights(*(torch.zeros_like(w) for w in theta)) if rate > 0 else None
+            grad = SwiGLUWeights(*(torch.zeros_like(w) for w in theta)) if rate > 0 else None
             levels.append(LevelState(theta, grad))
         return CMSState(tuple(levels), torch.zeros(B, dtype=torch.long, device=self.gate.device))
 
@@ -294,11 +294,11 @@ def _run_level(cms: CMS, level: int, u, weight, masked: bool, state: LevelState,
         out, piece_grad = _piece(theta, u[:, t:stop], target[:, t:stop], weight[:, t:stop], rate, mode)
         outs.append(out)
         if rate > 0:
-            grad = Weights(*(g + p for g, p in zip(grad, piece_grad, strict=True)))
+            grad = SwiGLUWeights(*(g + p for g, p in zip(grad, piece_grad, strict=True)))
             if (start + stop) % C == 0:  # the chunk ended: apply where the row's token there is real (eq. 71)
                 done = weight[:, stop - 1] > 0 if masked else None  # [B]
                 theta = _where(done, _apply(theta, grad, rate), theta)
-                grad = _where(done, Weights(*(torch.zeros_like(g) for g in grad)), grad)
+                grad = _where(done, SwiGLUWeights(*(torch.zeros_like(g) for g in grad)), grad)
         if period is not None and (start + stop) % period == 0:  # the parent's chunk ended (eq. 72)
             done = weight[:, stop - 1] > 0 if masked else None
             theta = _where(done, cms.initial_weights(level, u.shape[0]), theta)
@@ -310,17 +310,17 @@ def _step(cms, level, u, weight, state: LevelState, offset, C, rate, period):
     theta, grad = state
     out, piece_grad = _piece(theta, u, cms.target(level, u), weight, rate, "chunk")
     if rate > 0:
-        grad = Weights(*(g + p for g, p in zip(grad, piece_grad, strict=True)))
+        grad = SwiGLUWeights(*(g + p for g, p in zip(grad, piece_grad, strict=True)))
         done = (torch.remainder(offset + 1, C) == 0) & (weight[:, 0] > 0)  # [B]
         theta = _where(done, _apply(theta, grad, rate), theta)
-        grad = _where(done, Weights(*(torch.zeros_like(g) for g in grad)), grad)
+        grad = _where(done, SwiGLUWeights(*(torch.zeros_like(g) for g in grad)), grad)
     if period is not None:
         done = (torch.remainder(offset + 1, period) == 0) & (weight[:, 0] > 0)
         theta = _where(done, cms.initial_weights(level, u.shape[0]), theta)
     return out, LevelState(theta, grad)
 
 
-def _piece(theta: Weights, u, target, weight, rate: float, mode: str):
+def _piece(theta: SwiGLUWeights, u, target, weight, rate: float, mode: str):
     """Outputs of a piece inside one chunk at the frozen parameters, and its summed inner gradient (None when the
     level is frozen)."""
     if mode == "reference":
@@ -329,9 +329,9 @@ def _piece(theta: Weights, u, target, weight, rate: float, mode: str):
     return out, (swiglu_grad(theta, u, target, weight) if rate > 0 else None)
 
 
-def _piece_reference(theta: Weights, u, target, weight, rate: float):
+def _piece_reference(theta: SwiGLUWeights, u, target, weight, rate: float):
     """Token by token: f_theta(u_t) and grad L(theta; u_t) by torch.func.grad, summed."""
-    def loss(w: Weights, u_t, target_t, weight_t):  # u_t, target_t [B, 1, D]; weight_t [B, 1]
+    def loss(w: SwiGLUWeights, u_t, target_t, weight_t):  # u_t, target_t [B, 1, D]; weight_t [B, 1]
         return 0.5 * (weight_t.unsqueeze(-1) * (swiglu(w, u_t) - target_t) ** 2).sum()
 
     outs, total = [], None
@@ -340,19 +340,19 @@ def _piece_reference(theta: Weights, u, target, weight, rate: float):
         outs.append(swiglu(theta, u[:, piece]))
         if rate > 0:
             g = torch.func.grad(loss)(theta, u[:, piece], target[:, piece], weight[:, piece])
-            total = g if total is None else Weights(*(a + b for a, b in zip(total, g, strict=True)))
+            total = g if total is None else SwiGLUWeights(*(a + b for a, b in zip(total, g, strict=True)))
     if rate > 0 and total is None:
-        total = Weights(*(torch.zeros_like(w) for w in theta))
+        total = SwiGLUWeights(*(torch.zeros_like(w) for w in theta))
     return torch.cat(outs, dim=1), total
 
 
-def _apply(theta: Weights, grad: Weights, rate: float) -> Weights:
-    return Weights(*(w - rate * g for w, g in zip(theta, grad, strict=True)))
+def _apply(theta: SwiGLUWeights, grad: SwiGLUWeights, rate: float) -> SwiGLUWeights:
+    return SwiGLUWeights(*(w - rate * g for w, g in zip(theta, grad, strict=True)))
 
 
-def _where(done: torch.Tensor | None, new: Weights, old: Weights) -> Weights:
+def _where(done: torch.Tensor | None, new: SwiGLUWeights, old: SwiGLUWeights) -> SwiGLUWeights:
     """new on the rows where done (every row for None), else old."""
     if done is None:
         return new
     pick = done.view(-1, 1, 1)
-    return Weights(*(torch.where(pick, a, b) for a, b in zip(new, old, strict=True)))
+    return SwiGLUWeights(*(torch.where(pick, a, b) for a, b in zip(new, old, strict=True)))
