@@ -36,6 +36,7 @@ from torch import nn
 
 from regmem.layers.memory import MemoryMixer
 from regmem.ops import InnerModel, TTTState, ttt
+from regmem.ops.common import leading_pads, rotate
 
 
 class DeepMemoryMixer(MemoryMixer):
@@ -75,14 +76,14 @@ class DeepMemoryMixer(MemoryMixer):
             memory = self._initial_state(x.shape[0])
         lead = None
         if mask is not None:  # left padding to the right (module docstring)
-            lead = (mask.cumsum(1) == 0).sum(1)  # [B], padded tokens before each row's first real one
-            q, k, v, beta, g, log_eta, mask = (_rotate(t, lead) for t in (q, k, v, beta, g, log_eta, mask))
+            lead = leading_pads(mask)  # [B]
+            q, k, v, beta, g, log_eta, mask = (rotate(t, lead) for t in (q, k, v, beta, g, log_eta, mask))
         ln = {"ln_weight": self.ln_weight, "ln_bias": self.ln_bias} if self.inner_model.layer_norm else {}
         o, state = ttt(q, k, v, beta, g, log_eta, model=self.inner_model, loss=self.loss, dgd=self.dgd,
                        mini_batch=self.mini_batch, initial_state=memory, output_final_state=True, mode=mode,
                        chunk_size=min(self.chunk_size, self.mini_batch), token_mask=mask, **ln)
         if lead is not None:
-            o = _rotate(o, -lead)
+            o = rotate(o, -lead)
         return o, state
 
     @property
@@ -99,16 +100,6 @@ class DeepMemoryMixer(MemoryMixer):
     def memory_floats(self) -> int:
         """params, anchor (and momentum) [H, P] plus the mini-batch offset [H]."""
         return self.n_heads * ((2 + int(self.momentum)) * self.num_params + 1)
-
-
-def _rotate(x: torch.Tensor | None, shift: torch.Tensor) -> torch.Tensor | None:
-    """x: [B, T, ...] -> out[b, t] = x[b, (t + shift[b]) mod T]: shift > 0 moves a row's tokens earlier."""
-    if x is None or x.shape[1] == 0:
-        return x
-    B, T = x.shape[:2]
-    index = torch.remainder(torch.arange(T, device=x.device) + shift.unsqueeze(-1), T)  # [B, T]
-    index = index.view(B, T, *([1] * (x.ndim - 2))).expand_as(x)
-    return torch.gather(x, 1, index)
 
 
 class TTTLinear(DeepMemoryMixer):

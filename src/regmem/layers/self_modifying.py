@@ -31,10 +31,10 @@ from torch import nn
 
 from regmem.layers.base import Mixer, check_mixer_input, split_heads
 from regmem.layers.conv import ShortConvolution
-from regmem.layers.deep_memory import _rotate
 from regmem.layers.memory import MemoryState
 from regmem.layers.norm import GatedRMSNorm
 from regmem.nested import OuterParams, SelfModifyingConfig, self_modifying_titans
+from regmem.ops.common import leading_pads, rotate
 
 
 class SelfModifyingTitans(Mixer):
@@ -85,13 +85,13 @@ class SelfModifyingTitans(Mixer):
         h = split_heads(h, self.head_dim)  # [B, T, H, d]
         lead = None
         if mask is not None:  # left padding to the right (module docstring)
-            lead = (mask.cumsum(1) == 0).sum(1)
-            h, mask = _rotate(h, lead), _rotate(mask, lead)
+            lead = leading_pads(mask)
+            h, mask = rotate(h, lead), rotate(mask, lead)
         # Decoding one token with a state runs the engine's recurrent form; anything longer its chunk form.
         mode = "recurrent" if state is not None and x.shape[1] == 1 else "chunk"
         y, memory = self_modifying_titans(h, self.config, self._outer(), memory, token_mask=mask, mode=mode)
         if lead is not None:
-            y = _rotate(y, -lead)
+            y = rotate(y, -lead)
         y = self.o_norm(y, split_heads(self.g_proj(x), self.head_dim))
         return self.o_proj(y.flatten(-2)), MemoryState(conv_cache, memory)
 

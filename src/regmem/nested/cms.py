@@ -51,6 +51,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from regmem.ops.common import leading_pads, rotate, shared_offset
+
 VARIANTS = ("sequential", "nested", "independent")
 OBJECTIVES = ("value", "reconstruct")
 MODES = ("chunk", "reference")
@@ -206,9 +208,14 @@ class CMS(nn.Module):
         mask = attention_mask.bool() if attention_mask is not None else None
         lead = None
         if mask is not None:  # left padding to the right, so every row's chunks start at its first real token
-            lead = (mask.cumsum(1) == 0).sum(1)
+            lead = leading_pads(mask)
             x, mask = rotate(x, lead), rotate(mask, lead)
-        start = 0 if fresh else _shared_offset(state.offset, T)
+        if fresh:
+            start = 0
+        elif T == 1:
+            start = None  # a one-token step: each row at its own offset, no host read
+        else:
+            start = shared_offset(state.offset)
         y, state = run_cms(self, x, state, mask, mode, start)
         return (rotate(y, -lead) if lead is not None else y), state
 
@@ -237,13 +244,6 @@ def _reset_note(config: CMSConfig, level: int) -> str:
     return "" if parent is None else f"reset every {config.chunk_sizes[parent]} tokens"
 
 
-def rotate(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-    """x: [B, T, ...] -> out[b, t] = x[b, (t + shift[b]) mod T]."""
-    B, T = x.shape[:2]
-    index = torch.remainder(torch.arange(T, device=x.device) + shift.unsqueeze(-1), T)  # [B, T]
-    return torch.gather(x, 1, index.view(B, T, *([1] * (x.ndim - 2))).expand_as(x))
-
-
 def run_cms(cms: CMS, x, state: CMSState, mask, mode: str, start: int | None):
     """The chain over a [B, T, D] block; `start` is the rows' shared offset (None for one-token steps, where each
     row keeps its own)."""
@@ -266,17 +266,6 @@ def run_cms(cms: CMS, x, state: CMSState, mask, mode: str, start: int | None):
     return y, CMSState(tuple(new), state.offset + real)
 
 
-def _shared_offset(offset: torch.Tensor, T: int) -> int | None:
-    """A fresh state and one-token steps need no host read; a multi-token continuation reads the shared offset."""
-    if T <= 1:
-        return None
-    value = offset.flatten()[0]
-    if bool((offset != value).any()):
-        raise ValueError("state: a multi-token call continues a state whose rows all sit at one offset "
-                         "(decode unequal rows one token at a time)")
-    return int(value)
-
-
 def _run_level(cms: CMS, level: int, u, weight, masked: bool, state: LevelState, offset, start, mode):
     """One level over the block: outputs [B, T, D] and its state after the block."""
     config = cms.config
@@ -294,11 +283,9 @@ def _run_level(cms: CMS, level: int, u, weight, masked: bool, state: LevelState,
         out, piece_grad = _piece(theta, u[:, t:stop], target[:, t:stop], weight[:, t:stop], rate, mode)
         outs.append(out)
         if rate > 0:
-            grad = SwiGLUWeights(*(g + p for g, p in zip(grad, piece_grad, strict=True)))
+            grad = _add(grad, piece_grad)
             if (start + stop) % C == 0:  # the chunk ended: apply where the row's token there is real (eq. 71)
-                done = weight[:, stop - 1] > 0 if masked else None  # [B]
-                theta = _where(done, _apply(theta, grad, rate), theta)
-                grad = _where(done, SwiGLUWeights(*(torch.zeros_like(g) for g in grad)), grad)
+                theta, grad = _end_chunk(theta, grad, rate, weight[:, stop - 1] > 0 if masked else None)
         if period is not None and (start + stop) % period == 0:  # the parent's chunk ended (eq. 72)
             done = weight[:, stop - 1] > 0 if masked else None
             theta = _where(done, cms.initial_weights(level, u.shape[0]), theta)
@@ -310,10 +297,8 @@ def _step(cms, level, u, weight, state: LevelState, offset, C, rate, period):
     theta, grad = state
     out, piece_grad = _piece(theta, u, cms.target(level, u), weight, rate, "chunk")
     if rate > 0:
-        grad = SwiGLUWeights(*(g + p for g, p in zip(grad, piece_grad, strict=True)))
-        done = (torch.remainder(offset + 1, C) == 0) & (weight[:, 0] > 0)  # [B]
-        theta = _where(done, _apply(theta, grad, rate), theta)
-        grad = _where(done, SwiGLUWeights(*(torch.zeros_like(g) for g in grad)), grad)
+        grad = _add(grad, piece_grad)
+        theta, grad = _end_chunk(theta, grad, rate, (torch.remainder(offset + 1, C) == 0) & (weight[:, 0] > 0))
     if period is not None:
         done = (torch.remainder(offset + 1, period) == 0) & (weight[:, 0] > 0)
         theta = _where(done, cms.initial_weights(level, u.shape[0]), theta)
@@ -340,14 +325,21 @@ def _piece_reference(theta: SwiGLUWeights, u, target, weight, rate: float):
         outs.append(swiglu(theta, u[:, piece]))
         if rate > 0:
             g = torch.func.grad(loss)(theta, u[:, piece], target[:, piece], weight[:, piece])
-            total = g if total is None else SwiGLUWeights(*(a + b for a, b in zip(total, g, strict=True)))
+            total = g if total is None else _add(total, g)
     if rate > 0 and total is None:
         total = SwiGLUWeights(*(torch.zeros_like(w) for w in theta))
     return torch.cat(outs, dim=1), total
 
 
-def _apply(theta: SwiGLUWeights, grad: SwiGLUWeights, rate: float) -> SwiGLUWeights:
-    return SwiGLUWeights(*(w - rate * g for w, g in zip(theta, grad, strict=True)))
+def _add(a: SwiGLUWeights, b: SwiGLUWeights) -> SwiGLUWeights:
+    return SwiGLUWeights(*(x + y for x, y in zip(a, b, strict=True)))
+
+
+def _end_chunk(theta: SwiGLUWeights, grad: SwiGLUWeights, rate: float, done: torch.Tensor | None):
+    """Eq. 71 at a chunk's end: theta - rate * (the chunk's summed gradient), and a cleared accumulator, on the rows
+    where `done` [B] (every row for None)."""
+    stepped = SwiGLUWeights(*(w - rate * g for w, g in zip(theta, grad, strict=True)))
+    return _where(done, stepped, theta), _where(done, SwiGLUWeights(*(torch.zeros_like(g) for g in grad)), grad)
 
 
 def _where(done: torch.Tensor | None, new: SwiGLUWeights, old: SwiGLUWeights) -> SwiGLUWeights:

@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from regmem.ops import InnerModel, TTTState, ttt
+from regmem.ops.common import shared_offset
 from regmem.ops.ttt.state import start_anchor
 
 MEMORIES = ("k", "v", "q", "eta", "alpha", "memory")
@@ -144,11 +145,7 @@ def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: 
     if state is None:
         state = initial_state(config, params, B)
     elif T > 1:
-        offsets = torch.remainder(state.memory.offset, step)
-        if bool((offsets != offsets.flatten()[0]).any()):
-            raise ValueError("state: a multi-token call continues a state whose rows all sit at one offset "
-                             "(decode unequal rows one token at a time)")
-        first = step - int(offsets.flatten()[0])  # one host read (docstring)
+        first = step - shared_offset(torch.remainder(state.memory.offset, step))  # one host read (docstring)
     ys, start = [], 0
     while start < T:
         stop = min(T, start + (first if start == 0 else step))

@@ -26,7 +26,7 @@ from regmem.ops.common.validate import (
     set_value_checks,
     value_checks,
 )
-from regmem.ops.common.varlen import Packing
+from regmem.ops.common.varlen import Packing, leading_pads, rotate, shared_offset
 
 __all__ = [
     "MODES",
@@ -51,13 +51,16 @@ __all__ = [
     "checks_values",
     "compute_dtype",
     "decayed_scores",
+    "leading_pads",
     "map_fields",
     "map_state",
     "merge_chunks",
     "num_states",
     "op",
     "pad_time",
+    "rotate",
     "scaled_queries",
+    "shared_offset",
     "segsum",
     "set_value_checks",
     "split_chunks",
