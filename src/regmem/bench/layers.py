@@ -144,6 +144,17 @@ def _matched(rows: list[dict], layer: str, other: str):
             yield r, match
 
 
+def _pair_table(rows: list[dict], pairs, label: str, *, speed_up: bool, header: str) -> list[str]:
+    """One line per (a, b) pair measured at the same T and pass: a's ms, b's ms and b / a (`speed_up`) or a / b."""
+    body = []
+    for a, b in pairs:
+        for r, other in _matched(rows, a, b):
+            ratio = f"{other['ms'] / r['ms']:.2f}x" if speed_up else f"{r['ms'] / other['ms']:.2f}"
+            body.append(f"| {label.format(a=a, b=b)} | {r['T']} | {r['pass']} | {r['ms']:.1f} | {other['ms']:.1f} | "
+                        f"{ratio} |")
+    return ["", header, "|---|---:|---|---:|---:|---:|", *body] if body else []
+
+
 def layers_table(result: dict) -> str:
     """Every row (T is the context of a `step`), then regmem against each public implementation at the same T and
     pass, then each layer's time over its baseline's (`BASELINES`: the CMS over a SwiGLU FFN, Hope over Gated
@@ -151,18 +162,11 @@ def layers_table(result: dict) -> str:
     rows = result["rows"]
     lines = ["| layer | pass | T | ms | tokens/s |", "|---|---|---:|---:|---:|"]
     lines += [f"| {r['layer']} | {r['pass']} | {r['T']} | {r['ms']:.2f} | {r['tokens_per_s']:,.0f} |" for r in rows]
-    compare = [f"| {ours} vs {theirs} | {r['T']} | {r['pass']} | {mine['ms']:.1f} | {r['ms']:.1f} | "
-               f"{r['ms'] / mine['ms']:.2f}x |" for theirs, ours in EXTERNAL_LAYERS.items()
-               for r, mine in _matched(rows, theirs, ours)]
-    if compare:
-        lines += ["", "| comparison | T | pass | regmem ms | theirs ms | regmem speed-up |",
-                  "|---|---:|---|---:|---:|---:|", *compare]
-    ratios = [f"| {layer} / {baseline} | {r['T']} | {r['pass']} | {r['ms']:.1f} | {base['ms']:.1f} | "
-              f"{r['ms'] / base['ms']:.2f} |" for layer, baseline in BASELINES.items()
-              for r, base in _matched(rows, layer, baseline)]
-    if ratios:
-        lines += ["", "| time ratio | T | pass | layer ms | baseline ms | layer / baseline |",
-                  "|---|---:|---|---:|---:|---:|", *ratios]
+    speed_ups = [(ours, theirs) for theirs, ours in EXTERNAL_LAYERS.items()]  # regmem's layer over theirs
+    lines += _pair_table(rows, speed_ups, "{a} vs {b}", speed_up=True,
+                         header="| comparison | T | pass | regmem ms | theirs ms | regmem speed-up |")
+    lines += _pair_table(rows, BASELINES.items(), "{a} / {b}", speed_up=False,
+                         header="| time ratio | T | pass | layer ms | baseline ms | layer / baseline |")
     steps = [r for r in rows if r["pass"] == "step"]
     Ts = sorted({r["T"] for r in steps})
     if len(Ts) > 1:
