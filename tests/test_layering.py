@@ -1,5 +1,5 @@
 """An upper layer imports only lower ones (docs/architecture.md): cli -> experiments -> train -> tasks -> models
--> layers -> nested -> ops; `recipe` and `bench` sit beside them as listed below."""
+-> layers -> nested -> ops; `recipe`, `analysis` and `bench` sit beside them as listed below."""
 
 import ast
 from pathlib import Path
@@ -11,14 +11,15 @@ PACKAGE = Path(regmem.__file__).parent
 ALLOWED = {
     "ops": set(),
     "recipe": set(),
+    "analysis": {"ops"},
     "nested": {"ops"},
     "layers": {"nested", "ops", "recipe"},
     "models": {"layers", "nested", "ops", "recipe"},
     "tasks": set(),
     "train": set(),
-    "bench": {"ops", "layers", "nested", "models"},
-    "experiments": {"train", "tasks", "models", "layers", "nested", "ops", "recipe"},
-    "cli": {"experiments", "train", "tasks", "models", "layers", "nested", "ops", "recipe", "bench"},
+    "bench": {"ops", "layers", "nested", "models", "analysis"},
+    "experiments": {"train", "tasks", "models", "layers", "nested", "ops", "recipe", "analysis"},
+    "cli": {"experiments", "train", "tasks", "models", "layers", "nested", "ops", "recipe", "bench", "analysis"},
     "__main__": {"cli"},
 }
 
