@@ -2,6 +2,7 @@
 
 from regmem.ops.common.chunking import merge_chunks, pad_time, split_chunks
 from regmem.ops.common.decay import segsum, suffix_exclusive
+from regmem.ops.common.kernels import SCORE_KERNELS, check_score_kernel, round_ste, score_kernel
 from regmem.ops.common.op import Call, Op, compute_dtype, map_state, op, scaled_queries
 from regmem.ops.common.scan import associative_scan, map_fields
 from regmem.ops.common.scores import decayed_scores
@@ -30,6 +31,7 @@ from regmem.ops.common.varlen import Packing, leading_pads, rotate, shared_offse
 
 __all__ = [
     "MODES",
+    "SCORE_KERNELS",
     "Call",
     "Op",
     "Packing",
@@ -43,6 +45,7 @@ __all__ = [
     "check_qkv",
     "check_same_device",
     "check_scale",
+    "check_score_kernel",
     "check_shape",
     "check_state",
     "check_state_tuple",
@@ -63,6 +66,8 @@ __all__ = [
     "shared_offset",
     "segsum",
     "set_value_checks",
+    "round_ste",
+    "score_kernel",
     "split_chunks",
     "suffix_exclusive",
     "value_checks",
