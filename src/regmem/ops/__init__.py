@@ -30,6 +30,7 @@ from regmem.ops.delta import (
     longhorn,
     nlms,
 )
+from regmem.ops.deltaformer import KUState, deltaformer
 from regmem.ops.gd import GDStats, multi_step_gd
 from regmem.ops.hla import (
     AHLASegment,
@@ -67,7 +68,7 @@ OPS: dict[str, Op] = {
         linear_attn, gated_linear_attn,
         delta_rule, gated_delta_rule, longhorn, nlms, leaky_lms, decoupled_gated_delta_rule, delta_product,
         delta_rule_multistep, momentum_delta_rule, multi_step_gd, least_squares,
-        softmax_attn, local_linear_attn, local_polynomial, kernel_regression,
+        softmax_attn, local_linear_attn, local_polynomial, kernel_regression, deltaformer,
         hla2, ahla, hla3, hla3_paper,
         ttt, selective_scan,
     )
@@ -78,6 +79,7 @@ __all__ = [
     "AHLASegment",
     "AHLAState",
     "GDStats",
+    "KUState",
     "HLA2Segment",
     "HLA2State",
     "HLA3PaperState",

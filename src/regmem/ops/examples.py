@@ -131,6 +131,13 @@ def _kv_cache(options):
     return make
 
 
+def _deltaformer(B, T, H, K, V, dtype, gen) -> Made:
+    """Two erase vectors per head (eq. 111, mixed by their mean), a value gate and an erase gate in [0, 1]."""
+    tokens = {**_qkv(B, T, H, K, V, dtype, gen), "w": _randn(gen, dtype, B, T, H, 2, K),
+              "alpha": 0.5 + _rand(gen, dtype, B, T, H), "beta": _rand(gen, dtype, B, T, H)}
+    return tokens, {}, None
+
+
 def _decay(gen, dtype, H):
     return -0.3 * _rand(gen, dtype, H)
 
@@ -209,6 +216,7 @@ EXAMPLES: dict[str, Example] = {
                                 max_key_dim=16, recipe="local_polynomial"),  # C(K + 2, 2) columns per (query, pair)
     "kernel_regression": Example(_kv_cache({"kernel": "exp", "ridge": 0.1}), max_len=256, max_fast_len=1024,
                                  recipe="kernel_regression"),
+    "deltaformer": Example(_deltaformer, max_len=256, max_fast_len=1024),
     "hla2": Example(_hla2, recipe="hla2"),
     "ahla": Example(_ahla, recipe="ahla"),
     "hla3": Example(_hla3),
