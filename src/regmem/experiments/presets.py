@@ -78,6 +78,9 @@ def task_points(d_model: int) -> dict[str, dict]:
         # S5 at T = 16 at every size, four times cheaper than T = 64; longer words are the length split. At quick
         # no mixer learns more than the first position at either length (benchmarks/README.md, S5 word problem).
         "s5": {"seq_len": 16},
+        # arXiv:2505.19488 Sec. 3.2 (Listing 2): 5 elements, 16 swaps at every size; longer is the length split.
+        # DAG reachability has no seq_len field (T follows num_nodes), so it keeps its own n = 32 point.
+        "swap": {"seq_len": 16},
     }
 
 
