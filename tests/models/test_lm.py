@@ -65,7 +65,7 @@ def test_mixer_pattern_repeats_over_layers():
     assert LMConfig(vocab_size=10, n_layers=2, mixer=("attn", "retnet")).layer_mixers() == ["attn", "retnet"]
 
 
-@pytest.mark.parametrize("bad", [{"mixer": "gru"}, {"mixer_kwargs": {"gru": {}}}, {"ffn": "moe"}, {"d_model": 0}])
+@pytest.mark.parametrize("bad", [{"mixer": "gru"}, {"mixer_kwargs": {"gru": {}}}, {"ffn": "mlp"}, {"d_model": 0}])
 def test_invalid_config_raises(bad):
     with pytest.raises(ValueError):
         LMConfig(vocab_size=10, **bad)

@@ -6,6 +6,11 @@ regressor of bandwidth 2 tau (eq. 51), so the temperature is the kernel bandwidt
 
 Padding: padded keys stay in the KV cache with mask False, and rotary positions count the real tokens of each
 row, so a left- or right-padded prefill followed by one-token steps equals the unpadded run.
+
+`head_norm=True` applies a per-head RMSNorm to the attention output before W_o. The softmax denominator is a
+positive scalar per (query, head) and RMSNorm is scale invariant up to its eps, so this equals un-normalised exp
+attention followed by the same norm (Zhong et al., arXiv:2505.19488, Sec. 2.1, eq. 18 and its normalisation
+paragraph): the softmax arm of that paper's multi-head experiment (Sec. 3.1, Fig. 2), run on the SDPA kernel.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ class SoftmaxAttention(Mixer):
         rope_base: float = 10000.0,
         qk_norm: bool = False,  # unit-norm q, k with a learnable temperature (initialised at sqrt(head_dim))
         short_conv: int = 0,  # kernel of a causal depthwise conv on q, k, v; 0 = off
+        head_norm: bool = False,  # per-head RMSNorm on the attention output (module docstring)
+        norm_eps: float = 1e-5,  # eps of that norm
     ):
         super().__init__()
         n_kv_heads = n_kv_heads or n_heads
@@ -61,6 +68,7 @@ class SoftmaxAttention(Mixer):
         self.convs = nn.ModuleList(ShortConvolution(d, short_conv) for d in dims) if short_conv else None
         self.rotary = RotaryEmbedding(self.head_dim, rope_base) if rotary else None
         self.log_temperature = nn.Parameter(torch.tensor(0.5 * math.log(self.head_dim))) if qk_norm else None
+        self.head_norm = nn.RMSNorm(self.head_dim, eps=norm_eps) if head_norm else None
         self.o_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=False)
 
     def forward(self, x, state=None, *, attention_mask=None):
@@ -68,6 +76,16 @@ class SoftmaxAttention(Mixer):
         B, T = x.shape[:2]
         conv_cache, past = state if state is not None else (None, None)
         given_mask = attention_mask.bool() if attention_mask is not None else None
+        q, k, v, conv_cache = self._project(x, conv_cache, given_mask, past)
+        offset = past.k.shape[1] if past is not None else 0
+        mask = given_mask if given_mask is not None else torch.ones(B, T, dtype=torch.bool, device=x.device)
+        if past is not None:
+            k, v, mask = torch.cat([past.k, k], 1), torch.cat([past.v, v], 1), torch.cat([past.mask, mask], 1)
+        o = self._attend(q, k, v, mask, offset, plain=past is None and given_mask is None)
+        return self._output(o), AttentionState(conv_cache, KVCache(k, v, mask))
+
+    def _project(self, x, conv_cache, given_mask, past):
+        """q: [B, T, H, D] and k, v: [B, T, H_kv, D] after the convs and rotary; the new conv caches."""
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         if self.convs is not None:
             if given_mask is not None:
@@ -78,15 +96,16 @@ class SoftmaxAttention(Mixer):
             )
             conv_cache = (cq, ck, cv)
         q, k, v = split_heads(q, self.head_dim), split_heads(k, self.head_dim), split_heads(v, self.head_dim)
-        offset = past.k.shape[1] if past is not None else 0
         if self.rotary is not None:
-            positions = self._positions(T, given_mask, past, x.device)
+            positions = self._positions(x.shape[1], given_mask, past, x.device)
             q, k = self.rotary(q, positions), self.rotary(k, positions)
-        mask = given_mask if given_mask is not None else torch.ones(B, T, dtype=torch.bool, device=x.device)
-        if past is not None:
-            k, v, mask = torch.cat([past.k, k], 1), torch.cat([past.v, v], 1), torch.cat([past.mask, mask], 1)
-        o = self._attend(q, k, v, mask, offset, plain=past is None and given_mask is None)
-        return self.o_proj(o.flatten(-2)), AttentionState(conv_cache, KVCache(k, v, mask))
+        return q, k, v, conv_cache
+
+    def _output(self, o):
+        """o: [B, T, H, D] -> [B, T, d_model], through the per-head norm when there is one."""
+        if self.head_norm is not None:
+            o = self.head_norm(o)
+        return self.o_proj(o.flatten(-2))
 
     @staticmethod
     def _positions(T, mask, past, device):
@@ -97,13 +116,14 @@ class SoftmaxAttention(Mixer):
             positions = past.mask.sum(1, keepdim=True) + positions  # [B, T]
         return positions
 
-    def _attend(self, q, k, v, key_mask, offset, plain):
-        """q: [B, T, H, D]; k, v: [B, S, H_kv, D] with S = offset + T; key_mask: [B, S]. Returns [B, T, H, D]."""
+    def _attend(self, q, k, v, key_mask, offset, plain, log_decay=None):
+        """q: [B, T, H, D]; k, v: [B, S, H_kv, D] with S = offset + T; key_mask: [B, S]; log_decay: None or an
+        additive bias on the scores [B, H, T, S] (ForgettingAttention's log forget gates). Returns [B, T, H, D]."""
         scale = None  # SDPA's default, 1 / sqrt(D)
         if self.log_temperature is not None:  # unit q, k; the learnable temperature replaces 1 / sqrt(D)
             q, k, scale = l2_normalize(q) * torch.exp(self.log_temperature), l2_normalize(k), 1.0
         q, k, v = (t.transpose(1, 2) for t in (q, repeat_heads(k, self.n_heads), repeat_heads(v, self.n_heads)))
-        if plain:  # no cache, no padding: the causal kernel
+        if plain and log_decay is None:  # no cache, no padding, no bias: the causal kernel
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
         else:
             T, S = q.shape[2], k.shape[2]
@@ -111,7 +131,10 @@ class SoftmaxAttention(Mixer):
             key_pos = torch.arange(S, device=q.device)  # [S]
             allowed = (key_pos <= query_pos) & key_mask[:, None, None, :]  # [B, 1, T, S]
             allowed = allowed | (key_pos == query_pos)  # a padded query attends to itself: no empty rows
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
+            bias = allowed  # SDPA adds a float mask to the scores; a bool one keeps the True entries
+            if log_decay is not None:
+                bias = log_decay.to(q.dtype).masked_fill(~allowed, float("-inf"))  # [B, H, T, S]
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
         return o.transpose(1, 2)  # [B, T, H, D]
 
     def levels(self) -> list[dict]:

@@ -20,8 +20,20 @@ class LMConfig:
     mixer: str | tuple[str, ...] = "gla"
     # Constructor arguments per mixer name, e.g. {"attn": {"qk_norm": True}, "gla": {"expand_v": 2.0}}.
     mixer_kwargs: dict[str, dict] = field(default_factory=dict)
-    ffn: Literal["swiglu", "cms", "none"] = "swiglu"
+    # "relu" | "moe" | "multihead": the associative-memory FFNs of regmem.layers.ffn (arXiv:2505.19488, Sec. 2.1).
+    ffn: Literal["swiglu", "cms", "none", "relu", "moe", "multihead"] = "swiglu"
     ffn_expansion: float = 4.0  # SwiGLU hidden width = round(2/3 * ffn_expansion * d_model), LLaMA's sizing
+    # ffn="relu" / "multihead" / "moe" with relu experts: m = round(ffn_expansion * d_model) memory slots (two
+    # m x d matrices: the parameters of the SwiGLU of the same expansion), kernel ffn_activation ("solu": eq. 16's
+    # (k.x) exp(k.x / tau), tau = ffn_solu_temperature or None for sqrt of the key dim).
+    ffn_activation: Literal["relu", "solu"] = "relu"
+    ffn_solu_temperature: float | None = None
+    ffn_heads: int = 4  # ffn="multihead": heads of d_model / ffn_heads channels each
+    # ffn="moe": moe_experts experts of width round(m / moe_experts) (m of the expert kind: the memory width for
+    # "relu", the SwiGLU width for "swiglu"), each token routed to its moe_top_k most probable experts.
+    moe_experts: int = 4
+    moe_top_k: int = 2
+    moe_expert: Literal["relu", "swiglu"] = "relu"
     # ffn="cms": a Continuum Memory System (regmem.nested.CMS) of cms_levels SwiGLU levels of that width, level l
     # updated in context every cms_chunk_sizes[l] tokens with inner learning rate cms_lr.
     cms_levels: int = 3
@@ -43,8 +55,9 @@ class LMConfig:
         unknown = set(self.mixer_kwargs) - set(MIXERS)
         if unknown:
             raise ValueError(f"mixer_kwargs keys must be mixer names from {sorted(MIXERS)}, got {sorted(unknown)}")
-        if self.ffn not in ("swiglu", "cms", "none"):
-            raise ValueError(f"ffn must be 'swiglu', 'cms' or 'none', got {self.ffn!r}")
+        if self.ffn not in ("swiglu", "cms", "none", "relu", "moe", "multihead"):
+            raise ValueError(f"ffn must be 'swiglu', 'cms', 'none', 'relu', 'moe' or 'multihead', got {self.ffn!r}")
+        self._check_memory_ffn()
         object.__setattr__(self, "cms_chunk_sizes", tuple(self.cms_chunk_sizes))
         if isinstance(self.cms_lr, list):
             object.__setattr__(self, "cms_lr", tuple(self.cms_lr))
@@ -64,8 +77,31 @@ class LMConfig:
             raise ValueError(f"mixer lists {len(names)} layers but n_layers = {self.n_layers}")
         return [names[i % len(names)] for i in range(self.n_layers)]
 
+    def _check_memory_ffn(self) -> None:
+        """ValueError naming the field for a bad setting of the associative-memory FFNs (ffn relu/moe/multihead)."""
+        for name, choices in (("ffn_activation", ("relu", "solu")), ("moe_expert", ("relu", "swiglu"))):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
+        for name in ("ffn_heads", "moe_experts", "moe_top_k"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.moe_top_k > self.moe_experts:
+            raise ValueError(f"moe_top_k must be <= moe_experts = {self.moe_experts}, got {self.moe_top_k}")
+        if self.ffn == "multihead" and self.d_model % self.ffn_heads:
+            raise ValueError(f"ffn_heads must divide d_model = {self.d_model}, got {self.ffn_heads}")
+        if self.ffn_solu_temperature is not None and not self.ffn_solu_temperature > 0:
+            raise ValueError(f"ffn_solu_temperature must be > 0 or None, got {self.ffn_solu_temperature}")
+        uses_kernel = self.ffn in ("relu", "multihead") or (self.ffn == "moe" and self.moe_expert == "relu")
+        if self.ffn_activation != "relu" and not uses_kernel:
+            raise ValueError(f"ffn_activation={self.ffn_activation!r} applies to ffn 'relu', 'multihead' or 'moe' "
+                             f"with moe_expert='relu', got ffn={self.ffn!r}, moe_expert={self.moe_expert!r}")
+
     def ffn_hidden(self) -> int:
         return round(2 / 3 * self.ffn_expansion * self.d_model)
+
+    def ffn_memory_width(self) -> int:
+        """m, the memory slots of ffn="relu" / "multihead" / relu MoE experts (all experts together)."""
+        return round(self.ffn_expansion * self.d_model)
 
     def cms_config(self) -> CMSConfig:
         return CMSConfig(chunk_sizes=self.cms_chunk_sizes, lr=self.cms_lr, hidden=self.ffn_hidden(),

@@ -1,6 +1,7 @@
 """A language model around any mixer: embeddings -> pre-norm residual blocks -> norm -> head.
 
-    x = x + mixer(norm(x));  x = x + ffn(norm(x))        (ffn: SwiGLU, or none)
+    x = x + mixer(norm(x));  x = x + ffn(norm(x))        (ffn: SwiGLU, none, or an associative-memory FFN of
+                                                           regmem.layers.ffn: relu, moe, multihead; no state)
     x = x + mixer(norm(x));  x = CMS(x)                   (ffn="cms": each CMS level is pre-norm residual, so a
                                                            one-level CMS that never updates is the SwiGLU block)
 
@@ -24,6 +25,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from regmem.layers import build_mixer
+from regmem.layers.ffn import MemoryFFN, MoEFFN, MultiHeadFFN
 from regmem.models.config import LMConfig
 from regmem.nested import CMS, CMSState
 
@@ -57,6 +59,9 @@ class Block(nn.Module):
             self.ffn = SwiGLU(config.d_model, config.ffn_hidden())
         elif config.ffn == "cms":
             self.ffn = CMS(config.d_model, config.cms_config())
+        elif config.ffn != "none":
+            self.ffn_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
+            self.ffn = memory_ffn(config)
 
     def forward(self, x, state=None, attention_mask=None):
         if isinstance(self.ffn, CMS):
@@ -137,6 +142,19 @@ class LM(nn.Module):
         model = cls(LMConfig.from_dict(json.loads((directory / "config.json").read_text())))
         load_model(model, str(directory / "model.safetensors"), device=str(device))
         return model
+
+
+def memory_ffn(config: LMConfig) -> nn.Module:
+    """The FFN of ffn="relu" | "moe" | "multihead" (arXiv:2505.19488, Sec. 2.1; regmem/layers/ffn.py)."""
+    d, m = config.d_model, config.ffn_memory_width()
+    kernel = {"activation": config.ffn_activation, "temperature": config.ffn_solu_temperature}
+    if config.ffn == "relu":
+        return MemoryFFN(d, m, **kernel)
+    if config.ffn == "multihead":
+        return MultiHeadFFN(d, m, config.ffn_heads, **kernel)
+    width = m if config.moe_expert == "relu" else config.ffn_hidden()
+    return MoEFFN(d, max(1, round(width / config.moe_experts)), config.moe_experts, config.moe_top_k,
+                  expert=config.moe_expert, **kernel)
 
 
 def sample(logits, temperature: float, top_k: int | None, generator: torch.Generator | None):

@@ -1,0 +1,126 @@
+"""ForgettingAttention (FoX): softmax attention with a data-dependent forget gate.
+
+Zhong et al., *Understanding Transformer from the Perspective of Associative Memory* (arXiv:2505.19488), Sec. 2.1,
+eqs. 30-31, write gated attention as o_t = sum_{i<=t} v_i g_i(x_{i:t}) kappa(q_t, k_i) with the cumulative forget
+product g_i = prod_{j=i+1}^{t} alpha_j, alpha_j = sigmoid(Linear(x_j)) in (0, 1): GLA with the linear kernel, the
+Forgetting Transformer (Lin, Nikishin, He, Courville; arXiv:2503.02130) with the exp kernel and the softmax
+normaliser. Per head h:
+
+    alpha_{j,h} = sigmoid(w_h . x_j + b_h)                                 forget gate (retention), one per head
+    D_{t,i}   = sum_{j=i+1}^{t} log alpha_{j,h}                            log decay, 0 on the diagonal
+    o_{t,h}   = sum_{i<=t} exp(q_t.k_i / sqrt(D) + D_{t,i}) v_i / sum_{i<=t} exp(q_t.k_i / sqrt(D) + D_{t,i})
+
+so the decay is an additive bias on the scores: the full forward is torch's scaled_dot_product_attention with the
+float mask D (`regmem.ops.common.decay.segsum`, which sums exactly the gates each entry spans). This materialises a
+[B, H, T, S] bias, O(T^2) memory per head like any masked SDPA call; a fused kernel is out of scope here.
+
+Decoding: the KV cache also keeps, per key i and head, its log decay to the newest token, sum_{j=i+1}^{t} log
+alpha_j; a new chunk adds its own gates to it (never a difference of two long cumulative sums, for float32
+accuracy), so a prefill followed by one-token or multi-token steps equals one full forward.
+
+Padding: padded tokens get log alpha = 0 (they decay nothing) and masked keys, so real tokens never see them.
+The rest is `SoftmaxAttention`'s: GQA, QK-norm, short convs, per-head output RMSNorm (`head_norm`). Rotary
+positions are off by default, as in FoX, which needs no positional embedding (the gate orders the tokens).
+
+The gate bias b_h is a parameter of its own, initialised at `gate_bias_init` (default 0: alpha starts near 1/2,
+strong recency, as with a default-initialised bias; a large value starts close to plain softmax attention), so an
+LM's init, which zeroes every Linear bias, keeps it.
+
+Not a point of the design space: the test-time-regression recipes (`regmem.recipe`) have one weighting per point,
+and FoX's weights are the product of query similarity (softmax attention's) and a scalar decay (GLA's, Mamba-2's).
+Its `recipe` is therefore None (as for the LSTM, regmem/layers/lstm.py), and `regmem recipes` does not list it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from regmem.layers.attention import AttentionState, SoftmaxAttention
+from regmem.layers.base import check_mixer_input
+from regmem.layers.memory import mask_log_gate
+from regmem.ops.common.decay import segsum
+
+
+class ForgettingKVCache(NamedTuple):
+    """k, v: [B, S, H_kv, D] after rotary; mask: [B, S] bool, False at padded tokens; log_decay: [B, S, H], each
+    key's sum of log forget gates from the key (exclusive) to the newest token (inclusive)."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    mask: torch.Tensor
+    log_decay: torch.Tensor
+
+
+class ForgettingAttention(SoftmaxAttention):
+    """FoX's forgetting attention (module docstring): SoftmaxAttention plus a forget gate per head."""
+
+    recipe_name = ""  # outside the design space (module docstring)
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        head_dim: int | None = None,  # None means d_model // n_heads
+        n_kv_heads: int | None = None,  # grouped-query attention; None means n_heads
+        rotary: bool = False,  # FoX needs no positional embedding
+        rope_base: float = 10000.0,
+        qk_norm: bool = False,  # unit-norm q, k with a learnable temperature (initialised at sqrt(head_dim))
+        short_conv: int = 0,  # kernel of a causal depthwise conv on q, k, v; 0 = off
+        head_norm: bool = False,  # per-head RMSNorm on the attention output
+        norm_eps: float = 1e-5,  # eps of that norm
+        gate_bias_init: float = 0.0,  # initial b_h; alpha = sigmoid(b_h) at x = 0
+    ):
+        super().__init__(d_model, n_heads, head_dim, n_kv_heads, rotary, rope_base, qk_norm, short_conv,
+                         head_norm, norm_eps)
+        self.f_proj = nn.Linear(d_model, n_heads, bias=False)
+        self.f_bias = nn.Parameter(torch.full((n_heads,), float(gate_bias_init)))
+
+    @property
+    def recipe(self) -> None:
+        """None: FoX is no single point of the test-time-regression design space (module docstring)."""
+        return None
+
+    def levels(self) -> list[dict]:
+        return [{"tensors": "KV cache (every key and value) and each key's log decay", "period": 1,
+                 "objective": "none: softmax attention re-weighted by a cumulative forget gate, not one regression"}]
+
+    def forward(self, x, state=None, *, attention_mask=None):
+        check_mixer_input(x, attention_mask, self.d_model)
+        B, T = x.shape[:2]
+        conv_cache, past = state if state is not None else (None, None)
+        given_mask = attention_mask.bool() if attention_mask is not None else None
+        q, k, v, conv_cache = self._project(x, conv_cache, given_mask, past)
+        log_decay = self._log_decay(self.log_forget(x, given_mask), past)  # [B, H, T, S]
+        offset = past.k.shape[1] if past is not None else 0
+        mask = given_mask if given_mask is not None else torch.ones(B, T, dtype=torch.bool, device=x.device)
+        if past is not None:
+            k, v, mask = torch.cat([past.k, k], 1), torch.cat([past.v, v], 1), torch.cat([past.mask, mask], 1)
+        o = self._attend(q, k, v, mask, offset, plain=False, log_decay=log_decay)
+        cache = ForgettingKVCache(k, v, mask, log_decay[:, :, -1].transpose(1, 2))  # decay to the newest token
+        return self._output(o), AttentionState(conv_cache, cache)
+
+    def log_forget(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """log alpha_t = logsigmoid(w . x_t + b) per head: x [B, T, d_model] -> [B, T, H], in at least float32;
+        0 (keep everything) at padded tokens (mask [B, T] bool, False there)."""
+        dtype = torch.promote_types(x.dtype, torch.float32)
+        logits = self.f_proj(x).to(dtype) + self.f_bias.to(dtype)  # [B, T, H]
+        return mask_log_gate(F.logsigmoid(logits), mask)
+
+    @staticmethod
+    def _log_decay(log_f: torch.Tensor, past: ForgettingKVCache | None) -> torch.Tensor:
+        """D[b, h, t, s] = sum of log alpha over (key s, query t]: log_f [B, T, H] -> [B, H, T, S], S = S_past + T;
+        -inf above the diagonal of the new block."""
+        g = log_f.transpose(1, 2)  # [B, H, T]
+        within = segsum(g)  # [B, H, T, T]
+        if past is None:
+            return within
+        upto = g.cumsum(dim=-1)  # [B, H, T]: the new gates up to and including query t
+        from_past = past.log_decay.transpose(1, 2).unsqueeze(-2) + upto.unsqueeze(-1)  # [B, H, T, S_past]
+        return torch.cat([from_past, within], dim=-1)  # [B, H, T, S]
+
+    def state_size(self, seq_len: int) -> int:
+        return super().state_size(seq_len) + self.n_heads * seq_len  # the log decay of every cached key
