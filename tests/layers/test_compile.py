@@ -2,7 +2,7 @@
 
 `torch.compile(fullgraph=True)` raises on any graph break, and a host read of a tensor value (`.item()`,
 `.tolist()`, `bool(tensor)`) is one: so one compiled training step of GatedDeltaNet, GLA, Mesa, Titans' MLP memory
-(the test-time-training engine) (chunk form, small
+(the test-time-training engine) and DeltaFormer (chunk form, small
 T) proves the training path holds no such read, value checks included (they are skipped while compiling,
 `regmem/ops/common/validate.py`). The compiled step must also compute what eager mode computes. On a GPU,
 `torch.cuda.set_sync_debug_mode("error")` turns every device-to-host synchronisation into an error.
@@ -29,7 +29,7 @@ def _loss(mixer, x):
     return y.pow(2).mean()
 
 
-@pytest.mark.parametrize("name", ["gated_deltanet", "gla", "mesa", "titans_mlp"])
+@pytest.mark.parametrize("name", ["gated_deltanet", "gla", "mesa", "titans_mlp", "deltaformer"])
 def test_training_step_compiles_without_graph_breaks_and_matches_eager(name):
     mixer, x = _mixer_and_input(name)
     torch._dynamo.reset()

@@ -23,6 +23,9 @@ D_MODEL, HEADS, CHUNK = 16, 2, 4
 OPTION_VARIANTS = {  # "<registry key>-<what the options do>": options beyond the defaults
     "attn-qknorm-gqa-conv": {"qk_norm": True, "n_kv_heads": 1, "short_conv": 3},
     "attn-norotary": {"rotary": False},
+    "attn-headnorm": {"head_norm": True},
+    "fox-rotary-qknorm-gqa-conv-headnorm": {"rotary": True, "qk_norm": True, "n_kv_heads": 1, "short_conv": 3,
+                                            "head_norm": True, "gate_bias_init": 2.0},
     "linear-elu-gqa": {"feature_map": "elu_plus_one", "n_kv_heads": 1, "qk_norm": True},
     "linear-taylor2": {"feature_map": "taylor2", "head_dim": 4, "output_gate": False},
     "mamba2-groups": {"n_groups": 2, "head_dim": 4},
@@ -52,6 +55,8 @@ OPTION_VARIANTS = {  # "<registry key>-<what the options do>": options beyond th
     "self_modifying_titans-ablations": {"mini_batch": 4, "dgd": False, "momentum": True, "weight_decay": False,
                                         "static": ("k", "v"), "adaptive_q": False, "read": "updated"},
     "lstm-conv-narrow": {"short_conv": 3, "hidden_size": 8},
+    "deltaformer-gqa-conv-token-beta": {"n_kv_heads": 1, "short_conv": 3, "beta": "token"},
+    "deltaformer-linear-round-norotary": {"erase_kernel": "linear", "read_kernel": "round", "rotary": False},
 }
 CASES = {name: {} for name in MIXERS} | OPTION_VARIANTS
 # Defaults that are large for these sizes (Hope's CMS levels would not update within the tests' 13 tokens).
@@ -88,7 +93,9 @@ RECIPES = {
     "ttt_linear": Recipe(Weights("uniform"), _LIN, Solver("sgd")),
     "ttt_mlp": Recipe(Weights("uniform"), Regressor("mlp"), Solver("sgd")),
     "titans_mlp": Recipe(Weights("uniform"), Regressor("mlp"), Solver("sgd_momentum")),
+    "deltaformer": Recipe(Weights("uniform"), Regressor("kernel"), Solver("sgd")),
     "lstm": None,  # a nonlinear recurrence, no point of the design space (regmem/layers/lstm.py)
+    "fox": None,  # query similarity times a scalar decay: no single weighting (regmem/layers/fox.py)
 }
 
 
@@ -256,4 +263,4 @@ def test_registry_covers_the_issue_mixers():
     assert set(MIXERS) == {"attn", "linear", "retnet", "mamba2", "gla", "deltanet", "gated_deltanet", "longhorn",
                            "nlms", "delta_product", "titans", "local_linear", "mesa", "rls", "hla",
                            "ahla", "ttt_linear", "ttt_mlp", "titans_mlp", "mamba",
-                           "self_modifying_titans", "lstm", "hope", "hope_attention"}
+                           "self_modifying_titans", "lstm", "hope", "hope_attention", "fox", "deltaformer"}

@@ -64,9 +64,15 @@ def test_a_recipe_name_builds_through_build_mixer_and_an_lm():
 @pytest.mark.parametrize(("name", "match"), [
     ("recipe:uniform/mlp", "recipe:<weights>"),
     ("recipe:uniform/cubic/sgd", "Regressor.kind"),
-    ("recipe:uniform/kernel/sgd", "does not build"),
+    ("recipe:uniform/kernel/sgd_momentum", "does not build"),
     ("recipe:scalar_decay/mlp/sgd", "does not build"),
 ])
 def test_a_point_that_does_not_build_raises_value_error(name, match):
     with pytest.raises(ValueError, match=match):
         build_mixer(name, 16, 2)
+
+
+def test_the_kernel_delta_rule_point_builds_deltaformer():
+    """Uniform weights, a kernel regressor, streaming SGD: the delta rule in the exp kernel's feature space, read by
+    a normalised kernel (arXiv:2505.19488 eqs. 37-42)."""
+    assert type(build_mixer("recipe:uniform/kernel/sgd", 16, 2)).__name__ == "DeltaFormer"

@@ -210,3 +210,15 @@ def test_bad_inputs_raise_value_error_naming_the_argument(override, argument):
     x = {**_inputs(), **override}
     with pytest.raises(ValueError, match=argument):
         deltaformer(**x)
+
+
+def test_recurrent_form_crosses_its_history_blocks():
+    """The token loop keeps u in blocks of 64 (recurrent.py); 70 cached pairs + 100 tokens cross three."""
+    x = _inputs(T=170, G=2, R=2)
+    prefix = {n: t[:, :70] for n, t in x.items()}
+    rest = {n: t[:, 70:] for n, t in x.items()}
+    _, cache = deltaformer.reference(**prefix, output_final_state=True)
+    expected, s_ref = deltaformer.reference(**rest, initial_state=cache, output_final_state=True)
+    o, s = deltaformer.recurrent(**rest, initial_state=cache, output_final_state=True)
+    assert_close(o, expected, "o")
+    assert_close(s.u, s_ref.u, "u")

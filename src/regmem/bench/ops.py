@@ -16,6 +16,7 @@ from regmem.ops import (
     ahla,
     delta_product,
     delta_rule,
+    deltaformer,
     gated_delta_rule,
     gated_linear_attn,
     hla2,
@@ -246,6 +247,8 @@ CASES = {
     ),
     "least_squares_cg": OpCase("least_squares_cg", _unit_qkv, _least_squares_cg, _least_squares_flops),
     "softmax_attn": OpCase("softmax_attn", _qkv, softmax_attn, _softmax_flops),
+    # erase scores and A U over the pairs before t, then the softmax read: about twice softmax attention's work
+    "deltaformer": OpCase("deltaformer", _unit_qkv, deltaformer, lambda form, s: 2 * _softmax_flops(form, s)),
     "local_linear_attn": OpCase("local_linear_attn", _unit_qkv,
                                 lambda **kw: local_linear_attn(**kw, qk_norm=True, ridge=1e-2), _local_linear_flops),
     "kernel_regression": OpCase("kernel_regression", _unit_qkv, kernel_regression, _kernel_regression_flops),

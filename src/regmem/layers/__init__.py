@@ -5,6 +5,7 @@ from regmem.layers.base import Mixer
 from regmem.layers.conv import ShortConvolution
 from regmem.layers.deep_memory import TTTMLP, DeepMemoryMixer, TitansMLP, TTTLinear
 from regmem.layers.delta_product import DeltaProduct
+from regmem.layers.deltaformer import DeltaFormer, DeltaFormerState
 from regmem.layers.deltanet import NLMS, DeltaNet, GatedDeltaNet, Longhorn
 from regmem.layers.gla import GLA
 from regmem.layers.hla import AHLA, HLA
@@ -25,6 +26,8 @@ from regmem.layers.self_modifying import SelfModifyingTitans
 from regmem.layers.titans import TitansLinear
 
 __all__ = [
+    "DeltaFormer",
+    "DeltaFormerState",
     "AHLA",
     "GLA",
     "HLA",

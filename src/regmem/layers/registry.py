@@ -6,7 +6,9 @@ from regmem.layers.attention import SoftmaxAttention
 from regmem.layers.base import Mixer
 from regmem.layers.deep_memory import TTTMLP, TitansMLP, TTTLinear
 from regmem.layers.delta_product import DeltaProduct
+from regmem.layers.deltaformer import DeltaFormer
 from regmem.layers.deltanet import NLMS, DeltaNet, GatedDeltaNet, Longhorn
+from regmem.layers.fox import ForgettingAttention
 from regmem.layers.gla import GLA
 from regmem.layers.hla import AHLA, HLA
 from regmem.layers.hope import Hope, HopeAttention
@@ -44,6 +46,8 @@ MIXERS: dict[str, type[Mixer]] = {
     "self_modifying_titans": SelfModifyingTitans,
     "hope": Hope,
     "hope_attention": HopeAttention,
+    "deltaformer": DeltaFormer,  # softmax attention + the delta rule (arXiv:2505.19488 Sec. 2.2)
+    "fox": ForgettingAttention,  # softmax attention x a forget gate (arXiv:2505.19488 eqs. 30-31); recipe None
     "lstm": LSTM,  # the nonlinear recurrence of Nested Learning's Table 5; outside the design space (recipe None)
 }
 

@@ -216,7 +216,7 @@ EXAMPLES: dict[str, Example] = {
                                 max_key_dim=16, recipe="local_polynomial"),  # C(K + 2, 2) columns per (query, pair)
     "kernel_regression": Example(_kv_cache({"kernel": "exp", "ridge": 0.1}), max_len=256, max_fast_len=1024,
                                  recipe="kernel_regression"),
-    "deltaformer": Example(_deltaformer, max_len=256, max_fast_len=1024),
+    "deltaformer": Example(_deltaformer, max_len=256, max_fast_len=1024, recipe="deltaformer"),
     "hla2": Example(_hla2, recipe="hla2"),
     "ahla": Example(_ahla, recipe="ahla"),
     "hla3": Example(_hla3),

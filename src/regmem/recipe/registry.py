@@ -202,6 +202,12 @@ register(RecipeEntry(
     "exact: a growing t x t Gram solve",
 ))
 register(RecipeEntry(
+    "deltaformer", Recipe(Weights("uniform"), Regressor("kernel"), _SGD),
+    "deltaformer(q, k, v, w, alpha, beta, erase_kernel='softmax', read_kernel='softmax')",
+    "eq. (26)-(29) in a kernel's feature space; arXiv:2505.19488 eqs. (41)-(42)", ("DeltaFormer",),
+    "the delta rule on phi(k) (u-form), read by a normalised kernel",
+))
+register(RecipeEntry(
     "gaussian_nw", Recipe(Weights("query_similarity"), Regressor("local_polynomial", degree=0), _ANALYTIC),
     "softmax_attn(q, k, v, bandwidth=B) or softmax_attn(q, k, v, qk_norm=True)", "eq. (51)",
     ("QK-norm Transformer",), "s = exp(-|k - q|^2 / B); QK-norm: B = 2 x temperature",

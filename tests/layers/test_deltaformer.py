@@ -1,0 +1,67 @@
+"""The DeltaFormer layer (arXiv:2505.19488, Sec. 2.2, Listing 2) beyond the mixer contract of test_mixers.py:
+with beta = 0 it is grouped-query softmax attention; Listing 2's zero-filled softmax (quirk a) is reproduced
+exactly and differs from the normalised kernel of eq. 94 by length-dependent denominators; bad options raise."""
+
+import pytest
+import torch
+
+from regmem.layers import DeltaFormer, SoftmaxAttention
+
+
+def _x(B=2, T=11, d=12, seed=0):
+    return torch.randn(B, T, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def test_zero_beta_is_grouped_query_softmax_attention():
+    torch.manual_seed(0)
+    layer = DeltaFormer(12, 4, n_kv_heads=2, rotary=False).double()
+    attn = SoftmaxAttention(12, 4, n_kv_heads=2, rotary=False).double()
+    for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        getattr(attn, name).load_state_dict(getattr(layer, name).state_dict())
+    with torch.no_grad():
+        layer.beta.zero_()
+    torch.testing.assert_close(layer(_x())[0], attn(_x())[0], rtol=1e-12, atol=1e-12)
+
+
+def test_listing2_softmax_uses_zero_filled_denominators():
+    """Row t of the listing's kappa_1 divides by sum_{i<t} exp(s_ti) + (T - t): the masked scores count as exp(0)."""
+    torch.manual_seed(1)
+    layer = DeltaFormer(12, 4, n_kv_heads=1, rotary=False, listing2_softmax=True).double()
+    x = _x(T=7)
+    y, state = layer(x)
+    assert state is None
+    q, k, v, w, _ = layer._project(x, None, None)
+    w = w.reshape(2, 7, 1, 4, 3)
+    scores = torch.einsum("bthgd,bihd->bhgti", w, k) / 3 ** 0.5
+    strict = torch.ones(7, 7, dtype=torch.bool).tril(-1)
+    spurious = 7 - torch.arange(7, dtype=torch.float64)  # positions t..T-1 of row t
+    numerator = scores.exp() * strict
+    A = (numerator / (numerator.sum(-1, keepdim=True) + spurious[:, None])).mean(2)  # a_j = 1/G
+    u = torch.linalg.solve_triangular(A, v.transpose(1, 2), upper=False, unitriangular=True)
+    o = torch.softmax((torch.einsum("bthd,bihd->bhti", q, k.repeat_interleave(4, 2)) / 3 ** 0.5)
+                      .masked_fill(~torch.ones(7, 7, dtype=torch.bool).tril(), float("-inf")), -1)
+    expected = layer.o_proj((o @ u.repeat_interleave(4, 1)).transpose(1, 2).flatten(-2))
+    torch.testing.assert_close(y, expected, rtol=1e-12, atol=1e-12)
+    # the spurious terms depend on the call's length: a prefix's output changes with T (so it cannot decode) ...
+    assert (layer(x[:, :4])[0] - y[:, :4]).abs().max() > 1e-6
+    # ... while the normalised kernel (eq. 94) is causal in the usual sense
+    layer.listing2_softmax = False
+    torch.testing.assert_close(layer(x[:, :4])[0], layer(x)[0][:, :4], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(("options", "argument"), [
+    ({"erase_kernel": "cosine"}, "erase_kernel"),
+    ({"read_kernel": "tanh"}, "read_kernel"),
+    ({"beta": "vector"}, "beta"),
+    ({"n_kv_heads": 3}, "n_kv_heads"),
+    ({"erase_kernel": "exp", "listing2_softmax": True}, "listing2_softmax"),
+])
+def test_bad_options_raise_value_error_naming_them(options, argument):
+    with pytest.raises(ValueError, match=argument):
+        DeltaFormer(12, 4, **options)
+
+
+def test_listing2_path_refuses_a_state_or_padding():
+    layer = DeltaFormer(12, 4, rotary=False, listing2_softmax=True)
+    with pytest.raises(ValueError, match="listing2_softmax"):
+        layer(_x().float(), attention_mask=torch.ones(2, 11))
