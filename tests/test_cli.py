@@ -14,7 +14,8 @@ def test_help_lists_every_command(capsys):
         main(["--help"])
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("    ")]
     # parser order
-    assert listed == ["recipes", "levels", "bench", "compare", "suite", "train", "generate", "repro", "showcase"]
+    assert listed == ["recipes", "levels", "analyze", "bench", "compare", "suite", "train", "generate", "repro",
+                      "showcase"]
 
 
 def test_module_entry_point_prints_recipes():
