@@ -6,9 +6,11 @@
     regmem generate MODEL_DIR   continue a prompt with a model trained on text
     regmem recipes              the design space: each op / model with its recipe, and what Recipe.build() builds
     regmem levels --model hope  a model's levels (Nested Learning): which tensors update how often, in which order
+    regmem analyze snr          retrieval SNR per kernel (measured, exact, paper) and capacity curves of the ops
     regmem bench ops            time ops and forms; write benchmarks/results/<date>-ops.{json,md}
     regmem bench decode         one decoding step's latency against the context length
     regmem bench layers         whole layers (deep memories) beside public code (titans-pytorch)
+    regmem bench snr            the time of the retrieval-SNR Monte-Carlo estimator (target: < 5 s, one thread)
     regmem repro NAME           reproduce a seed's figure or table (ttr-mqar, nl-mad, ...): claim beside result
     regmem showcase             a short tour: every op, its three forms agreeing, and their speed
 """
@@ -149,6 +151,28 @@ def _cmd_bench_layers(args) -> None:
     print(f"\n{table}\n\nwrote {json_path} and {md_path}")
 
 
+def _cmd_bench_snr(args) -> None:
+    from regmem.analysis import KERNELS
+    from regmem.bench import run_snr_timing, snr_timing_table, write
+
+    unknown = [k for k in args.kernels if k not in KERNELS]
+    if unknown:
+        raise SystemExit(f"--kernels: unknown {unknown}; known: {list(KERNELS)}")
+    torch.set_num_threads(args.threads)
+    result = run_snr_timing(args.kernels, trials=args.trials, min_run_time=args.min_run_time)
+    table = snr_timing_table(result)
+    json_path, md_path = write(result, Path(args.out_dir), f"{datetime.date.today().isoformat()}-snr", table)
+    print(f"\n{table}\n\nwrote {json_path} and {md_path}")
+
+
+def _cmd_analyze_snr(args) -> None:
+    from regmem.experiments.analyze import analyze_snr
+
+    if args.trials is not None and args.trials < 1:
+        raise SystemExit(f"--trials must be >= 1, got {args.trials}")
+    analyze_snr(args.out_dir, trials=args.trials, seed=args.seed, quick=args.quick)
+
+
 def _preset(name: str):
     from regmem.experiments.presets import PRESETS
 
@@ -277,6 +301,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the outer optimiser whose state is listed as a level")
     levels.set_defaults(func=_cmd_levels)
 
+    analyze = commands.add_parser("analyze", help="analyses of associative memory (arXiv:2505.19488)")
+    analyze_kinds = analyze.add_subparsers(dest="kind", required=True, metavar="KIND")
+    snr = analyze_kinds.add_parser("snr", help="retrieval SNR per kernel and capacity curves of the ops")
+    snr.add_argument("--out-dir", default="results/analyze-snr", help="where the report, JSON and plot go")
+    snr.add_argument("--trials", type=int, default=None,
+                     help="Monte-Carlo trials per table row (default: 400, or 50 with --quick)")
+    snr.add_argument("--seed", type=int, default=0, help="seed of the random keys and values")
+    snr.add_argument("--quick", action="store_true", help="a seconds-long smoke run with few trials and points")
+    snr.set_defaults(func=_cmd_analyze_snr)
+
     bench = commands.add_parser("bench", help="benchmarks (results under benchmarks/results/)")
     bench_kinds = bench.add_subparsers(dest="kind", required=True, metavar="KIND")
     ops = bench_kinds.add_parser("ops", help="time forward and forward+backward of ops and forms")
@@ -333,6 +367,14 @@ def build_parser() -> argparse.ArgumentParser:
     layers.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     layers.add_argument("--out-dir", default="benchmarks/results", help="where the JSON and markdown go")
     layers.set_defaults(func=_cmd_bench_layers)
+    snr_timing = bench_kinds.add_parser("snr", help="time the retrieval-SNR estimator (target: < 5 s, one thread)")
+    snr_timing.add_argument("--kernels", type=_name_list, default=["linear", "exp"],
+                            help="comma-separated kernels: linear, relu, exp, solu, round")
+    snr_timing.add_argument("--trials", type=int, default=400, help="Monte-Carlo trials per call")
+    snr_timing.add_argument("--min-run-time", type=float, default=1.0, help="seconds of timed runs per kernel")
+    snr_timing.add_argument("--threads", type=int, default=1, help="torch threads (the target is for one)")
+    snr_timing.add_argument("--out-dir", default="benchmarks/results", help="where the JSON and markdown go")
+    snr_timing.set_defaults(func=_cmd_bench_snr)
 
     compare = commands.add_parser("compare", help="train several mixers on one task, fairly; write a leaderboard")
     compare.add_argument("task", help=_task_help())
@@ -392,9 +434,10 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--seed", type=int, default=0, help="seed of the sampling")
     generate.set_defaults(func=_cmd_generate)
 
+    from regmem.experiments.repro import REPROS
+
     repro = commands.add_parser("repro", help="reproduce a seed's figure: paper's claim beside our result")
-    repro.add_argument("name", choices=["ttr-online-regression", "ttr-mqar", "nl-mad", "nl-niah", "lecture-lineage",
-                                        "nl-formal-languages"],
+    repro.add_argument("name", choices=REPROS,
                        help="ttr-online-regression: TTR Fig. 2, parameter-free online regression (seconds); "
                             "ttr-mqar: TTR Fig. 3, one layer + key conv on MQAR, linear attention vs RLS "
                             "(about 8 minutes); nl-mad: Nested Learning Table 4, MAD's six tasks at CPU scale "
@@ -405,7 +448,13 @@ def build_parser() -> argparse.ArgumentParser:
                             "lecture's Mamba / DeltaNet / TTT table on MQAR at equal memory, 3 mixers x 2 lrs x 2 "
                             "seeds (12 runs; resumable); nl-formal-languages: Nested Learning Table 5, six formal "
                             "languages x attention / linear / DeltaNet / LSTM / Hope / Hope w/o CMS, Bin 0 and Bin 1 "
-                            "(about 15 min on 2 cores; resumable; --full: lr grid of 3, 3 seeds, 1000 steps)")
+                            "(about 15 min on 2 cores; resumable; --full: lr grid of 3, 3 seeds, 1000 steps); "
+                            "am-stress: arXiv:2505.19488 Fig. 5, Theorem 1's hand-set swap tracking, linear vs round "
+                            "kernel at d = 128 (about 20 s); am-swap: Figs. 4 (default), 6 and 8 (--set figures=4,6,8), "
+                            "one-layer DeltaFormer vs Transformer on 5-element swaps (resumable; --full: 4000 steps, "
+                            "3 lrs, 3 seeds); am-dag: Fig. 7, DAG reachability, Transformer 1/2/4 layers vs DeltaFormer "
+                            "and the hand-set layer (resumable); am-heads: Fig. 2, softmax vs linear attention x "
+                            "n_heads on MQAR and text")
     repro.add_argument("--out-dir", default="results/repro", help="where the report, JSON and plot go")
     repro.add_argument("--quick", action="store_true", help="a seconds-long smoke run, not a reproduction")
     repro.add_argument("--set", dest="settings", action="append", default=[],

@@ -7,6 +7,9 @@ measured result and writes a markdown report, JSON and a plot.
     nl-niah                 Nested Learning, Table 1's pattern (Sec. 9.2): needle-in-a-haystack heat maps
     lecture-lineage         the lecture's recurrent hierarchy (Mamba / DeltaNet / TTT) on MQAR at equal memory
     nl-formal-languages     Nested Learning, Table 5 (Sec. 9.5): six formal languages, Hope vs LSTM / attention
+    am-stress               Associative memory (arXiv:2505.19488), Fig. 5: Theorem 1's swap tracking, linear vs round
+    am-swap                 Associative memory, Figs. 4, 6, 8: one-layer DeltaFormer vs Transformer on S5 swaps
+    am-dag                  Associative memory, Fig. 7: DAG reachability, DeltaFormer vs Transformer + a hand-set layer
 """
 
 from __future__ import annotations
@@ -57,6 +60,21 @@ def run_repro(name: str, out_dir: str | Path = "results/repro", *, quick: bool =
 
         settings = repro.QUICK if quick else repro.FULL if full else repro.FormalSettings()
         result = repro.run_formal(_replace(settings, overrides), out_dir, progress=not quick, log=log)
+    elif name == "am-stress":
+        from regmem.experiments.repro import am_stress as repro
+
+        settings = repro.QUICK if quick else repro.StressSettings()
+        result = repro.run_stress(_replace(settings, overrides), log=log)
+    elif name == "am-swap":
+        from regmem.experiments.repro import am_swap as repro
+
+        settings = repro.QUICK if quick else repro.FULL if full else repro.SwapSettings()
+        result = repro.run_swap(_replace(settings, overrides), out_dir, progress=not quick, log=log)
+    elif name == "am-dag":
+        from regmem.experiments.repro import am_dag as repro
+
+        settings = repro.QUICK if quick else repro.FULL if full else repro.DAGSettings()
+        result = repro.run_dag(_replace(settings, overrides), out_dir, progress=not quick, log=log)
     else:
         raise ValueError(f"unknown reproduction {name!r}; known: {REPROS}")
     paths = repro.write_outputs(result, out_dir)
@@ -65,7 +83,8 @@ def run_repro(name: str, out_dir: str | Path = "results/repro", *, quick: bool =
     return paths
 
 
-REPROS = ("ttr-online-regression", "ttr-mqar", "nl-mad", "nl-niah", "lecture-lineage", "nl-formal-languages")
+REPROS = ("ttr-online-regression", "ttr-mqar", "nl-mad", "nl-niah", "lecture-lineage", "nl-formal-languages",
+          "am-stress", "am-swap", "am-dag")
 
 
 def _replace(settings, overrides: dict | None):
