@@ -10,6 +10,7 @@ measured result and writes a markdown report, JSON and a plot.
     am-stress               Associative memory (arXiv:2505.19488), Fig. 5: Theorem 1's swap tracking, linear vs round
     am-swap                 Associative memory, Figs. 4, 6, 8: one-layer DeltaFormer vs Transformer on S5 swaps
     am-dag                  Associative memory, Fig. 7: DAG reachability, DeltaFormer vs Transformer + a hand-set layer
+    am-heads                Associative memory, Fig. 2: softmax vs linear attention x 1-8 heads, MQAR and byte text
 """
 
 from __future__ import annotations
@@ -75,6 +76,11 @@ def run_repro(name: str, out_dir: str | Path = "results/repro", *, quick: bool =
 
         settings = repro.QUICK if quick else repro.FULL if full else repro.DAGSettings()
         result = repro.run_dag(_replace(settings, overrides), out_dir, progress=not quick, log=log)
+    elif name == "am-heads":
+        from regmem.experiments.repro import am_heads as repro
+
+        settings = repro.QUICK if quick else repro.FULL if full else repro.HeadsSettings()
+        result = repro.run_heads(_replace(settings, overrides), out_dir, progress=not quick, log=log)
     else:
         raise ValueError(f"unknown reproduction {name!r}; known: {REPROS}")
     paths = repro.write_outputs(result, out_dir)
@@ -84,7 +90,7 @@ def run_repro(name: str, out_dir: str | Path = "results/repro", *, quick: bool =
 
 
 REPROS = ("ttr-online-regression", "ttr-mqar", "nl-mad", "nl-niah", "lecture-lineage", "nl-formal-languages",
-          "am-stress", "am-swap", "am-dag")
+          "am-stress", "am-swap", "am-dag", "am-heads")
 
 
 def _replace(settings, overrides: dict | None):
