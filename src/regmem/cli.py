@@ -450,9 +450,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "languages x attention / linear / DeltaNet / LSTM / Hope / Hope w/o CMS, Bin 0 and Bin 1 "
                             "(about 15 min on 2 cores; resumable; --full: lr grid of 3, 3 seeds, 1000 steps); "
                             "am-stress: arXiv:2505.19488 Fig. 5, Theorem 1's hand-set swap tracking, linear vs round "
-                            "kernel at d = 128 (about 20 s); am-swap: Figs. 4 (default), 6 and 8 (--set figures=4,6,8), "
-                            "one-layer DeltaFormer vs Transformer on 5-element swaps (resumable; --full: 4000 steps, "
-                            "3 lrs, 3 seeds); am-dag: Fig. 7, DAG reachability, Transformer 1/2/4 layers vs DeltaFormer "
+                            "kernel at d = 128 (about 20 s); am-swap: Figs. 4 (default), 6 and 8 "
+                            "(--set figures=4,6,8), one-layer DeltaFormer vs Transformer on 5-element swaps "
+                            "(resumable; --full: 4000 steps, "
+                            "3 lrs, 3 seeds); am-dag: Fig. 7, DAG reachability, Transformer 1/2 layers vs DeltaFormer "
                             "and the hand-set layer (resumable); am-heads: Fig. 2, softmax vs linear attention x "
                             "n_heads on MQAR and text")
     repro.add_argument("--out-dir", default="results/repro", help="where the report, JSON and plot go")

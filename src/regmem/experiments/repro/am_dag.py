@@ -8,9 +8,10 @@ Transformers struggle to reach 100 %, a one-layer DeltaFormer does very well (ka
 setup is not stated, so Listing 2's is used: experiments/repro/am_toys.py).
 
 Rows: the hand-set one-layer construction (regmem.analysis.reachability_construction on the same evaluation
-graphs: linear kernels, one-hot node keys, erase vector minus the parent's key), the Transformer with 1, 2 and 4
-layers, and a one-layer DeltaFormer with kappa_1 in {linear, exp, softmax, round}. Each trained arm at its best lr
-of the grid by mean accuracy over the seeds, with the spread; `--full` uses more steps, lrs and seeds.
+graphs: linear kernels, one-hot node keys, erase vector minus the parent's key), the Transformer with 1 and 2
+layers (4 with `--full`), and a one-layer DeltaFormer with kappa_1 in {linear, exp, softmax, round}. Each trained
+arm at its best lr of the grid by mean accuracy over the seeds, with the spread; `--full` uses more steps, lrs and
+seeds.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ def dag_arms(depths: tuple[int, ...]) -> dict[str, tuple[str, dict]]:
 class DAGSettings:
     num_nodes: int = 32
     parents_per_node: int = 1
-    depths: tuple[int, ...] = (1, 2, 4)  # Transformer layers
-    steps: int = 1000
+    depths: tuple[int, ...] = (1, 2)  # Transformer layers (--full adds 4)
+    steps: int = 600
     batch_size: int = 64
     d_model: int = 32
     n_heads: int = 4
@@ -57,7 +58,7 @@ class DAGSettings:
     workers: int = 2
 
 
-FULL = DAGSettings(steps=4000, batch_size=128, lrs=(0.001, 0.003, 0.01), seeds=(42, 0, 1))
+FULL = DAGSettings(depths=(1, 2, 4), steps=2000, batch_size=128, lrs=(0.001, 0.003, 0.01), seeds=(42, 0, 1))
 QUICK = DAGSettings(num_nodes=8, depths=(1,), steps=3, batch_size=8, d_model=16, lrs=(0.01,), seeds=(0,), num_eval=16,
                     workers=1)
 
