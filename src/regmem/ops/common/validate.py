@@ -200,3 +200,15 @@ def check_chunk_size(chunk_size, name: str = "chunk_size") -> None:
 def check_scale(scale) -> None:
     if scale is not None and not isinstance(scale, int | float):
         raise ValueError(f"scale must be a float or None, got {type(scale).__name__}")
+
+
+def check_key_mask(key_mask, B: int, L: int) -> None:
+    """key_mask: None or a bool tensor [B, S + T] (S cached pairs, T new tokens; True = the pair takes part)."""
+    if key_mask is None:
+        return
+    doc = f"[B, S + T] = {[B, L]} (S cached pairs, T new tokens)"
+    if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
+        got = key_mask.dtype if isinstance(key_mask, torch.Tensor) else type(key_mask).__name__
+        raise ValueError(f"key_mask must be a bool tensor of shape {doc}, got {got}")
+    if tuple(key_mask.shape) != (B, L):
+        raise ValueError(f"key_mask must have shape {doc}, got shape {list(key_mask.shape)}")

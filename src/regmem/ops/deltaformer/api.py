@@ -18,12 +18,13 @@ import torch
 from regmem.ops.common import (
     SCORE_KERNELS,
     Call,
+    check_key_mask,
     check_qkv,
     check_same_device,
     check_scale,
     check_score_kernel,
     check_shape,
-    check_state,
+    check_state_tuple,
     check_tensor,
     check_token_scalar,
     compute_dtype,
@@ -88,7 +89,7 @@ def deltaformer(q, k, v, w=None, alpha=None, beta=None, *, erase_weights=None, e
         if cu_seqlens is not None:
             raise ValueError("key_mask and cu_seqlens are exclusive: a packed batch has no padding to mask")
         S = initial_state.k.shape[1] if initial_state is not None else 0
-        _check_key_mask(key_mask, B, S + T)
+        check_key_mask(key_mask, B, S + T)
         check_same_device(q=q, key_mask=key_mask)
     if erase_weights is None:
         erase_weights = torch.full((H, G), 1.0 / G, dtype=dtype, device=q.device)
@@ -132,21 +133,6 @@ def _check_inputs(q, k, v, w, alpha, beta):
 
 
 def _check_cache(initial_state, B: int, H: int, K: int, V: int, q: torch.Tensor) -> None:
-    if initial_state is None:
-        return
-    if not isinstance(initial_state, KUState):
-        raise ValueError(f"initial_state must be a KUState(k [N, S, H, K], u [N, S, H, V]), got "
-                         f"{type(initial_state).__name__}")
-    S = initial_state.k.shape[1] if initial_state.k.ndim == 4 else -1
-    check_state("initial_state.k", initial_state.k, (B, S, H, K), "[N, S, H, K]")
-    check_state("initial_state.u", initial_state.u, (B, S, H, V), "[N, S, H, V]")
-    check_same_device(q=q, k=initial_state.k, u=initial_state.u)
-
-
-def _check_key_mask(key_mask, B: int, L: int) -> None:
-    doc = f"[B, S + T] = {[B, L]} (S cached pairs, T new tokens)"
-    if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
-        got = key_mask.dtype if isinstance(key_mask, torch.Tensor) else type(key_mask).__name__
-        raise ValueError(f"key_mask must be a bool tensor of shape {doc}, got {got}")
-    if tuple(key_mask.shape) != (B, L):
-        raise ValueError(f"key_mask must have shape {doc}, got shape {list(key_mask.shape)}")
+    S = initial_state.k.shape[1] if isinstance(initial_state, KUState) and initial_state.k.ndim == 4 else -1
+    shapes = {"k": ((B, S, H, K), "[N, S, H, K]"), "u": ((B, S, H, V), "[N, S, H, V]")}
+    check_state_tuple(initial_state, KUState, shapes, q)

@@ -24,6 +24,7 @@ from einops import rearrange
 
 from regmem.ops.common import (
     Call,
+    check_key_mask,
     check_qkv,
     check_same_device,
     check_scale,
@@ -272,15 +273,3 @@ def check_kv_state(initial_state, B: int, H: int, K: int, V: int, q: torch.Tenso
     check_state("initial_state.k", initial_state.k, (B, S, H, K), "[N, S, H, K]")
     check_state("initial_state.v", initial_state.v, (B, S, H, V), "[N, S, H, V]")
     check_same_device(q=q, k=initial_state.k, v=initial_state.v)
-
-
-def check_key_mask(key_mask, B: int, L: int) -> None:
-    """key_mask: None or a bool tensor [B, S + T] (S cached pairs, T new tokens; True = the pair takes part)."""
-    if key_mask is None:
-        return
-    doc = f"[B, S + T] = {[B, L]} (S cached pairs, T new tokens)"
-    if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
-        got = key_mask.dtype if isinstance(key_mask, torch.Tensor) else type(key_mask).__name__
-        raise ValueError(f"key_mask must be a bool tensor of shape {doc}, got {got}")
-    if tuple(key_mask.shape) != (B, L):
-        raise ValueError(f"key_mask must have shape {doc}, got shape {list(key_mask.shape)}")
