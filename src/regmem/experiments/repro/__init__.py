@@ -24,7 +24,8 @@ def run_repro(name: str, out_dir: str | Path = "results/repro", *, quick: bool =
     """Runs reproduction `name`, logs its report and writes its outputs under `out_dir`; returns the paths.
     `quick` shrinks the run to a smoke test (tests and CI), not a reproduction; `paper_scale` runs ttr-mqar at
     the paper's d_model 64 and P in {64, 128} instead of the 10-minute scaled default; `full` runs
-    nl-formal-languages with more steps, an lr grid and two seeds; `overrides` replaces
+    nl-formal-languages, am-swap, am-dag and am-heads at a larger scale (more steps, lrs and seeds; hours of CPU);
+    `overrides` replaces
     fields of the settings (e.g. {"softmax_bandwidth": 0.05} for ttr-online-regression)."""
     out_dir = Path(out_dir)
     if name == "ttr-online-regression":
