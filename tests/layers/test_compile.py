@@ -46,7 +46,7 @@ def test_training_step_compiles_without_graph_breaks_and_matches_eager(name):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="set_sync_debug_mode needs a CUDA device")
-@pytest.mark.parametrize("name", ["gated_deltanet", "gla", "mesa"])
+@pytest.mark.parametrize("name", ["gated_deltanet", "gla", "mesa", "deltaformer"])
 def test_forward_backward_never_syncs_the_gpu(name):
     mixer, x = _mixer_and_input(name, "cuda")
     _loss(mixer, x).backward()  # warm-up: lazy initialisation may sync once

@@ -64,7 +64,9 @@ class CholeskySolve(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, q):
-        L = torch.linalg.cholesky(A)  # [..., F, F]
+        # cholesky_ex: no error check, so no device-to-host sync (cholesky reads its info flag on the host); the
+        # ridge keeps A positive definite
+        L, _ = torch.linalg.cholesky_ex(A)  # [..., F, F]
         z = torch.cholesky_solve(q.unsqueeze(-1), L).squeeze(-1)  # [..., F]
         ctx.save_for_backward(L, z)
         return z
