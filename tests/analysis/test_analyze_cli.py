@@ -16,7 +16,8 @@ def test_analyze_snr_quick_writes_report_json_and_plot(tmp_path, capsys):
     assert flagged == {"solu"}  # only eq. 17 is off, by e^2
     assert report.count("eq. 17 misses e^2") == 3
     assert {r["N"]: r["exp"] for r in result["min_head_dim"]}[10_000] == 32
-    assert set(result["op_curves"]) == {"linear_attn", "delta_rule", "least_squares", "softmax_attn", "hla2"}
+    assert set(result["op_curves"]) == {"linear_attn", "delta_rule", "least_squares", "softmax_attn", "hla2",
+                                            "deltaformer"}
     assert "wrote" in capsys.readouterr().out
 
 

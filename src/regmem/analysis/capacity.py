@@ -23,6 +23,9 @@ every pair), so linear attention measures exactly (N - 1) / d_k. Per op (`CAPACI
     least_squares  ridge 1e-6 (near the min-norm interpolant), scale 1: exact recall while N <= d_k.
     softmax_attn   scale d_k^-1/2, i.e. the exp kernel at tau = sqrt(d_k), normalised (eq. 18).
     hla2           second-order HLA (masked, unnormalised), scale d_k^-1/2: pair j is stored under S_j q_j.
+    deltaformer    softmax erase and read at scale d_k^-1/2 (eqs. 94-95), alpha = beta = 1; the probe has alpha =
+                   beta = 0. Its output is still linear in V with one weight per pair (O = P (I + A)^{-1} V), so the
+                   marker reads c exactly.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from collections.abc import Callable
 
 import torch
 
-from regmem.ops import delta_rule, hla2, least_squares, linear_attn, softmax_attn
+from regmem.ops import delta_rule, deltaformer, hla2, least_squares, linear_attn, softmax_attn
 
 # A memory under test: (q, k [B, T, 1, K], v [B, T, 1, V], write [B, T, 1] = 1 for a stored pair, 0 at the probe)
 # -> o [B, T, 1, V].
@@ -51,6 +54,7 @@ CAPACITY_OPS: dict[str, Memory] = {
     "least_squares": lambda q, k, v, write: least_squares(q, k, v, ridge=1e-6, scale=1.0)[0],
     "softmax_attn": lambda q, k, v, write: softmax_attn(q, k, v, scale=k.shape[-1] ** -0.5)[0],
     "hla2": lambda q, k, v, write: hla2(q, k, v, scale=k.shape[-1] ** -0.5)[0],
+    "deltaformer": lambda q, k, v, write: deltaformer(q, k, v, alpha=write, beta=write)[0],
 }
 
 
