@@ -1,5 +1,5 @@
 """An upper layer imports only lower ones (docs/architecture.md): cli -> experiments -> train -> tasks -> models
--> layers -> nested -> ops; `recipe`, `analysis` and `bench` sit beside them as listed below."""
+-> layers -> nested -> ops; `recipe`, `analysis`, `optim` and `bench` sit beside them as listed below."""
 
 import ast
 from pathlib import Path
@@ -12,14 +12,16 @@ ALLOWED = {
     "ops": set(),
     "recipe": set(),
     "analysis": {"ops"},
+    "optim": set(),
     "nested": {"ops"},
     "layers": {"nested", "ops", "recipe"},
     "models": {"layers", "nested", "ops", "recipe"},
     "tasks": set(),
-    "train": set(),
-    "bench": {"ops", "layers", "nested", "models", "analysis"},
-    "experiments": {"train", "tasks", "models", "layers", "nested", "ops", "recipe", "analysis"},
-    "cli": {"experiments", "train", "tasks", "models", "layers", "nested", "ops", "recipe", "bench", "analysis"},
+    "train": {"optim"},
+    "bench": {"ops", "layers", "nested", "models", "analysis", "optim"},
+    "experiments": {"train", "tasks", "models", "layers", "nested", "ops", "recipe", "analysis", "optim"},
+    "cli": {"experiments", "train", "tasks", "models", "layers", "nested", "ops", "recipe", "bench", "analysis",
+            "optim"},
     "__main__": {"cli"},
 }
 
