@@ -11,6 +11,7 @@
     regmem bench decode         one decoding step's latency against the context length
     regmem bench layers         whole layers (deep memories) beside public code (titans-pytorch)
     regmem bench snr            the time of the retrieval-SNR Monte-Carlo estimator (target: < 5 s, one thread)
+    regmem bench optim          one optimiser step: M3 vs Muon, delta / deep momentum vs SGD momentum
     regmem repro NAME           reproduce a seed's figure or table (ttr-mqar, nl-mad, ...): claim beside result
     regmem showcase             a short tour: every op, its three forms agreeing, and their speed
 """
@@ -165,6 +166,20 @@ def _cmd_bench_snr(args) -> None:
     print(f"\n{table}\n\nwrote {json_path} and {md_path}")
 
 
+def _cmd_bench_optim(args) -> None:
+    from regmem.bench.optim import MODELS, optim_timing_table, run_optim_timing
+    from regmem.bench.report import write
+
+    unknown = [m for m in args.models if m not in MODELS]
+    if unknown:
+        raise SystemExit(f"--models: unknown {unknown}; known: {list(MODELS)}")
+    torch.set_num_threads(args.threads)
+    result = run_optim_timing(args.models, args.optimizers, min_run_time=args.min_run_time)
+    table = optim_timing_table(result)
+    json_path, md_path = write(result, Path(args.out_dir), f"{datetime.date.today().isoformat()}-optim", table)
+    print(f"\n{table}\n\nwrote {json_path} and {md_path}")
+
+
 def _cmd_analyze_snr(args) -> None:
     from regmem.experiments.analyze import analyze_snr
 
@@ -230,7 +245,7 @@ def _cmd_train(args) -> None:
 
     overrides = dict(_parse_assignment(a) for a in args.task_field)
     cell = Cell(args.task, args.mixer, _preset(args.preset), seed=args.seed, task_overrides=overrides,
-                steps=args.steps, lr=args.lr, batch_size=args.batch_size)
+                steps=args.steps, lr=args.lr, batch_size=args.batch_size, optimizer=args.optimizer)
     result = train_cell(cell, out_dir=args.out_dir, checkpoint_every=args.checkpoint_every, resume=args.resume,
                         progress=not args.no_progress, log=print)
     if distributed.is_main():
@@ -276,6 +291,8 @@ def _cmd_repro(args) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from regmem.bench import CASES, EXTERNAL_CASES
+    from regmem.experiments.repro import REPROS
+    from regmem.train.optimizers import OPTIMIZERS as TRAIN_OPTIMIZERS
 
     parser = argparse.ArgumentParser(
         prog="regmem",
@@ -375,6 +392,16 @@ def build_parser() -> argparse.ArgumentParser:
     snr_timing.add_argument("--threads", type=int, default=1, help="torch threads (the target is for one)")
     snr_timing.add_argument("--out-dir", default="benchmarks/results", help="where the JSON and markdown go")
     snr_timing.set_defaults(func=_cmd_bench_snr)
+    optim_timing = bench_kinds.add_parser("optim", help="time one step of regmem.optim optimisers beside torch.optim")
+    optim_timing.add_argument("--models", type=_name_list, default=["lm-4x256", "mlp-1M"],
+                              help="comma-separated: lm-4x256 (4-layer d_model 256 LM), mlp-1M")
+    optim_timing.add_argument("--optimizers", type=_name_list,
+                              default=["sgd_momentum", "delta_momentum", "deep_momentum", "adamw", "muon",
+                                       "muon_memory", "m3"], help="comma-separated optimisers (bench/optim.py)")
+    optim_timing.add_argument("--min-run-time", type=float, default=1.0, help="seconds of timed steps per case")
+    optim_timing.add_argument("--threads", type=int, default=1, help="torch threads")
+    optim_timing.add_argument("--out-dir", default="benchmarks/results", help="where the JSON and markdown go")
+    optim_timing.set_defaults(func=_cmd_bench_optim)
 
     compare = commands.add_parser("compare", help="train several mixers on one task, fairly; write a leaderboard")
     compare.add_argument("task", help=_task_help())
@@ -417,6 +444,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="task field override, repeatable, e.g. --set num_kv_pairs=16")
     train.add_argument("--steps", type=int, default=None, help="optimiser steps (default: the preset's)")
     train.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the preset's)")
+    train.add_argument("--optimizer", choices=tuple(TRAIN_OPTIMIZERS), default="adamw",
+                       help="adamw, or an optimiser of regmem.optim (Muon-family ones on 2-D hidden weights, AdamW "
+                            "for the rest; tune --lr for it)")
     train.add_argument("--batch-size", type=int, default=None, help="global batch (default: the preset's)")
     train.add_argument("--seed", type=int, default=0, help="seed of data, init and data order")
     train.add_argument("--out-dir", default=None, help="metrics.jsonl, checkpoint/ and model/ go here")
@@ -433,8 +463,6 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--top-k", type=int, default=None, help="sample among the k most likely bytes")
     generate.add_argument("--seed", type=int, default=0, help="seed of the sampling")
     generate.set_defaults(func=_cmd_generate)
-
-    from regmem.experiments.repro import REPROS
 
     repro = commands.add_parser("repro", help="reproduce a seed's figure: paper's claim beside our result")
     repro.add_argument("name", choices=REPROS,

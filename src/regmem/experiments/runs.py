@@ -57,6 +57,7 @@ def build_model(mixer: str, preset: Preset, vocab_size: int, *, seed: int) -> LM
 def build_train_config(
     preset: Preset, *, seed: int, progress: bool, steps: int | None = None, lr: float | None = None,
     batch_size: int | None = None, out_dir: str | None = None, checkpoint_every: int | None = None,
+    optimizer: str = "adamw",
 ) -> TrainConfig:
     """The preset's budget; steps, lr and batch_size override it where given (warm-up and logging follow steps)."""
     steps = preset.steps if steps is None else steps
@@ -64,7 +65,7 @@ def build_train_config(
         steps=steps, batch_size=preset.batch_size if batch_size is None else batch_size,
         lr=preset.lr if lr is None else lr, warmup_steps=steps // 10, eval_every=preset.eval_every, seed=seed,
         progress=progress, target_metric="accuracy", target_value=0.99, log_every=max(steps // 20, 1),
-        out_dir=out_dir, checkpoint_every=checkpoint_every,
+        out_dir=out_dir, checkpoint_every=checkpoint_every, optimizer=optimizer,
     )
 
 
@@ -80,6 +81,7 @@ class Cell:
     steps: int | None = None  # None: the preset's
     lr: float | None = None  # None: the preset's
     batch_size: int | None = None  # global batch; None: the preset's
+    optimizer: str = "adamw"  # a name of regmem.train.optimizers.OPTIMIZERS
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ def train_cell(
     model = build_model(cell.mixer, preset, task.vocab_size, seed=cell.seed)
     config = build_train_config(
         preset, seed=cell.seed, progress=progress, steps=cell.steps, lr=cell.lr, batch_size=cell.batch_size,
-        out_dir=out_dir, checkpoint_every=checkpoint_every,
+        out_dir=out_dir, checkpoint_every=checkpoint_every, optimizer=cell.optimizer,
     )
     if log is not None and distributed.is_main():
         resolved = {"task": dataclasses.asdict(task.config), "model": model.config.to_dict(),

@@ -107,6 +107,8 @@ class DGD(Optimizer):
             raise ValueError("layer's weight is not among this optimiser's parameters")
 
         def record(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+            if not torch.is_grad_enabled():  # an evaluation pass: its inputs take no part in the next step
+                return
             x = args[0].detach().reshape(-1, weight.shape[1])  # [N, K]
             moment = x.T @ x  # [K, K]
             if weight in self._input_moments:

@@ -21,6 +21,7 @@ TRAJECTORY_FIELDS = (
     "grad_clip",
     "seed",
     "bf16",
+    "optimizer",
 )
 
 
@@ -60,6 +61,9 @@ class TrainConfig:
     progress: bool = True  # tqdm progress bar on rank 0
     target_metric: str | None = None  # eval metric that stops the run early, e.g. "accuracy"
     target_value: float | None = None  # stop once target_metric >= target_value (zoology: accuracy 0.99)
+    # The optimiser built when the Trainer is given none (regmem.train.optimizers.OPTIMIZERS): "adamw", or one of
+    # Nested Learning's optimisers-as-memories (Muon-family ones on 2-D hidden weights, AdamW for the rest).
+    optimizer: str = "adamw"
 
     def __post_init__(self):
         _require(_is_int(self.steps) and self.steps >= 1, "steps", "an int >= 1", self.steps)
@@ -76,6 +80,9 @@ class TrainConfig:
         _require(warmup_ok, "warmup_steps", f"an int in [0, steps={self.steps}]", self.warmup_steps)
         ratio_ok = _is_number(self.min_lr_ratio) and 0 <= self.min_lr_ratio <= 1
         _require(ratio_ok, "min_lr_ratio", "a number in [0, 1]", self.min_lr_ratio)
+        from regmem.train.optimizers import OPTIMIZERS
+
+        _require(self.optimizer in OPTIMIZERS, "optimizer", f"one of {tuple(OPTIMIZERS)}", self.optimizer)
         clip_ok = self.grad_clip is None or (_is_number(self.grad_clip) and self.grad_clip > 0)
         _require(clip_ok, "grad_clip", "None or a number > 0", self.grad_clip)
         for name in ("eval_every", "eval_batch_size", "log_every"):

@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 from regmem.train import distributed
 from regmem.train.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from regmem.train.config import TrainConfig, trajectory_changes
+from regmem.train.optimizers import build_optimizer
 from regmem.train.schedule import TORCH_STREAM, batch_indices, derive_seed, schedule
 
 IGNORE_INDEX = -100  # targets with this value carry no loss (the tasks' convention, as in F.cross_entropy)
@@ -44,15 +45,10 @@ def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tenso
     return loss_sum, (targets != IGNORE_INDEX).sum()
 
 
-def default_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on >= 2-D parameters (matrices, embeddings) only; norms and biases are not decayed
-    (nanoGPT's configure_optimizers)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=config.lr, betas=config.betas)
+def default_optimizer(model: torch.nn.Module, config: TrainConfig):
+    """The optimiser `config.optimizer` names (regmem/train/optimizers.py); "adamw" (the default) decays >= 2-D
+    parameters (matrices, embeddings) only, as nanoGPT's configure_optimizers."""
+    return build_optimizer(model, config)
 
 
 def _check_data(name: str, data: Data, min_rows: int) -> None:
