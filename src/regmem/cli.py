@@ -397,7 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
                               help="comma-separated: lm-4x256 (4-layer d_model 256 LM), mlp-1M")
     optim_timing.add_argument("--optimizers", type=_name_list,
                               default=["sgd_momentum", "delta_momentum", "deep_momentum", "adamw", "muon",
-                                       "muon_memory", "m3"], help="comma-separated optimisers (bench/optim.py)")
+                                       "muon_memory", "muon_memory_fp32", "m3"],
+                              help="comma-separated optimisers (bench/optim.py)")
     optim_timing.add_argument("--min-run-time", type=float, default=1.0, help="seconds of timed steps per case")
     optim_timing.add_argument("--threads", type=int, default=1, help="torch threads")
     optim_timing.add_argument("--out-dir", default="benchmarks/results", help="where the JSON and markdown go")
