@@ -1,8 +1,7 @@
 """The optimisers `regmem train --optimizer NAME` builds (`TrainConfig.optimizer`).
 
 "adamw" is nanoGPT's recipe (decay on >= 2-D parameters only). The others are Nested Learning's optimisers read as
-associative memories (arXiv:2512.24695, Sec. 4; `regmem.optim`). The Muon family ("muon" = `torch.optim.Muon`,
-"m3") acts on 2-D hidden weights only, so those runs split the model the usual Muon way (`regmem.optim.param_groups`:
+associative memories (arXiv:2512.24695, Sec. 4; `regmem.optim`). The Muon family ("muon", "m3") acts on 2-D hidden weights only, so those runs split the model the usual Muon way (`regmem.optim.param_groups`:
 embeddings, the output head, norms and biases go to AdamW) and step both halves as one (`regmem.optim.Combined`).
 The momentum-family ones ("delta_momentum", "dmgd", "dgd") step every parameter. Every one takes the run's `lr` and
 `weight_decay`; the lr a memory optimiser wants differs from AdamW's, so tune it (`regmem compare` does).
@@ -42,8 +41,14 @@ def _muon_family(make: Callable[[list, TrainConfig], torch.optim.Optimizer]):
 
 
 def _muon(params: list, config: TrainConfig) -> torch.optim.Optimizer:
-    # "match_rms_adamw" scales the orthogonalised update to AdamW's RMS, so one lr serves both halves
-    return torch.optim.Muon(params, lr=config.lr, weight_decay=config.weight_decay, adjust_lr_fn="match_rms_adamw")
+    """Muon as `regmem.optim.MuonMemory`, which equals `torch.optim.Muon` bit for bit with `ns_dtype=torch.bfloat16`;
+    here Newton-Schulz runs in the parameters' dtype (`ns_dtype=None`), because torch's bfloat16 cast costs ~10 s a
+    step for a 3.5M-weight model on a CPU without bfloat16 units (benchmarks/README.md). "match_rms_adamw" scales
+    the orthogonalised update to AdamW's RMS, so one lr serves both halves."""
+    from regmem.optim import MuonMemory
+
+    return MuonMemory(params, lr=config.lr, weight_decay=config.weight_decay, adjust_lr_fn="match_rms_adamw",
+                      ns_dtype=None)
 
 
 def _m3(params: list, config: TrainConfig) -> torch.optim.Optimizer:
