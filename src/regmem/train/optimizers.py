@@ -1,8 +1,9 @@
 """The optimisers `regmem train --optimizer NAME` builds (`TrainConfig.optimizer`).
 
 "adamw" is nanoGPT's recipe (decay on >= 2-D parameters only). The others are Nested Learning's optimisers read as
-associative memories (arXiv:2512.24695, Sec. 4; `regmem.optim`). The Muon family ("muon", "m3") acts on 2-D hidden weights only, so those runs split the model the usual Muon way (`regmem.optim.param_groups`:
-embeddings, the output head, norms and biases go to AdamW) and step both halves as one (`regmem.optim.Combined`).
+associative memories (arXiv:2512.24695, Sec. 4; `regmem.optim`). The Muon family ("muon", "m3") acts on 2-D
+hidden weights only, so those runs split the model the usual Muon way (`regmem.optim.param_groups`: embeddings, the
+output head, norms and biases go to AdamW) and step both halves as one (`regmem.optim.Combined`).
 The momentum-family ones ("delta_momentum", "dmgd", "dgd") step every parameter. Every one takes the run's `lr` and
 `weight_decay`; the lr a memory optimiser wants differs from AdamW's, so tune it (`regmem compare` does).
 """
