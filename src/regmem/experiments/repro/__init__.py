@@ -11,6 +11,7 @@ measured result and writes a markdown report, JSON and a plot.
     am-swap                 Associative memory, Figs. 4, 6, 8: one-layer DeltaFormer vs Transformer on S5 swaps
     am-dag                  Associative memory, Fig. 7: DAG reachability, DeltaFormer vs Transformer + a hand-set layer
     am-heads                Associative memory, Fig. 2: softmax vs linear attention x 1-8 heads, MQAR and byte text
+    nl-optimizers           Nested Learning, Fig. 4 (Sec. 4.3-4.4): psi toy, delta vs plain momentum; orthogonal tasks
 """
 
 from __future__ import annotations
@@ -82,6 +83,11 @@ def run_repro(name: str, out_dir: str | Path = "results/repro", *, quick: bool =
 
         settings = repro.QUICK if quick else repro.FULL if full else repro.HeadsSettings()
         result = repro.run_heads(_replace(settings, overrides), out_dir, progress=not quick, log=log)
+    elif name == "nl-optimizers":
+        from regmem.experiments.repro import nl_optimizers as repro
+
+        settings = repro.QUICK if quick else repro.OptimizerToySettings()
+        result = repro.run_optimizer_toys(_replace(settings, overrides), log=log)
     else:
         raise ValueError(f"unknown reproduction {name!r}; known: {REPROS}")
     paths = repro.write_outputs(result, out_dir)
@@ -91,7 +97,7 @@ def run_repro(name: str, out_dir: str | Path = "results/repro", *, quick: bool =
 
 
 REPROS = ("ttr-online-regression", "ttr-mqar", "nl-mad", "nl-niah", "lecture-lineage", "nl-formal-languages",
-          "am-stress", "am-swap", "am-dag", "am-heads")
+          "am-stress", "am-swap", "am-dag", "am-heads", "nl-optimizers")
 
 
 def _replace(settings, overrides: dict | None):
