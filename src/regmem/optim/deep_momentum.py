@@ -49,17 +49,11 @@ from typing import Literal
 
 import torch
 
+from .momentum import checked_grad
+
 __all__ = ["DeepMomentum"]
 
 OBJECTIVES = ("dot", "l2")
-
-
-def _checked_grad(p: torch.Tensor) -> torch.Tensor:
-    if p.grad.is_sparse:
-        raise RuntimeError("DeepMomentum does not support sparse gradients")
-    if torch.is_complex(p) or torch.is_complex(p.grad):
-        raise RuntimeError("DeepMomentum does not support complex parameters")
-    return p.grad
 
 
 def _mlp_read(weights: list[torch.Tensor], keys: torch.Tensor) -> torch.Tensor:
@@ -146,7 +140,7 @@ class DeepMomentum(torch.optim.Optimizer):
                 index += 1
                 if p.grad is None:
                     continue
-                u = _checked_grad(p)
+                u = checked_grad(self, p)
                 state = self.state[p] if self.state[p] else self._init_state(p, group, index - 1)
                 self._update_memory_and_param(p, u, state, group)
         return loss

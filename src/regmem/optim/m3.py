@@ -36,7 +36,8 @@ from typing import Literal
 
 import torch
 
-from .muon import check_matrix_params, checked_grad
+from .momentum import checked_grad
+from .muon import check_matrix_params
 from .newton_schulz import QUINTIC, newton_schulz
 
 

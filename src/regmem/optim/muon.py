@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 import torch
 
+from .momentum import checked_grad
 from .newton_schulz import QUINTIC, newton_schulz
 
 ADJUST_LR_FNS = (None, "original", "match_rms_adamw")
@@ -52,16 +53,6 @@ def check_matrix_params(optimizer: torch.optim.Optimizer) -> None:
             if p.ndim != 2:
                 raise ValueError(f"{name} accepts only 2-D weight matrices, got a parameter of shape "
                                  f"{tuple(p.shape)}; give 1-D/embedding parameters to AdamW (see param_groups)")
-
-
-def checked_grad(optimizer: torch.optim.Optimizer, p: torch.Tensor) -> torch.Tensor:
-    """p.grad, rejecting sparse and complex gradients with a clear error."""
-    name = type(optimizer).__name__
-    if p.grad.is_sparse:
-        raise RuntimeError(f"{name} does not support sparse gradients")
-    if torch.is_complex(p) or torch.is_complex(p.grad):
-        raise RuntimeError(f"{name} does not support complex parameters")
-    return p.grad
 
 
 class MuonMemory(torch.optim.Optimizer):
