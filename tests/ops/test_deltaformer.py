@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import assert_close, assert_forms_agree, assert_masked_pairs_equal_removed
+from regmem.analysis import exp_feature_map
 from regmem.ops import delta_rule, softmax_attn
 from regmem.ops.deltaformer import KERNELS, KUState, deltaformer, unit_lower_inverse
 
@@ -30,15 +31,6 @@ def _inputs(B=2, T=23, H=2, K=5, V=4, *, R=1, G=1, dtype=f64, seed=0, key_norm=1
     alpha = 0.5 + torch.rand(B, T, H, generator=gen, dtype=f64)
     beta = torch.rand(B, T, H, generator=gen, dtype=f64)
     return {n: x.to(dtype) for n, x in dict(q=q, k=k, v=v, w=w, alpha=alpha, beta=beta).items()}
-
-
-def _taylor_features(x: torch.Tensor, order: int) -> torch.Tensor:
-    """The exp feature map of eq. (11) truncated at `order`: [1, x, x (x) x / sqrt(2!), ...], x: [..., K]."""
-    features, power = [torch.ones_like(x[..., :1])], torch.ones_like(x[..., :1])
-    for m in range(1, order + 1):
-        power = torch.einsum("...a,...b->...ab", power, x).flatten(-2)
-        features.append(power / math.sqrt(math.factorial(m)))
-    return torch.cat(features, dim=-1)
 
 
 def _s_form(q, k, v, phi):
@@ -68,7 +60,7 @@ def test_u_form_equals_the_s_form_with_the_exp_feature_map(mode):
     x = _inputs(T=9, K=2, key_norm=0.5)
     q = 0.5 * F.normalize(x["q"], dim=-1)
     o, _ = deltaformer(q, x["k"], x["v"], erase_kernel="exp", read_kernel="exp", scale=1.0, mode=mode, chunk_size=4)
-    s_form = _s_form(q, x["k"], x["v"], partial(_taylor_features, order=12))
+    s_form = _s_form(q, x["k"], x["v"], partial(exp_feature_map, order=12))
     torch.testing.assert_close(o, s_form, rtol=1e-10, atol=1e-10)
 
 

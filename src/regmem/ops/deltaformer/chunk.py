@@ -27,12 +27,13 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from einops import rearrange
 
 from regmem.ops.deltaformer.reference import read
-from regmem.ops.deltaformer.scores import erase_allowed, erase_matrix, read_allowed
+from regmem.ops.deltaformer.scores import erase_allowed, erase_matrix
 from regmem.ops.deltaformer.state import KUState, cached_pairs
+from regmem.ops.nonparametric.chunk import softmax_chunk_core
+from regmem.ops.nonparametric.state import KVState
 
 SOLVERS = ("triangular", "doubling")
 
@@ -91,20 +92,13 @@ def unit_lower_inverse(A: torch.Tensor) -> torch.Tensor:
 
 
 def softmax_read(q, k_all, u_all, S, key_mask, scale):
-    """Causal softmax attention with the u as values (eq. 42 with kappa_2 = softmax): fused SDPA.
+    """Causal softmax attention with the u as values (eq. 42 with kappa_2 = softmax): the fused SDPA form of
+    `softmax_attn`, the S cached pairs as its cache and the key/value heads repeated to the query heads.
 
     q: [B, T, Hq, K]; k_all: [B, L, H, K]; u_all: [B, L, H, V] -> o: [B, T, Hq, V]."""
-    T, L, V = q.shape[1], k_all.shape[1], u_all.shape[-1]
-    if T == 0:
-        return u_all.new_zeros(q.shape[0], 0, q.shape[2], V)
     repeats = q.shape[2] // k_all.shape[2]
-    D = max(q.shape[-1], V)  # the fused kernels need one head dim: zero columns change no score
-    qh = F.pad(rearrange(q, "b t h k -> b h t k"), (0, D - q.shape[-1]))  # [B, Hq, T, D]
-    kh = F.pad(rearrange(k_all, "b l h k -> b h l k"), (0, D - q.shape[-1])).repeat_interleave(repeats, 1)
-    uh = F.pad(rearrange(u_all, "b l h v -> b h l v"), (0, D - V)).repeat_interleave(repeats, 1)  # [B, Hq, L, D]
-    if S == 0 and key_mask is None:
-        o = F.scaled_dot_product_attention(qh, kh, uh, is_causal=True, scale=scale)  # [B, Hq, T, D]
-    else:
-        allowed = read_allowed(S, T, L, key_mask, q.device)[:, None]  # [B or 1, 1, T, L]
-        o = F.scaled_dot_product_attention(qh, kh, uh, attn_mask=allowed, scale=scale)
-    return rearrange(o[..., :V], "b h t v -> b t h v")
+    k_all, u_all = (x.repeat_interleave(repeats, dim=2) for x in (k_all, u_all))  # [B, L, Hq, *]
+    cache = KVState(k_all[:, :S], u_all[:, :S]) if S else None
+    o, _ = softmax_chunk_core(q, k_all[:, S:], u_all[:, S:], initial_state=cache, scale=scale, bandwidth=None,
+                              qk_norm=False, key_mask=key_mask, chunk_size=0)
+    return o

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from regmem.ops.common import score_kernel
+from regmem.ops.nonparametric.similarity import allowed_pairs
 
 
 def erase_allowed(first_row: int, rows: int, pairs: int, key_mask: torch.Tensor | None, device) -> torch.Tensor:
@@ -31,13 +32,9 @@ def erase_allowed(first_row: int, rows: int, pairs: int, key_mask: torch.Tensor 
 
 def read_allowed(first_row: int, rows: int, pairs: int, key_mask: torch.Tensor | None, device) -> torch.Tensor:
     """[B or 1, rows, pairs] bool: row first_row + r reads pair i iff i <= first_row + r and key_mask[i], and always
-    its own pair."""
-    row = torch.arange(first_row, first_row + rows, device=device).unsqueeze(-1)  # [R, 1]
-    pair = torch.arange(pairs, device=device)  # [L]
-    allowed = (pair <= row).unsqueeze(0)  # [1, R, L]
-    if key_mask is not None:
-        allowed = (allowed & key_mask[:, None, :pairs]) | (pair == row).unsqueeze(0)  # [B, R, L]
-    return allowed
+    its own pair: the nonparametric memories' `allowed_pairs`, with its head axis dropped."""
+    allowed = allowed_pairs(rows, pairs, first_row, key_mask, device=device)  # [R, L] or [B, 1, R, L]
+    return allowed.unsqueeze(0) if key_mask is None else allowed.squeeze(1)
 
 
 def erase_matrix(w, k, allowed, *, weights, kernel, scale, decimals):
