@@ -118,8 +118,16 @@ def _cmd_bench_ops(args) -> None:
     print(f"\n{targets_table(result)}\n\nwrote {json_path} and {md_path}")
 
 
+def _write_bench(result: dict, table: str, out_dir: str, kind: str) -> None:
+    """Writes a bench result as <out_dir>/<date>-<kind>.{json,md} and prints its table."""
+    from regmem.bench import write
+
+    json_path, md_path = write(result, Path(out_dir), f"{datetime.date.today().isoformat()}-{kind}", table)
+    print(f"\n{table}\n\nwrote {json_path} and {md_path}")
+
+
 def _cmd_bench_decode(args) -> None:
-    from regmem.bench import CASES, decode_table, run_decode, write
+    from regmem.bench import CASES, decode_table, run_decode
 
     unknown = [c for c in args.ops if c not in CASES]
     if unknown:
@@ -128,12 +136,11 @@ def _cmd_bench_decode(args) -> None:
     result = run_decode(args.ops, args.context_lens, batch=args.batch, heads=args.heads, head_dim=args.head_dim,
                         dtype=DTYPES[args.dtype], min_run_time=args.min_run_time)
     table = decode_table(result)
-    json_path, md_path = write(result, Path(args.out_dir), f"{datetime.date.today().isoformat()}-decode", table)
-    print(f"\n{table}\n\nwrote {json_path} and {md_path}")
+    _write_bench(result, table, args.out_dir, "decode")
 
 
 def _cmd_bench_layers(args) -> None:
-    from regmem.bench import LAYER_CASES, PASSES, layers_table, run_layers, write
+    from regmem.bench import LAYER_CASES, PASSES, layers_table, run_layers
 
     unknown = [c for c in args.layers if c not in LAYER_CASES]
     if unknown:
@@ -148,13 +155,12 @@ def _cmd_bench_layers(args) -> None:
     except ImportError as err:
         raise SystemExit(f"--layers: {err}") from None
     table = layers_table(result)
-    json_path, md_path = write(result, Path(args.out_dir), f"{datetime.date.today().isoformat()}-layers", table)
-    print(f"\n{table}\n\nwrote {json_path} and {md_path}")
+    _write_bench(result, table, args.out_dir, "layers")
 
 
 def _cmd_bench_snr(args) -> None:
     from regmem.analysis import KERNELS
-    from regmem.bench import run_snr_timing, snr_timing_table, write
+    from regmem.bench import run_snr_timing, snr_timing_table
 
     unknown = [k for k in args.kernels if k not in KERNELS]
     if unknown:
@@ -162,13 +168,11 @@ def _cmd_bench_snr(args) -> None:
     torch.set_num_threads(args.threads)
     result = run_snr_timing(args.kernels, trials=args.trials, min_run_time=args.min_run_time)
     table = snr_timing_table(result)
-    json_path, md_path = write(result, Path(args.out_dir), f"{datetime.date.today().isoformat()}-snr", table)
-    print(f"\n{table}\n\nwrote {json_path} and {md_path}")
+    _write_bench(result, table, args.out_dir, "snr")
 
 
 def _cmd_bench_optim(args) -> None:
     from regmem.bench.optim import MODELS, optim_timing_table, run_optim_timing
-    from regmem.bench.report import write
 
     unknown = [m for m in args.models if m not in MODELS]
     if unknown:
@@ -176,8 +180,7 @@ def _cmd_bench_optim(args) -> None:
     torch.set_num_threads(args.threads)
     result = run_optim_timing(args.models, args.optimizers, min_run_time=args.min_run_time)
     table = optim_timing_table(result)
-    json_path, md_path = write(result, Path(args.out_dir), f"{datetime.date.today().isoformat()}-optim", table)
-    print(f"\n{table}\n\nwrote {json_path} and {md_path}")
+    _write_bench(result, table, args.out_dir, "optim")
 
 
 def _cmd_analyze_snr(args) -> None:
