@@ -157,18 +157,45 @@ def _delta_objective(b, g, form, normalize, alpha, delta, damp):
 @pytest.mark.parametrize("shape", [(6,), (4, 7), (7, 3), (2, 3, 4)], ids=["vec6", "mat4x7", "mat7x3", "t2x3x4"])
 @pytest.mark.parametrize("normalize", [True, False], ids=["norm", "raw"])
 @pytest.mark.parametrize("form", ["elementwise", "matrix"])
-def test_delta_momentum_is_one_gd_step_on_its_regression_objective(form, normalize, shape):
-    alpha, delta, damp = 0.9, 0.4, 0.2
+@pytest.mark.parametrize("damp", [0.0, 0.2], ids=["undamped", "damped"])
+def test_delta_momentum_is_one_gd_step_on_its_regression_objective(form, normalize, shape, damp):
+    """Two parameters of one shape, so the element-wise form's shared scratch tensor is reused within a step."""
+    alpha, delta = 0.9, 0.4
     gen = torch.Generator().manual_seed(4)
-    p = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
-    opt = DeltaMomentum([p], lr=0.1, momentum=alpha, dampening=damp, delta=delta, form=form, normalize=normalize)
+    params = [torch.zeros(shape, dtype=torch.float64, requires_grad=True) for _ in range(2)]
+    opt = DeltaMomentum(params, lr=0.1, momentum=alpha, dampening=damp, delta=delta, form=form, normalize=normalize)
     for _ in range(4):
-        p.grad = 0.5 * torch.randn(shape, generator=gen, dtype=torch.float64)
-        b0 = opt.state[p]["momentum_buffer"].clone() if opt.state[p] else torch.zeros_like(p)
+        before = {}
+        for p in params:
+            p.grad = 0.5 * torch.randn(shape, generator=gen, dtype=torch.float64)
+            before[p] = opt.state[p]["momentum_buffer"].clone() if opt.state[p] else torch.zeros_like(p)
         opt.step()
-        b = b0.clone().requires_grad_(True)
-        (db,) = torch.autograd.grad(_delta_objective(b, p.grad, form, normalize, alpha, delta, damp), b)
-        torch.testing.assert_close(opt.state[p]["momentum_buffer"], b0 - delta * db, rtol=1e-12, atol=1e-13)
+        for p in params:
+            b = before[p].clone().requires_grad_(True)
+            (db,) = torch.autograd.grad(_delta_objective(b, p.grad, form, normalize, alpha, delta, damp), b)
+            torch.testing.assert_close(opt.state[p]["momentum_buffer"], before[p] - delta * db, rtol=1e-12,
+                                       atol=1e-13)
+
+
+def test_elementwise_delta_momentum_keeps_float32_and_float64_parameters_apart():
+    """The scratch tensors are kept per dtype: a float32 and a float64 parameter of one shape, stepped together,
+    each match a lone run."""
+    gen = torch.Generator().manual_seed(5)
+    grads = [torch.randn(3, 5, generator=gen, dtype=torch.float64) for _ in range(3)]
+    both = [torch.zeros(3, 5, dtype=torch.float32, requires_grad=True),
+            torch.zeros(3, 5, dtype=torch.float64, requires_grad=True)]
+    alone = [torch.zeros(3, 5, dtype=torch.float32, requires_grad=True),
+             torch.zeros(3, 5, dtype=torch.float64, requires_grad=True)]
+    together = DeltaMomentum(both, lr=0.1, delta=0.5)
+    apart = [DeltaMomentum([p], lr=0.1, delta=0.5) for p in alone]
+    for g in grads:
+        for p, q in zip(both, alone, strict=True):
+            p.grad, q.grad = g.to(p.dtype), g.to(q.dtype)
+        together.step()
+        for opt in apart:
+            opt.step()
+    for p, q in zip(both, alone, strict=True):
+        assert p.dtype == q.dtype and torch.equal(p, q)
 
 
 def test_delta_momentum_matrix_form_is_eq_49_as_printed():
