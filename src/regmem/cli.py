@@ -488,7 +488,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "3 lrs, 3 seeds); am-dag: Fig. 7, DAG reachability, Transformer 1/2 layers vs DeltaFormer "
                             "and the hand-set layer (resumable); am-heads: Fig. 2, softmax vs linear attention x "
                             "n_heads on MQAR and text; nl-optimizers: Nested Learning's optimiser toys, delta vs "
-                            "standard momentum on Fig. 4's psi, forgetting across orthogonal tasks (about 20 s)")
+                            "standard momentum on Fig. 4's psi, forgetting across orthogonal tasks, and AdamW / "
+                            "Muon / M3 / delta / deep momentum on digits and byte text, loss and step time (about "
+                            "3 min on 2 cores)")
     repro.add_argument("--out-dir", default="results/repro", help="where the report, JSON and plot go")
     repro.add_argument("--quick", action="store_true", help="a seconds-long smoke run, not a reproduction")
     repro.add_argument("--set", dest="settings", action="append", default=[],

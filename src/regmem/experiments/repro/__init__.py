@@ -11,7 +11,7 @@ measured result and writes a markdown report, JSON and a plot.
     am-swap                 Associative memory, Figs. 4, 6, 8: one-layer DeltaFormer vs Transformer on S5 swaps
     am-dag                  Associative memory, Fig. 7: DAG reachability, DeltaFormer vs Transformer + a hand-set layer
     am-heads                Associative memory, Fig. 2: softmax vs linear attention x 1-8 heads, MQAR and byte text
-    nl-optimizers           Nested Learning, Fig. 4 (Sec. 4.3-4.4): psi toy, delta vs plain momentum; orthogonal tasks
+    nl-optimizers           Nested Learning, Fig. 4 (Sec. 4.3-4.4), Figs. 11-12: psi toy; orthogonal tasks; digits, text
 """
 
 from __future__ import annotations

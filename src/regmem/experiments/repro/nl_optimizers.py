@@ -1,5 +1,6 @@
 """`regmem repro nl-optimizers`: the optimiser toys of *Nested Learning: The Illusion of Deep Learning
-Architectures* (Behrouz et al., arXiv:2512.24695), Sec. 4.3-4.4.
+Architectures* (Behrouz et al., arXiv:2512.24695), Sec. 4.3-4.4, and part (c), the optimisers on two small real
+tasks (Sec. 9.7, Figs. 11-12; `nl_optimizers_real`).
 
 (a) Fig. 4 (Sec. 4.4, eq. 53): standard (heavy-ball) momentum vs Delta Momentum (eqs. 48-49) on the
     time-varying-curvature function psi(r, theta) = r^2 + k (r - theta + a sin(w r))^2 from (r, theta) = (-3.5, 2).
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from regmem.experiments.repro.nl_optimizers_real import plot_real, real_claims, real_report_lines, run_real
 from regmem.experiments.repro.outputs import write_report
 from regmem.optim import M3, DeepMomentum, DeltaMomentum, ValueMomentum
 
@@ -65,13 +67,33 @@ class OptimizerToySettings:
     sgd_lrs: tuple[float, ...] = (0.01, 0.03, 0.1)  # grid for sgd_momentum, delta_momentum, deep_momentum
     adamw_lrs: tuple[float, ...] = (1e-3, 3e-3, 1e-2)
     m3_lrs: tuple[float, ...] = (1e-4, 3e-4, 1e-3)
-    m3_frequency: int = 20
+    m3_frequency: int = 20  # M3's slow-memory period, in (b) and (c)
     seeds: tuple[int, ...] = (0, 1)
+    # (c) small real tasks (nl_optimizers_real)
+    real_tasks: tuple[str, ...] = ("digits", "text")
+    real_optimizers: tuple[str, ...] = ("adamw", "torch_muon", "muon", "m3", "sgd_momentum", "delta_momentum", "dmgd")
+    lr_multipliers: tuple[float, ...] = (1 / 3, 1.0, 3.0)  # each optimiser's grid: its BASE_LRS centre x these
+    digits_hidden: int = 128
+    digits_steps: int = 250
+    digits_batch_size: int = 64
+    digits_eval_every: int = 25
+    lm_d_model: int = 64
+    lm_layers: int = 2
+    lm_heads: int = 2
+    lm_seq_len: int = 64
+    lm_steps: int = 120
+    lm_batch_size: int = 12
+    lm_eval_every: int = 20
+    lm_eval_windows: int = 64
+    workers: int = 2  # (c) runs at once, one torch thread each
 
 
 QUICK = OptimizerToySettings(psi_lrs=(1e-2,), psi_deltas=(0.1,), psi_steps=150, samples=32, steps_per_task=40,
                              early_steps=10,
-                             sgd_lrs=(0.03,), adamw_lrs=(3e-3,), m3_lrs=(3e-4,), seeds=(0,))
+                             sgd_lrs=(0.03,), adamw_lrs=(3e-3,), m3_lrs=(3e-4,), seeds=(0,),
+                             lr_multipliers=(1.0,), digits_hidden=16, digits_steps=8, digits_eval_every=4,
+                             lm_d_model=16, lm_layers=1, lm_seq_len=16, lm_steps=8, lm_batch_size=4, lm_eval_every=4,
+                             lm_eval_windows=4, workers=1)
 
 
 # ---------------------------------------------------------------- (a) the psi toy
@@ -233,8 +255,9 @@ def run_optimizer_toys(settings: OptimizerToySettings | None = None, *, log=prin
     for r in psi_runs:
         log(f"psi {r['method']}: final {r['final_loss']:.3g}, steps to tol {r['steps_to_tol']}")
     rows = run_orthogonal(settings, log=log)
-    return {"settings": asdict(settings), "psi": psi_runs, "orthogonal": rows,
-            "claims": check_claims(psi_runs, rows, settings)}
+    real = run_real(settings, log=log)
+    return {"settings": asdict(settings), "psi": psi_runs, "orthogonal": rows, "real": real,
+            "claims": check_claims(psi_runs, rows, settings) + real_claims(real)}
 
 
 def check_claims(psi_runs: list[dict], rows: list[dict], settings: OptimizerToySettings) -> list[dict]:
@@ -319,6 +342,8 @@ def format_report(result: dict) -> str:
           f"{r['loss_b_after_b']:.2e} | {r['forgetting']:+.2e} | [{r['forgetting_min']:+.2e}, "
           f"{r['forgetting_max']:+.2e}] |" for r in result["orthogonal"]),
         "",
+        *real_report_lines(result["real"], s),
+        "",
         "| paper's claim | measured | holds |",
         "|---|---|---|",
         *(f"| {c['claim']} | {c['measured']} | {'yes' if c['holds'] else 'NO'} |" for c in result["claims"]),
@@ -346,7 +371,8 @@ def plot_toys(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     s = result["settings"]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), dpi=90)
+    fig, grid = plt.subplots(2, 3, figsize=(15, 8.4), dpi=90)
+    axes = grid[0]
     r_grid = torch.linspace(-4.5, 1.5, 200, dtype=torch.float64)
     t_grid = torch.linspace(-4.5, 3.0, 200, dtype=torch.float64)
     rr, tt = torch.meshgrid(r_grid, t_grid, indexing="xy")
@@ -378,7 +404,8 @@ def plot_toys(result: dict, path: Path) -> None:
     axes[2].set_ylabel("loss on task A")
     axes[2].set_title(f"(b) orthogonal tasks, converged regime, seed {s['seeds'][0]}")
     axes[2].legend(fontsize=7)
-    for ax in axes:
+    plot_real(grid[1], result["real"])
+    for ax in grid.flat:
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
