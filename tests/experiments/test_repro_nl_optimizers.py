@@ -33,7 +33,8 @@ def test_quick_nl_optimizers_prints_the_claims_beside_the_measured_tables(tmp_pa
         (task, name) for task in real.real_tasks for name in real.real_optimizers]
     for row in result["real"]:
         assert f"| {row['task']} | {row['optimizer']} | {row['lr']:g} |" in report
-        assert len(row["runs"]) == len(real.seeds) and row["step_ms"] > 0 and row["total_ms"] >= row["step_ms"]
+        assert len(row["runs"]) == len(real.seeds) and row["step_ms"] > 0  # step_ms: the separate timing pass
+        assert row["total_ms"] >= row["run_step_ms"]  # both from the same run: the step is part of the whole
         assert len(row["runs"][0]["train_curve"]) == (real.digits_steps if row["task"] == "digits" else real.lm_steps)
     assert "Paper (c): Sec. 9.7" in report
     # (a): 2 claims, (b): 4, (c): per task, M3 lowest loss and M3 slower than each Muon
