@@ -58,6 +58,13 @@ def _name_list(text: str) -> list[str]:
     return [x for x in text.split(",") if x]
 
 
+def _require_known(flag: str, given, known: list) -> None:
+    """Exits naming `flag` and the choices when an item of `given` is not in `known`."""
+    unknown = [item for item in given if item not in known]
+    if unknown:
+        raise SystemExit(f"{flag}: unknown {unknown}; known: {known}")
+
+
 def _cmd_recipes(args) -> None:
     from regmem.layers import how_it_builds
     from regmem.recipe import entries, format_table
@@ -99,9 +106,7 @@ def _cmd_bench_ops(args) -> None:
     from regmem.bench import ALL_CASES, EXTERNAL_CASES, run, targets_table, write
     from regmem.bench.external import load_fla_file
 
-    unknown = [c for c in args.ops if c not in ALL_CASES]
-    if unknown:
-        raise SystemExit(f"--ops: unknown {unknown}; known: {sorted(ALL_CASES)}")
+    _require_known("--ops", args.ops, sorted(ALL_CASES))
     if any(c in EXTERNAL_CASES for c in args.ops):
         try:
             load_fla_file("ops/gated_delta_rule/naive.py")
@@ -129,9 +134,7 @@ def _write_bench(result: dict, table: str, out_dir: str, kind: str) -> None:
 def _cmd_bench_decode(args) -> None:
     from regmem.bench import CASES, decode_table, run_decode
 
-    unknown = [c for c in args.ops if c not in CASES]
-    if unknown:
-        raise SystemExit(f"--ops: unknown {unknown}; known: {sorted(CASES)}")
+    _require_known("--ops", args.ops, sorted(CASES))
     torch.set_num_threads(args.threads or torch.get_num_threads())
     result = run_decode(args.ops, args.context_lens, batch=args.batch, heads=args.heads, head_dim=args.head_dim,
                         dtype=DTYPES[args.dtype], min_run_time=args.min_run_time)
@@ -142,12 +145,8 @@ def _cmd_bench_decode(args) -> None:
 def _cmd_bench_layers(args) -> None:
     from regmem.bench import LAYER_CASES, PASSES, layers_table, run_layers
 
-    unknown = [c for c in args.layers if c not in LAYER_CASES]
-    if unknown:
-        raise SystemExit(f"--layers: unknown {unknown}; known: {sorted(LAYER_CASES)}")
-    unknown = [p for p in args.passes if p not in PASSES]
-    if unknown:
-        raise SystemExit(f"--passes: unknown {unknown}; known: {list(PASSES)}")
+    _require_known("--layers", args.layers, sorted(LAYER_CASES))
+    _require_known("--passes", args.passes, list(PASSES))
     torch.set_num_threads(args.threads or torch.get_num_threads())
     try:
         result = run_layers(args.layers, args.seq_lens, batch=args.batch, heads=args.heads, head_dim=args.head_dim,
@@ -162,9 +161,7 @@ def _cmd_bench_snr(args) -> None:
     from regmem.analysis import KERNELS
     from regmem.bench import run_snr_timing, snr_timing_table
 
-    unknown = [k for k in args.kernels if k not in KERNELS]
-    if unknown:
-        raise SystemExit(f"--kernels: unknown {unknown}; known: {list(KERNELS)}")
+    _require_known("--kernels", args.kernels, list(KERNELS))
     torch.set_num_threads(args.threads)
     result = run_snr_timing(args.kernels, trials=args.trials, min_run_time=args.min_run_time)
     table = snr_timing_table(result)
@@ -174,9 +171,7 @@ def _cmd_bench_snr(args) -> None:
 def _cmd_bench_optim(args) -> None:
     from regmem.bench.optim import MODELS, optim_timing_table, run_optim_timing
 
-    unknown = [m for m in args.models if m not in MODELS]
-    if unknown:
-        raise SystemExit(f"--models: unknown {unknown}; known: {list(MODELS)}")
+    _require_known("--models", args.models, list(MODELS))
     torch.set_num_threads(args.threads)
     result = run_optim_timing(args.models, args.optimizers, min_run_time=args.min_run_time)
     table = optim_timing_table(result)

@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from regmem.ops.common.kernels import score_kernel
+from regmem.ops.common.kernels import check_score_kernel, score_kernel
 
 KERNELS = ("linear", "relu", "exp", "solu", "round")
 TEMPERATURE_KERNELS = ("exp", "solu")  # the kernels that read `tau`
@@ -35,8 +35,7 @@ def check_kernel(name: str, tau: float = 1.0, decimals: int = 0) -> None:
         raise ValueError(f"kernel must be one of {KERNELS}, got {name!r}")
     if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not math.isfinite(tau) or tau <= 0:
         raise ValueError(f"tau must be a positive finite number, got {tau!r}")
-    if isinstance(decimals, bool) or not isinstance(decimals, int) or decimals < 0:
-        raise ValueError(f"decimals must be a non-negative int, got {decimals!r}")
+    check_score_kernel("kernel", name, decimals)
 
 
 def kernel_of_dot(name: str, dots: torch.Tensor, *, tau: float = 1.0, decimals: int = 0) -> torch.Tensor:

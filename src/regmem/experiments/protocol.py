@@ -144,9 +144,7 @@ def execute(specs: list[RunSpec], preset: Preset, store: RunStore, *, progress: 
         bar.update(1)
 
     if workers > 1 and len(todo) > 1:
-        context = multiprocessing.get_context("spawn")  # no fork of a process that holds OpenMP threads
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=torch.set_num_threads,
-                                 initargs=(1,)) as pool:
+        with worker_pool(workers) as pool:
             futures = {pool.submit(_timed, train, spec, preset): spec for spec in todo}
             bar.set_postfix_str(f"{workers} workers", refresh=True)
             for future in as_completed(futures):
@@ -157,6 +155,13 @@ def execute(specs: list[RunSpec], preset: Preset, store: RunStore, *, progress: 
             finished(spec, *_timed(train, spec, preset))
     bar.close()
     return [{**dataclasses.asdict(s), **store.load(s)} for s in specs]
+
+
+def worker_pool(workers: int) -> ProcessPoolExecutor:
+    """`workers` spawned processes with one torch thread each (spawned: no fork of a process that holds OpenMP
+    threads)."""
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=torch.set_num_threads, initargs=(1,))
 
 
 def _timed(train: Callable, spec: RunSpec, preset: Preset) -> tuple[dict, float]:

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from .stepping import closure_loss
+
 
 class Combined:
     """One optimiser over disjoint parameter sets, each stepped by its own child (module docstring)."""
@@ -42,10 +44,7 @@ class Combined:
 
     @torch.no_grad()
     def step(self, closure: Callable[[], torch.Tensor] | None = None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         for opt in self.optimizers:
             opt.step()
         return loss

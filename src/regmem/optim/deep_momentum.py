@@ -49,7 +49,7 @@ from typing import Literal
 
 import torch
 
-from .momentum import checked_grad
+from .stepping import checked_grad, closure_loss
 
 __all__ = ["DeepMomentum"]
 
@@ -130,10 +130,7 @@ class DeepMomentum(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure: Callable[[], torch.Tensor] | None = None):
         """One DMGD step (eq. 50) for every parameter with a gradient; returns the closure's loss (or None)."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         index = 0
         for group in self.param_groups:
             for p in group["params"]:

@@ -29,7 +29,7 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.utils.hooks import RemovableHandle
 
-from .momentum import checked_grad
+from .stepping import checked_grad, closure_loss
 
 
 def dgd_update(weight: torch.Tensor, x: torch.Tensor, grad_output: torch.Tensor, lr: float) -> torch.Tensor:
@@ -126,10 +126,7 @@ class DGD(Optimizer):
     @torch.no_grad()
     def step(self, closure: Callable[[], torch.Tensor] | None = None):
         """One DGD step; returns the closure's loss (None without a closure)."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         for group in self.param_groups:
             lr, delta = group["lr"], group["delta"]
             for p in group["params"]:

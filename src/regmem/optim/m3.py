@@ -36,9 +36,9 @@ from typing import Literal
 
 import torch
 
-from .momentum import checked_grad
 from .muon import check_matrix_params
 from .newton_schulz import QUINTIC, newton_schulz
+from .stepping import checked_grad, closure_loss
 
 
 class M3(torch.optim.Optimizer):
@@ -119,10 +119,7 @@ class M3(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], torch.Tensor] | None = None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         for group in self.param_groups:
             beta1, beta2, beta3 = group["betas"]
             accumulate = group["accumulate"]

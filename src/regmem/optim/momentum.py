@@ -35,6 +35,8 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
+from .stepping import checked_grad, closure_loss
+
 FORMS = ("elementwise", "matrix")
 
 
@@ -55,16 +57,6 @@ def ema_horizon(beta: float, mass: float) -> int:
     return n
 
 
-def checked_grad(optimizer: Optimizer, p: torch.Tensor) -> torch.Tensor:
-    """p.grad, rejecting sparse gradients and complex parameters with a clear error."""
-    name = type(optimizer).__name__
-    if p.grad.is_sparse:
-        raise RuntimeError(f"{name} does not support sparse gradients")
-    if torch.is_complex(p) or torch.is_complex(p.grad):
-        raise RuntimeError(f"{name} does not support complex parameters")
-    return p.grad
-
-
 def _check_common(lr: float, momentum: float, dampening: float, weight_decay: float) -> None:
     if not lr >= 0.0:
         raise ValueError(f"lr must be >= 0, got {lr}")
@@ -82,10 +74,7 @@ class _MomentumMemory(Optimizer):
     @torch.no_grad()
     def step(self, closure: Callable[[], torch.Tensor] | None = None):
         """One optimisation step; returns the closure's loss (None without a closure)."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:

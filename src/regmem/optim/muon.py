@@ -29,8 +29,8 @@ from collections.abc import Callable
 
 import torch
 
-from .momentum import checked_grad
 from .newton_schulz import QUINTIC, newton_schulz
+from .stepping import checked_grad, closure_loss
 
 ADJUST_LR_FNS = (None, "original", "match_rms_adamw")
 
@@ -106,10 +106,7 @@ class MuonMemory(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], torch.Tensor] | None = None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:

@@ -30,15 +30,14 @@ from __future__ import annotations
 
 import copy
 import math
-import multiprocessing
 import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from regmem.experiments.protocol import worker_pool
 from regmem.models import LM, LMConfig
 from regmem.optim import M3, Combined, DeepMomentum, DeltaMomentum, MuonMemory, param_groups
 from regmem.tasks.text import sample_windows, split_corpus
@@ -251,7 +250,6 @@ def time_steps(task: str, lrs: dict[str, float], settings) -> dict[str, float]:
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
-
 def _map(jobs: list[tuple], settings, log) -> list[dict]:
     """`_one_run` over the jobs, `settings.workers` at a time (spawned processes, one torch thread each)."""
     def done(job, run):
@@ -260,9 +258,7 @@ def _map(jobs: list[tuple], settings, log) -> list[dict]:
 
     if settings.workers <= 1 or len(jobs) <= 1:
         return [done(job, _one_run(*job, settings)) for job in jobs]
-    context = multiprocessing.get_context("spawn")  # no fork of a process holding OpenMP threads
-    with ProcessPoolExecutor(max_workers=settings.workers, mp_context=context, initializer=torch.set_num_threads,
-                             initargs=(1,)) as pool:
+    with worker_pool(settings.workers) as pool:
         futures = [pool.submit(_one_run, *job, settings) for job in jobs]
         return [done(job, future.result()) for job, future in zip(jobs, futures, strict=True)]
 
