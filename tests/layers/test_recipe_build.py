@@ -1,10 +1,24 @@
-"""`Recipe.build()` (regmem/layers/recipe_builder.py): a point of the design space builds the named mixer there, or
-the test-time-training engine for any (uniform, linear | mlp, SGD-family) point, which keeps the mixer contract."""
+"""`build_mixer(recipe, ...)` (regmem/layers/registry.py): a point of the design space builds the named mixer there,
+or the test-time-training engine (regmem/layers/engine.py) for any (uniform, linear | mlp, SGD-family) point, which
+keeps the mixer contract."""
+
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from regmem.layers import MIXERS, TTTMLP, DeltaNet, EngineMixer, LinearAttention, TitansMLP, build_mixer
+from regmem.layers import (
+    MIXERS,
+    TTTMLP,
+    DeltaNet,
+    EngineMixer,
+    LinearAttention,
+    Mixer,
+    TitansMLP,
+    build_mixer,
+    named_mixer,
+)
 from regmem.models import LM, LMConfig
 from regmem.recipe import Recipe, Regressor, Solver, Weights
 
@@ -20,22 +34,48 @@ def _recipe(weights, regressor, solver):
     (("uniform", "mlp", "sgd"), TTTMLP),
 ])
 def test_a_point_with_a_named_mixer_builds_that_mixer(point, cls):
-    mixer = _recipe(*point).build(16, 2)
+    mixer = build_mixer(_recipe(*point), 16, 2)
     assert type(mixer) is cls and mixer.recipe == _recipe(*point)
 
 
 def test_every_registered_mixer_is_what_its_recipe_builds_or_shares_its_point():
     for name, cls in MIXERS.items():
-        if cls(16, 2).recipe is None:  # outside the design space: the LSTM (regmem/layers/lstm.py)
+        if cls(16, 2).recipe is None:  # outside the design space: the LSTM (regmem/layers/lstm.py), FoX
             continue
-        built = cls(16, 2).recipe.build(16, 2)
+        built = build_mixer(cls(16, 2).recipe, 16, 2)
         assert built.recipe == cls(16, 2).recipe, name
+
+
+def test_a_class_declares_the_point_its_default_instance_sits_at():
+    for name, cls in MIXERS.items():
+        assert cls.default_recipe() == cls(16, 2).recipe, name
+
+
+def test_finding_the_mixer_at_a_point_builds_no_mixer(monkeypatch):
+    """build_mixer indexes mixers by their declared point: no instance is constructed to look it up."""
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("a mixer was built")
+
+    monkeypatch.setattr(Mixer, "__init__", refuse)
+    assert named_mixer(_recipe("uniform", "linear", "sgd")) == "deltanet"
+    assert named_mixer(_recipe("uniform", "linear", "dgd")) is None
+
+
+def test_build_mixer_needs_no_earlier_import_of_the_layers():
+    """A fresh interpreter that imports only regmem.layers.build_mixer and regmem.recipe builds at a point (no
+    registration happens as a side effect of `import regmem`)."""
+    code = ("from regmem.recipe import Recipe, Regressor, Solver, Weights\n"
+            "from regmem.layers import build_mixer\n"
+            "m = build_mixer(Recipe(Weights('uniform'), Regressor('linear'), Solver('dgd')), 16, 2)\n"
+            "print(type(m).__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "EngineMixer"
 
 
 @pytest.mark.parametrize("point", [("uniform", "linear", "dgd"), ("uniform", "mlp", "gd_step")])
 def test_other_points_build_the_engine_and_keep_the_mixer_contract(point):
     torch.manual_seed(0)
-    mixer = _recipe(*point).build(16, 2, chunk_size=2, mini_batch=4).double().eval()
+    mixer = build_mixer(_recipe(*point), 16, 2, chunk_size=2, mini_batch=4).double().eval()
     assert isinstance(mixer, EngineMixer) and mixer.recipe == _recipe(*point)
     x = torch.randn(2, 11, 16, dtype=torch.float64)
     with torch.no_grad():

@@ -2,12 +2,15 @@
 regmem LM, and a run interrupted after a checkpoint resumes bit-exactly (parameters and optimiser state) with each
 of them; the Muon-family runs put 2-D hidden weights under the Muon-family optimiser and the rest under AdamW."""
 
+from typing import get_args
+
 import pytest
 import torch
 
 from regmem.models import LM, LMConfig
 from regmem.optim import Combined
 from regmem.train import TrainConfig, Trainer
+from regmem.train.config import OptimizerName
 from regmem.train.optimizers import OPTIMIZERS
 
 VOCAB, T = 11, 8
@@ -39,6 +42,13 @@ class CrashingLM(torch.nn.Module):
 def _config(name, out_dir):
     return TrainConfig(steps=8, batch_size=8, lr=0.01, optimizer=name, eval_every=8, checkpoint_every=4,
                        out_dir=str(out_dir), progress=False, warmup_steps=2)
+
+
+def test_every_optimizer_name_has_a_builder():
+    """TrainConfig validates `optimizer` against its Literal; the builders are keyed by exactly those names."""
+    assert list(OPTIMIZERS) == list(get_args(OptimizerName))
+    with pytest.raises(ValueError, match="optimizer"):
+        TrainConfig(steps=1, batch_size=1, optimizer="nosuch")
 
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))

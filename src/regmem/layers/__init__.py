@@ -7,6 +7,7 @@ from regmem.layers.deep_memory import TTTMLP, DeepMemoryMixer, TitansMLP, TTTLin
 from regmem.layers.delta_product import DeltaProduct
 from regmem.layers.deltaformer import DeltaFormer, DeltaFormerState
 from regmem.layers.deltanet import NLMS, DeltaNet, GatedDeltaNet, Longhorn
+from regmem.layers.engine import EngineMixer
 from regmem.layers.gla import GLA
 from regmem.layers.hla import AHLA, HLA
 from regmem.layers.hope import Hope, HopeAttention, HopeState
@@ -18,8 +19,7 @@ from regmem.layers.mamba2 import Mamba2
 from regmem.layers.memory import MemoryMixer, MemoryState
 from regmem.layers.mesa import RLS, Mesa
 from regmem.layers.norm import GatedRMSNorm, l2_normalize
-from regmem.layers.recipe_builder import EngineMixer, build_recipe, how_it_builds
-from regmem.layers.registry import MIXERS, build_mixer, is_mixer_name
+from regmem.layers.registry import MIXERS, build_mixer, build_recipe, how_it_builds, is_mixer_name, named_mixer
 from regmem.layers.retnet import RetNet
 from regmem.layers.rotary import RotaryEmbedding
 from regmem.layers.self_modifying import SelfModifyingTitans
@@ -68,6 +68,7 @@ __all__ = [
     "build_recipe",
     "how_it_builds",
     "is_mixer_name",
+    "named_mixer",
     "EngineMixer",
     "l2_normalize",
 ]

@@ -15,13 +15,21 @@ from regmem.recipe import Recipe, get
 
 
 class Mixer(nn.Module):
-    """Base class of every token mixer; subclasses set `recipe_name` (a key of `regmem.recipe`)."""
+    """Base class of every token mixer. A subclass declares its point of the design space at its default options
+    as `recipe_name`, a key of `regmem.recipe`'s registry ("" for a mixer outside the design space); an instance
+    whose options move it to another point sets its own `recipe_name` or overrides `recipe`."""
 
     recipe_name: str = ""
 
+    @classmethod
+    def default_recipe(cls) -> Recipe | None:
+        """The point at the default options, read from the class (`build_mixer` indexes mixers by it)."""
+        return get(cls.recipe_name).recipe if cls.recipe_name else None
+
     @property
-    def recipe(self) -> Recipe:
-        return get(self.recipe_name).recipe
+    def recipe(self) -> Recipe | None:
+        """This instance's point of the design space; None outside it."""
+        return get(self.recipe_name).recipe if self.recipe_name else None
 
     def state_size(self, seq_len: int) -> int:
         """Floats of decoding state per sequence after `seq_len` tokens (memory, conv and KV caches)."""

@@ -16,12 +16,14 @@ from regmem.layers.norm import l2_normalize
 from regmem.ops import delta_product
 from regmem.recipe import Recipe, Solver
 
+N_HOUSEHOLDER = 2  # default Householder factors (SGD steps) per token
+
 
 class DeltaProduct(MemoryMixer):
     recipe_name = "delta_product"
 
-    def __init__(self, d_model: int, n_heads: int, *, n_householder: int = 2, allow_neg_eigval: bool = False,
-                 gate: bool = True, **memory_kwargs):
+    def __init__(self, d_model: int, n_heads: int, *, n_householder: int = N_HOUSEHOLDER,
+                 allow_neg_eigval: bool = False, gate: bool = True, **memory_kwargs):
         if n_householder < 2:
             raise ValueError(f"n_householder must be >= 2 (1 is DeltaNet), got {n_householder}")
         super().__init__(d_model, n_heads, qk_norm=True, **memory_kwargs)
@@ -71,11 +73,14 @@ class DeltaProduct(MemoryMixer):
         v = v.unflatten(-1, (n, self.n_kv_heads, self.value_dim)).transpose(2, 3)  # [B, T, H_kv, n_h - 1, V]
         return l2_normalize(repeat_heads(k, self.n_heads)), repeat_heads(v, self.n_heads), new_cache
 
+    @classmethod
+    def default_recipe(cls) -> Recipe:
+        return _with_steps(super().default_recipe(), N_HOUSEHOLDER)
+
     @property
     def recipe(self) -> Recipe:
         """The registry's point with this layer's number of SGD steps per token (n_householder)."""
-        recipe = super().recipe
-        return dataclasses.replace(recipe, solver=Solver(recipe.solver.kind, steps=self.n_householder))
+        return _with_steps(super().recipe, self.n_householder)
 
     def state_size(self, seq_len: int) -> int:
         """The skeleton's memory and q, k, v conv caches plus the caches of the extra keys' and values' convs."""
@@ -83,3 +88,7 @@ class DeltaProduct(MemoryMixer):
         if self.extra_convs is not None:
             extra = sum(c.conv.in_channels for c in self.extra_convs) * (self.short_conv - 1)
         return super().state_size(seq_len) + extra
+
+
+def _with_steps(recipe: Recipe, steps: int) -> Recipe:
+    return dataclasses.replace(recipe, solver=Solver(recipe.solver.kind, steps=steps))

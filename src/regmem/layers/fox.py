@@ -79,11 +79,6 @@ class ForgettingAttention(SoftmaxAttention):
         self.f_proj = nn.Linear(d_model, n_heads, bias=False)
         self.f_bias = nn.Parameter(torch.full((n_heads,), float(gate_bias_init)))
 
-    @property
-    def recipe(self) -> None:
-        """None: FoX is no single point of the test-time-regression design space (module docstring)."""
-        return None
-
     def levels(self) -> list[dict]:
         return [{"tensors": "KV cache (every key and value) and each key's log decay", "period": 1,
                  "objective": "none: softmax attention re-weighted by a cumulative forget gate, not one regression"}]

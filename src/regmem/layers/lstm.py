@@ -11,7 +11,8 @@ counter and regular languages there that parallel linear recurrences find hard.
 Not a point of the design space. The TTR recipes (`regmem.recipe`) describe memories that solve a regression
 over key -> value pairs inside the forward pass (arXiv:2501.12352, Sec. 3, eq. (8)); the LSTM's cell is a
 gated vector whose gates depend on h_{t-1} through a nonlinearity, so it is no such regression. Its `recipe` is
-therefore None (and `recipe_name` empty): `Recipe.build()` never returns it, and `regmem recipes` does not list it.
+therefore None (and `recipe_name` empty): `build_mixer` never returns it for a recipe, and `regmem recipes` does not
+list it.
 
 Options: `hidden_size` (None: d_model) is the width of h and c; `short_conv` (default 0 = off, as for attention)
 is the kernel of a causal depthwise convolution with SiLU on the input before the LSTM (layers/conv.py), kept for
@@ -65,11 +66,6 @@ class LSTM(Mixer):
         self.conv = ShortConvolution(d_model, short_conv) if short_conv else None
         self.lstm = nn.LSTM(d_model, self.hidden_size, batch_first=True)
         self.out_proj = nn.Linear(self.hidden_size, d_model, bias=False)
-
-    @property
-    def recipe(self) -> None:
-        """None: the LSTM is no point of the test-time-regression design space (module docstring)."""
-        return None
 
     def levels(self) -> list[dict]:
         """For `regmem.nested.describe_levels`: h and c change at every token, by a fixed gated rule that minimises

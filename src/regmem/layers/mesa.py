@@ -79,5 +79,7 @@ class RLS(Mesa):
     """The TTR paper's unweighted RLS layer (Sec. 6, Fig. 3): Mesa without decay and write gate,
     o_t = S_t^T (R_t + diag(lambda))^{-1} q_t over all pairs so far, with a learned ridge."""
 
+    recipe_name = "least_squares"
+
     def __init__(self, d_model: int, n_heads: int, **kwargs):
         super().__init__(d_model, n_heads, decay=False, write_gate=False, **kwargs)

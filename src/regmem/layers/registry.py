@@ -1,4 +1,11 @@
-"""Mixers by short name, for configs and the command line (no dotted import strings)."""
+"""Mixers by short name, for configs and the command line (no dotted import strings), and the one way to build a
+mixer: `build_mixer(name | "recipe:<weights>/<regressor>/<solver>" | Recipe, d_model, n_heads, **options)`.
+
+A point of the design space builds the first mixer of `MIXERS` whose declared point (`Mixer.default_recipe()`, read
+from the class: nothing is built to find it) is that point, e.g. (uniform, linear, gd_step) -> linear attention,
+(uniform, linear, sgd) -> DeltaNet, (uniform, linear, analytic) -> RLS; any other point the test-time-training engine
+expresses builds an `EngineMixer` (regmem/layers/engine.py); other points raise ValueError.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ from regmem.layers.deep_memory import TTTMLP, TitansMLP, TTTLinear
 from regmem.layers.delta_product import DeltaProduct
 from regmem.layers.deltaformer import DeltaFormer
 from regmem.layers.deltanet import NLMS, DeltaNet, GatedDeltaNet, Longhorn
+from regmem.layers.engine import ENGINE_SOLVERS, PREFIX, EngineMixer, engine_builds, parse_recipe_name
 from regmem.layers.fox import ForgettingAttention
 from regmem.layers.gla import GLA
 from regmem.layers.hla import AHLA, HLA
@@ -21,6 +29,7 @@ from regmem.layers.mesa import RLS, Mesa
 from regmem.layers.retnet import RetNet
 from regmem.layers.self_modifying import SelfModifyingTitans
 from regmem.layers.titans import TitansLinear
+from regmem.recipe import Recipe
 
 MIXERS: dict[str, type[Mixer]] = {
     "attn": SoftmaxAttention,
@@ -28,7 +37,7 @@ MIXERS: dict[str, type[Mixer]] = {
     "retnet": RetNet,
     "mamba2": Mamba2,
     "gla": GLA,
-    "mamba": Mamba,  # after GLA: Recipe.build() gives the first mixer at a point, and GLA is that point's plain form
+    "mamba": Mamba,  # after GLA: build_mixer gives the first mixer at a point, and GLA is that point's plain form
     "deltanet": DeltaNet,
     "gated_deltanet": GatedDeltaNet,
     "longhorn": Longhorn,
@@ -53,14 +62,41 @@ MIXERS: dict[str, type[Mixer]] = {
 
 
 def is_mixer_name(name: str) -> bool:
-    """A key of MIXERS or a 'recipe:<weights>/<regressor>/<solver>' name (recipe_builder.py)."""
-    return name in MIXERS or name.startswith("recipe:")
+    """A key of MIXERS or a 'recipe:<weights>/<regressor>/<solver>' name (regmem/layers/engine.py)."""
+    return name in MIXERS or name.startswith(PREFIX)
 
 
-def build_mixer(name: str, d_model: int, n_heads: int, **kwargs) -> Mixer:
-    if name.startswith("recipe:"):
-        from regmem.layers.recipe_builder import build_recipe, parse_recipe_name
+def named_mixer(recipe: Recipe) -> str | None:
+    """The first mixer of `MIXERS` whose declared point (at its default options) is `recipe`, or None."""
+    return next((name for name, cls in MIXERS.items() if cls.default_recipe() == recipe), None)
 
+
+def how_it_builds(recipe: Recipe) -> str:
+    """'mixer <name>', 'engine' or '-' (does not build)."""
+    name = named_mixer(recipe)
+    if name is not None:
+        return f"mixer {name}"
+    return "engine" if engine_builds(recipe) else "-"
+
+
+def build_recipe(recipe: Recipe, d_model: int, n_heads: int, **kwargs) -> Mixer:
+    """The mixer at `recipe` (module docstring); kwargs go to its constructor. ValueError where nothing builds."""
+    name = named_mixer(recipe)
+    if name is not None:
+        return MIXERS[name](d_model, n_heads, **kwargs)
+    if not engine_builds(recipe):
+        raise ValueError(
+            f"{recipe} does not build: no named mixer sits there, and the engine takes weights 'uniform', a 'linear' "
+            f"or 'mlp' regressor and a solver in {sorted(ENGINE_SOLVERS)} (one step)")
+    return EngineMixer(d_model, n_heads, recipe=recipe, **kwargs)
+
+
+def build_mixer(name: str | Recipe, d_model: int, n_heads: int, **kwargs) -> Mixer:
+    """The mixer `name` names: a key of MIXERS, a 'recipe:<weights>/<regressor>/<solver>' name, or a `Recipe`;
+    kwargs go to its constructor."""
+    if isinstance(name, Recipe):
+        return build_recipe(name, d_model, n_heads, **kwargs)
+    if name.startswith(PREFIX):
         return build_recipe(parse_recipe_name(name), d_model, n_heads, **kwargs)
     if name not in MIXERS:
         raise ValueError(f"mixer must be one of {sorted(MIXERS)} or 'recipe:<weights>/<regressor>/<solver>', "

@@ -1,7 +1,7 @@
 """The design space: Weights x Regressor x Solver, and the registry of known points."""
 
 from regmem.recipe.registry import RecipeEntry, entries, find, format_table, get, register
-from regmem.recipe.space import Recipe, Regressor, Solver, Weights, set_builder
+from regmem.recipe.space import Recipe, Regressor, Solver, Weights
 
 __all__ = [
     "Recipe",
@@ -14,5 +14,4 @@ __all__ = [
     "format_table",
     "get",
     "register",
-    "set_builder",
 ]

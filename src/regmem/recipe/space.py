@@ -18,15 +18,6 @@ SolverKind = Literal[
     "metric_gd_step", "dgd",
 ]
 
-WEIGHTS_FORMULA = {
-    "uniform": "gamma_i^(t) = 1",
-    "constant_decay": "gamma_i^(t) = gamma^(t-i), gamma fixed per head",
-    "scalar_decay": "gamma_i^(t) = prod_{j=i+1}^t gamma_j, gamma_j = exp(g_j) from the input",
-    "diagonal_decay": "per key channel: prod_{j=i+1}^t alpha_j (outside the paper's scalar derivation)",
-    "query_similarity": "gamma_i^(t) = s(k_i, q_t) (nonparametric)",
-}
-
-
 def _check_kind(field: str, value: str, kinds) -> None:
     if value not in get_args(kinds):
         raise ValueError(f"{field} must be one of {get_args(kinds)}, got {value!r}")
@@ -90,27 +81,14 @@ Descent with weight decay (Nested Learning, arXiv:2512.24695, eq. 88): SGD whose
         return self.kind if self.steps == 1 else f"{self.kind} x{self.steps}"
 
 
-_BUILDER: list = []  # set by regmem.layers (which sits above this package) when it is imported
-
-
-def set_builder(build) -> None:
-    """Registers the function behind `Recipe.build` (regmem/layers/recipe_builder.py does, on import)."""
-    _BUILDER[:] = [build]
-
-
 @dataclass(frozen=True)
 class Recipe:
-    """One point of the design space: (weights, regressor, solver). `build(d_model, n_heads, ...)` returns a mixer."""
+    """One point of the design space: (weights, regressor, solver). A value: the mixer at a point is built by
+    `regmem.layers.build_mixer(recipe, d_model, n_heads)`, which sits above this package."""
 
     weights: Weights
     regressor: Regressor
     solver: Solver
-
-    def build(self, d_model: int, n_heads: int, **kwargs):
-        """A working mixer at this point: the named mixer there if regmem has one, else the test-time-training
-        engine for a linear or MLP regressor with an SGD-family solver; ValueError if the point does not build.
-        (Implemented in regmem/layers/recipe_builder.py, registered when `regmem` is imported.)"""
-        return _BUILDER[0](self, d_model, n_heads, **kwargs)
 
     def __str__(self) -> str:
         return f"Recipe({self.weights}, {self.regressor}, {self.solver})"

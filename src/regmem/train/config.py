@@ -7,7 +7,11 @@ and zoology's synthetic-task runs (early stop once the validation accuracy reach
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Literal, get_args
+
+# The optimisers the Trainer builds by name (regmem/train/optimizers.py): "adamw", or one of Nested Learning's
+# optimisers-as-memories (Muon-family ones on 2-D hidden weights, AdamW for the rest).
+OptimizerName = Literal["adamw", "muon", "m3", "delta_momentum", "dmgd", "dgd"]
 
 # Fields that change the parameter trajectory: a resumed run must agree with its checkpoint on all of them.
 TRAJECTORY_FIELDS = (
@@ -61,9 +65,7 @@ class TrainConfig:
     progress: bool = True  # tqdm progress bar on rank 0
     target_metric: str | None = None  # eval metric that stops the run early, e.g. "accuracy"
     target_value: float | None = None  # stop once target_metric >= target_value (zoology: accuracy 0.99)
-    # The optimiser built when the Trainer is given none (regmem.train.optimizers.OPTIMIZERS): "adamw", or one of
-    # Nested Learning's optimisers-as-memories (Muon-family ones on 2-D hidden weights, AdamW for the rest).
-    optimizer: str = "adamw"
+    optimizer: OptimizerName = "adamw"  # the optimiser built when the Trainer is given none
 
     def __post_init__(self):
         _require(_is_int(self.steps) and self.steps >= 1, "steps", "an int >= 1", self.steps)
@@ -80,9 +82,8 @@ class TrainConfig:
         _require(warmup_ok, "warmup_steps", f"an int in [0, steps={self.steps}]", self.warmup_steps)
         ratio_ok = _is_number(self.min_lr_ratio) and 0 <= self.min_lr_ratio <= 1
         _require(ratio_ok, "min_lr_ratio", "a number in [0, 1]", self.min_lr_ratio)
-        from regmem.train.optimizers import OPTIMIZERS
-
-        _require(self.optimizer in OPTIMIZERS, "optimizer", f"one of {tuple(OPTIMIZERS)}", self.optimizer)
+        _require(self.optimizer in get_args(OptimizerName), "optimizer", f"one of {get_args(OptimizerName)}",
+                 self.optimizer)
         clip_ok = self.grad_clip is None or (_is_number(self.grad_clip) and self.grad_clip > 0)
         _require(clip_ok, "grad_clip", "None or a number > 0", self.grad_clip)
         for name in ("eval_every", "eval_batch_size", "log_every"):

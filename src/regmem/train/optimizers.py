@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from regmem.train.config import TrainConfig
+from regmem.train.config import OptimizerName, TrainConfig
 
 
 def _decayed_groups(params: list[torch.nn.Parameter], weight_decay: float) -> list[dict]:
@@ -89,7 +89,7 @@ def dgd(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
     return optimizer
 
 
-OPTIMIZERS: dict[str, Callable[[torch.nn.Module, TrainConfig], object]] = {
+OPTIMIZERS: dict[OptimizerName, Callable[[torch.nn.Module, TrainConfig], object]] = {
     "adamw": adamw,
     "muon": _muon_family(_muon),
     "m3": _muon_family(_m3),
