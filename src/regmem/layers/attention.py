@@ -1,4 +1,5 @@
-"""Softmax attention on torch's scaled_dot_product_attention, with a KV cache, rotary positions and QK-norm.
+"""Softmax attention, with a KV cache, rotary positions and QK-norm: projections, then one `softmax_attn` op call
+(regmem/ops/nonparametric/api.py; torch's scaled_dot_product_attention in its chunk form).
 
 In the TTR view (arXiv:2501.12352, eq. 50) it is the Nadaraya-Watson (local constant) regressor with weights
 s(k_i, q_t) = exp(k_i.q_t / sqrt(K)); with QK-norm and a learnable temperature tau it is a Gaussian-kernel
@@ -19,13 +20,13 @@ import math
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from regmem.layers.base import Mixer, check_mixer_input, repeat_heads, split_heads
 from regmem.layers.conv import ShortConvolution
 from regmem.layers.norm import l2_normalize
 from regmem.layers.rotary import RotaryEmbedding
+from regmem.ops import KVState, softmax_attn
 
 
 class KVCache(NamedTuple):
@@ -116,26 +117,22 @@ class SoftmaxAttention(Mixer):
             positions = past.mask.sum(1, keepdim=True) + positions  # [B, T]
         return positions
 
-    def _attend(self, q, k, v, key_mask, offset, plain, log_decay=None):
-        """q: [B, T, H, D]; k, v: [B, S, H_kv, D] with S = offset + T; key_mask: [B, S]; log_decay: None or an
-        additive bias on the scores [B, H, T, S] (ForgettingAttention's log forget gates). Returns [B, T, H, D]."""
-        scale = None  # SDPA's default, 1 / sqrt(D)
-        if self.log_temperature is not None:  # unit q, k; the learnable temperature replaces 1 / sqrt(D)
-            q, k, scale = l2_normalize(q) * torch.exp(self.log_temperature), l2_normalize(k), 1.0
-        q, k, v = (t.transpose(1, 2) for t in (q, repeat_heads(k, self.n_heads), repeat_heads(v, self.n_heads)))
-        if plain and log_decay is None:  # no cache, no padding, no bias: the causal kernel
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
-        else:
-            T, S = q.shape[2], k.shape[2]
-            query_pos = torch.arange(offset, offset + T, device=q.device).unsqueeze(-1)  # [T, 1]
-            key_pos = torch.arange(S, device=q.device)  # [S]
-            allowed = (key_pos <= query_pos) & key_mask[:, None, None, :]  # [B, 1, T, S]
-            allowed = allowed | (key_pos == query_pos)  # a padded query attends to itself: no empty rows
-            bias = allowed  # SDPA adds a float mask to the scores; a bool one keeps the True entries
-            if log_decay is not None:
-                bias = log_decay.to(q.dtype).masked_fill(~allowed, float("-inf"))  # [B, H, T, S]
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
-        return o.transpose(1, 2)  # [B, T, H, D]
+    def _scaled(self, q, k):
+        """q, k and the logit scale: with QK-norm, unit q, k with the learnable temperature on q in place of
+        1 / sqrt(D); else SDPA's 1 / sqrt(D) (scale None)."""
+        if self.log_temperature is None:
+            return q, k, None
+        return l2_normalize(q) * torch.exp(self.log_temperature), l2_normalize(k), 1.0
+
+    def _attend(self, q, k, v, key_mask, offset, plain):
+        """q: [B, T, H, D]; k, v: [B, S, H_kv, D], the cache (its first `offset` pairs) then the T new pairs; key_mask:
+        [B, S]; plain: no cache and no padding. The softmax_attn op over the cache and the new pairs: [B, T, H, D]."""
+        q, k, scale = self._scaled(q, k)
+        k, v = repeat_heads(k, self.n_heads), repeat_heads(v, self.n_heads)  # [B, S, H, D]
+        cache = KVState(k[:, :offset], v[:, :offset]) if offset else None
+        o, _ = softmax_attn(q, k[:, offset:], v[:, offset:], scale=scale, initial_state=cache,
+                            key_mask=None if plain else key_mask)
+        return o
 
     def levels(self) -> list[dict]:
         """Softmax attention is a non-parametric memory that keeps every pair (Nested Learning, Sec. 5, eq. 62):
