@@ -6,7 +6,9 @@ equals one call; cu_seqlens equals one call per sequence; bf16 inputs give a bf1
 mode or chunk_size raises ValueError naming it. The families' own test files check each op's math."""
 
 import inspect
+import re
 from functools import partial
+from pathlib import Path
 
 import pytest
 import torch
@@ -32,6 +34,31 @@ def _example(case, T, *, dtype=torch.float64, B=B, seed=0):
     T = min(T, example.max_len or T)
     tokens, options, state = example.make(B, T, H, K, V, dtype, torch.Generator().manual_seed(seed))
     return partial(OPS[name], **options), tokens, state
+
+
+def _contract_exceptions() -> set[str]:
+    """The ops docs/architecture.md lists as departing from the calling convention."""
+    text = (Path(__file__).parents[2] / "docs" / "architecture.md").read_text()
+    section = text[text.index("depart from the calling convention"):text.index("**How an op is declared**")]
+    return set(re.findall(r"^- `([a-z_0-9]+)\(", section, flags=re.MULTILINE))
+
+
+def _follows_calling_convention(name: str) -> bool:
+    """Arguments q, k, v first, and scale=None equal to scale=K ** -0.5 (on the op's example, with its state)."""
+    if list(inspect.signature(OPS[name]).parameters)[:3] != ["q", "k", "v"]:
+        return False
+    op, tokens, state = _example(name, 8)
+    default, _ = op(**tokens, initial_state=state, scale=None, mode="reference")
+    explicit, _ = op(**tokens, initial_state=state, scale=K ** -0.5, mode="reference")
+    return bool(torch.equal(default, explicit))
+
+
+def test_every_op_follows_the_calling_convention_or_is_a_documented_exception():
+    departing = {name for name in OPS if not _follows_calling_convention(name)}
+    documented = _contract_exceptions()
+    assert documented <= set(OPS), documented - set(OPS)
+    assert departing <= documented, f"list these in docs/architecture.md (The op contract): {departing - documented}"
+    assert departing | {"deltaformer"} == documented  # deltaformer departs in its query heads, which this cannot see
 
 
 def test_every_op_has_an_example():

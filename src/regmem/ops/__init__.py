@@ -1,6 +1,7 @@
 """regmem.ops: functional associative-memory kernels, pure tensors in, tensors out.
 
-The op contract, shared by every op:
+The op contract, in brief (docs/architecture.md, "The op contract", is the whole of it, with the three ops that
+depart from it: `selective_scan`'s Mamba arguments, `ttt`'s scale None meaning 1, `deltaformer`'s query heads):
   - layout is sequence-first: q, k: [B, T, H, K], v: [B, T, H, V]; scalar gates [B, T, H], diagonal gates
     [B, T, H, K], step sizes [B, T, H]. Gates are passed in log space (log retention, <= 0).
   - a linear memory's state is S: [B, H, K, V] and the read-out is o_t = S_t^T q_t. This is the transpose of
