@@ -158,10 +158,10 @@ def _cmd_bench_layers(args) -> None:
 
 
 def _cmd_bench_snr(args) -> None:
-    from regmem.analysis import KERNELS
+    from regmem.analysis import MEMORY_KERNELS
     from regmem.bench import run_snr_timing, snr_timing_table
 
-    _require_known("--kernels", args.kernels, list(KERNELS))
+    _require_known("--kernels", args.kernels, list(MEMORY_KERNELS))
     torch.set_num_threads(args.threads)
     result = run_snr_timing(args.kernels, trials=args.trials, min_run_time=args.min_run_time)
     table = snr_timing_table(result)

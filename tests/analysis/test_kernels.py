@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from helpers import assert_close
-from regmem.analysis import KERNELS, exp_feature_map, kernel, kernel_of_dot, normalized_weights, relu_ffn
+from regmem.analysis import MEMORY_KERNELS, exp_feature_map, kernel, kernel_of_dot, normalized_weights, relu_ffn
 from regmem.ops.common.kernels import score_kernel
 
 F64 = torch.float64
@@ -18,7 +18,7 @@ def _pair(d=8, n=20, seed=0):
     return torch.randn(n, d, generator=gen, dtype=F64), torch.randn(n, d, generator=gen, dtype=F64)
 
 
-@pytest.mark.parametrize("name", KERNELS)
+@pytest.mark.parametrize("name", MEMORY_KERNELS)
 def test_each_kernel_is_its_definition_of_the_dot_product(name):
     x, y = _pair()
     s, tau = (x * y).sum(-1), 3.0

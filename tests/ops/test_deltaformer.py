@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from helpers import assert_close, assert_forms_agree, assert_masked_pairs_equal_removed
 from regmem.analysis import exp_feature_map
 from regmem.ops import delta_rule, softmax_attn
-from regmem.ops.deltaformer import KERNELS, KUState, deltaformer, unit_lower_inverse
+from regmem.ops.common import SCORE_KERNELS
+from regmem.ops.deltaformer import KUState, deltaformer, unit_lower_inverse
 
 f64 = torch.float64
 
@@ -163,7 +164,7 @@ def test_masked_pairs_equal_removed_pairs_for_linear_kernels():
     assert_masked_pairs_equal_removed(partial(deltaformer, erase_kernel="linear", read_kernel="relu"))
 
 
-kernel_st = st.sampled_from(KERNELS)
+kernel_st = st.sampled_from(SCORE_KERNELS)
 
 
 @settings(max_examples=25, deadline=None)

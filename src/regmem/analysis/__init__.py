@@ -5,23 +5,18 @@ S_t = A_t S_{t-1} B_t + C_t of its Table 2, and the constructions behind its exp
 It sits beside `recipe/` and builds on `ops/` only (the capacity curves run any op as a black box)."""
 
 from regmem.analysis.capacity import CAPACITY_OPS, capacity_curve, measure_op_inverse_snr, probe_sequence
-from regmem.analysis.framework import (
-    MemoryStep,
-    boxed_formula,
-    deltanet_momentum_steps,
-    deltanet_steps,
-    gated_linear_attention_steps,
-    gated_softmax_steps,
-    general_objective,
-    linear_attention_steps,
-    normalized_softmax_steps,
-    paper_gated_softmax_objective,
-    paper_momentum_objective,
-    step_objective,
-    unnormalized_softmax_steps,
-    unroll,
+from regmem.analysis.context_growth import (
+    deltanet_fixed_point,
+    last_token_weights,
+    loglog_slope,
+    online_deltanet,
+    paper_multihead_fixed_point,
+    prefix_memories,
+    running_mean_memory,
+    scaled_update_norms,
+    spectral_norm_growth,
 )
-from regmem.analysis.kernels import KERNELS, exp_feature_map, kernel, kernel_of_dot, normalized_weights, relu_ffn
+from regmem.analysis.kernels import MEMORY_KERNELS, exp_feature_map, kernel, kernel_of_dot, normalized_weights, relu_ffn
 from regmem.analysis.keys import (
     KEY_CONSTRUCTIONS,
     coherence,
@@ -51,7 +46,7 @@ from regmem.analysis.snr import (
     min_head_dim_formula,
     paper_inverse_snr,
 )
-from regmem.analysis.theory import (
+from regmem.analysis.swap_construction import (
     GQA_POINTS,
     apply_kernel,
     arrangements,
@@ -66,16 +61,21 @@ from regmem.analysis.theory import (
     simulate_state_exchange,
     swap_reflection,
 )
-from regmem.analysis.vignette import (
-    deltanet_fixed_point,
-    last_token_weights,
-    loglog_slope,
-    online_deltanet,
-    paper_multihead_fixed_point,
-    prefix_memories,
-    running_mean_memory,
-    scaled_update_norms,
-    spectral_norm_growth,
+from regmem.analysis.update_framework import (
+    MemoryStep,
+    boxed_formula,
+    deltanet_momentum_steps,
+    deltanet_steps,
+    gated_linear_attention_steps,
+    gated_softmax_steps,
+    general_objective,
+    linear_attention_steps,
+    normalized_softmax_steps,
+    paper_gated_softmax_objective,
+    paper_momentum_objective,
+    step_objective,
+    unnormalized_softmax_steps,
+    unroll,
 )
 
 __all__ = [
@@ -96,7 +96,7 @@ __all__ = [
     "unroll",
     # kernels and retrieval SNR (Sec. 2.1, App. A); capacity of ops as memories
     "CAPACITY_OPS",
-    "KERNELS",
+    "MEMORY_KERNELS",
     "OPTIMAL_EXP_TEMPERATURE",
     "capacity_curve",
     "conditional_inverse_snr",

@@ -24,15 +24,14 @@ import torch
 
 from regmem.ops.common.kernels import check_score_kernel, score_kernel
 
-KERNELS = ("linear", "relu", "exp", "solu", "round")
-TEMPERATURE_KERNELS = ("exp", "solu")  # the kernels that read `tau`
+MEMORY_KERNELS = ("linear", "relu", "exp", "solu", "round")  # kappa of a kernelised memory (module docstring)
 
 
 def check_kernel(name: str, tau: float = 1.0, decimals: int = 0) -> None:
-    """Raises ValueError naming the argument unless `name` is in KERNELS, `tau` a positive finite number and
+    """Raises ValueError naming the argument unless `name` is in MEMORY_KERNELS, `tau` a positive finite number and
     `decimals` a non-negative int."""
-    if name not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {name!r}")
+    if name not in MEMORY_KERNELS:
+        raise ValueError(f"kernel must be one of {MEMORY_KERNELS}, got {name!r}")
     if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not math.isfinite(tau) or tau <= 0:
         raise ValueError(f"tau must be a positive finite number, got {tau!r}")
     check_score_kernel("kernel", name, decimals)

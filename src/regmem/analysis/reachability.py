@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
-from regmem.analysis.theory import delta_read, delta_values
+from regmem.analysis.swap_construction import delta_read, delta_values
 
 
 def parent_matrix(parents: Sequence[Sequence[int]]) -> torch.Tensor:

@@ -1,5 +1,6 @@
 """Mamba (Mamba-1, Gu & Dao 2023, arXiv:2312.00752, Sec. 3.4 and Fig. 3): the selective SSM block, the far end of
-the lecture's state-space lineage (a continuous system, discretised by zero-order hold, made selective).
+the state-space lineage of T. Morrill's lecture *Continual Learning & Memory Models* (Columbia COMS6998, 2026): a
+continuous system, discretised by zero-order hold, made selective.
 
     x, z = W_in u;  x = silu(conv(x));  dt, B, C = W_x x;  delta = softplus(W_dt dt + b_dt);  A = -exp(A_log)
     h_t = exp(delta_t A) ⊙ h_{t-1} + Bbar_t x_t,   y_t = C_t^T h_t + D ⊙ x_t,   out = W_out (y ⊙ silu(z))

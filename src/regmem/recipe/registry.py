@@ -148,13 +148,13 @@ register(RecipeEntry(
 # Deep memories: the regressor is a small network fitted by the test-time-training engine `ttt` (regmem/ops/ttt).
 register(RecipeEntry(
     "ttt_linear", Recipe(Weights("uniform"), _LINEAR, _SGD),
-    "ttt(q, k, v, beta, model=InnerModel((), bias, residual, layer_norm), chunk_size=16)",
+    "ttt(q, k, v, beta, model=InnerModel((), bias, residual, layer_norm), mini_batch=16)",
     "Table 1 / Vignette 3 (TTT); arXiv:2407.04620", ("TTT-Linear",),
     "f(k) = k + LN(kW + b), inner mini-batch GD",
 ))
 register(RecipeEntry(
     "ttt_mlp", Recipe(Weights("uniform"), Regressor("mlp"), _SGD),
-    "ttt(q, k, v, beta, model=InnerModel((4K,), 'gelu', bias, residual, layer_norm), chunk_size=16)",
+    "ttt(q, k, v, beta, model=InnerModel((4K,), 'gelu', bias, residual, layer_norm), mini_batch=16)",
     "Table 1 / Vignette 3 (TTT); arXiv:2407.04620", ("TTT-MLP",), "f(k) = k + LN(MLP(k)), inner mini-batch GD",
 ))
 register(RecipeEntry(

@@ -6,7 +6,7 @@ training length 2n, trains only the read, and compares kappa(x, y) = x . y with 
 kernel degrades severely as n grows past d (linear maps cannot superpose more than d directions), the nonlinear
 kernel keeps tracking. Training details are not given, so this is the oracle version, with nothing trained: the
 n initial pairs (k_i, e_i), 2n uniform random swaps (k_{t1} - k_{t2}, 0), kappa_1 = kappa_2 = f, and after every
-swap the query q = k_0 reads the element at position 0 by argmax over values (regmem.analysis.theory).
+swap the query q = k_0 reads the element at position 0 by argmax over values (regmem.analysis.swap_construction).
 
 Keys: orthonormal when n <= d, the identity with the normalised Sylvester-Hadamard columns when n <= 2d (eps =
 1/sqrt(d)), coherence-optimised beyond (regmem.analysis.keys); each size also with random Gaussian unit keys, whose
@@ -23,7 +23,13 @@ from pathlib import Path
 import torch
 
 from regmem.analysis.keys import coherence, make_keys, optimised_keys, welch_bound
-from regmem.analysis.theory import arrangements, decode_positions, delta_values, exchange_tokens, random_swaps
+from regmem.analysis.swap_construction import (
+    arrangements,
+    decode_positions,
+    delta_values,
+    exchange_tokens,
+    random_swaps,
+)
 from regmem.experiments.repro.outputs import write_report
 
 KERNELS = ("linear", "round")

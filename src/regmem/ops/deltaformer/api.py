@@ -16,7 +16,6 @@ from __future__ import annotations
 import torch
 
 from regmem.ops.common import (
-    SCORE_KERNELS,
     Call,
     check_key_mask,
     check_qkv,
@@ -34,8 +33,6 @@ from regmem.ops.deltaformer.chunk import deltaformer_chunk_core
 from regmem.ops.deltaformer.recurrent import deltaformer_recurrent_core
 from regmem.ops.deltaformer.reference import deltaformer_reference_core
 from regmem.ops.deltaformer.state import KUState
-
-KERNELS = SCORE_KERNELS
 
 
 @op(reference=deltaformer_reference_core, recurrent=deltaformer_recurrent_core, chunk=deltaformer_chunk_core)

@@ -53,7 +53,7 @@ from regmem.ops.nonparametric.reference import (
     local_polynomial_reference_core,
     softmax_reference_core,
 )
-from regmem.ops.nonparametric.similarity import KERNELS, causal_logits, similarity_features
+from regmem.ops.nonparametric.similarity import REGRESSION_KERNELS, causal_logits, similarity_features
 from regmem.ops.nonparametric.state import KVState
 
 DEGREES = (0, 1, 2)
@@ -249,8 +249,8 @@ def check_ridge(ridge) -> None:
 
 def check_kernel(kernel, scale, bandwidth, ridge) -> None:
     """`scale` belongs to "exp" and `bandwidth` (required) to "gaussian"; `ridge` is a positive float."""
-    if not callable(kernel) and kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS} or a callable (a, b) -> Gram, got {kernel!r}")
+    if not callable(kernel) and kernel not in REGRESSION_KERNELS:
+        raise ValueError(f"kernel must be one of {REGRESSION_KERNELS} or a callable (a, b) -> Gram, got {kernel!r}")
     check_scale(scale)
     if scale is not None and kernel != "exp":
         raise ValueError(f"scale applies to kernel='exp' only, got scale={scale!r} with kernel={kernel!r}")

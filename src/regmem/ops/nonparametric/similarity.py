@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
-KERNELS = ("exp", "gaussian", "linear")
+REGRESSION_KERNELS = ("exp", "gaussian", "linear")  # the kernels of kernel_regression, by name
 
 
 def similarity_features(q: torch.Tensor, k: torch.Tensor, *, scale, bandwidth, qk_norm):

@@ -51,7 +51,8 @@ def selective_scan(x, delta, A, B, C, D=None, *, discretization="zoh", initial_s
 
     per channel d: h_t[d, :] in R^N, A[d, :] a diagonal (real) state matrix, delta_t[d] > 0 the selective step, and
     B_t, C_t in R^N computed from the input (selection). The input weight is the zero-order hold of the continuous
-    system dh/dt = A h + B x over the step (eq. 4 of the paper; the lecture's "State Space Lineage"):
+    system dh/dt = A h + B x over the step (eq. 4 of the paper; the "State Space Model Lineage" section of Morrill's
+    lecture *Continual Learning & Memory Models*, Columbia COMS6998, 2026):
         "zoh"    Bbar_t[d, n] = (exp(delta_t[d] A[d, n]) - 1) / A[d, n] * B_t[n]  (limit delta_t[d] B_t[n] as A -> 0)
         "simple" Bbar_t[d, n] = delta_t[d] B_t[n]   (Mamba's simplification, its first-order Taylor term)
 

@@ -25,7 +25,7 @@ from regmem.analysis.reachability import (
     path_counts,
     reachability_construction,
 )
-from regmem.analysis.theory import (
+from regmem.analysis.swap_construction import (
     apply_kernel,
     arrangements,
     decode_positions,

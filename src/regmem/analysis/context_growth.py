@@ -24,7 +24,7 @@ O(1/t): ||S_t - S_{t-1}||_F t stays bounded and the weight of token t in o_t dec
 normalisation (or for linear attention), S_t = sum_{i<=t} v_i k_i^T grows like sqrt(t) in spectral norm for
 i.i.d. zero-mean pairs (Sec. 2.2, "update management").
 
-Paper convention throughout: S: [V, K] with read o = S phi(q) (regmem's ops keep S^T, see `framework`).
+Paper convention throughout: S: [V, K] with read o = S phi(q) (regmem's ops keep S^T, see `update_framework`).
 Legend: D input dim, K key (or feature) dim, V value dim, T tokens, N trials; "..." any leading batch dims.
 """
 

@@ -5,7 +5,8 @@ general objective needs symmetric A and B, and the presets agree with regmem's o
 import pytest
 import torch
 
-from regmem.analysis.framework import (
+from regmem.analysis.kernels import exp_feature_map
+from regmem.analysis.update_framework import (
     MemoryStep,
     boxed_formula,
     deltanet_momentum_steps,
@@ -19,7 +20,6 @@ from regmem.analysis.framework import (
     unnormalized_softmax_steps,
     unroll,
 )
-from regmem.analysis.kernels import exp_feature_map
 from regmem.ops import delta_rule, gated_linear_attn, linear_attn
 
 T, K, V = 7, 4, 3

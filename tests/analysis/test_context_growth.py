@@ -8,9 +8,7 @@ from functools import partial
 import pytest
 import torch
 
-from regmem.analysis.framework import normalized_softmax_steps, unroll
-from regmem.analysis.kernels import exp_feature_map
-from regmem.analysis.vignette import (
+from regmem.analysis.context_growth import (
     deltanet_fixed_point,
     last_token_weights,
     loglog_slope,
@@ -21,6 +19,8 @@ from regmem.analysis.vignette import (
     scaled_update_norms,
     spectral_norm_growth,
 )
+from regmem.analysis.kernels import exp_feature_map
+from regmem.analysis.update_framework import normalized_softmax_steps, unroll
 
 F64 = torch.float64
 
