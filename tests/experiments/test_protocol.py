@@ -109,7 +109,7 @@ def test_tuned_table_round_trips_and_feeds_the_default_grid(tmp_path, monkeypatc
 
 
 def test_groups_expand_in_place_and_unknown_names_are_refused():
-    assert resolve_tasks(["mqar", "formal", "mqar"]) == ["mqar", *TASK_GROUPS["formal"]]
+    assert resolve_tasks(["mqar", "state_tracking", "mqar"]) == ["mqar", *TASK_GROUPS["state_tracking"]]
     with pytest.raises(ValueError, match="unknown 'nope'"):
         resolve_tasks(["nope"])
 

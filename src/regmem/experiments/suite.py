@@ -1,7 +1,8 @@
 """`regmem suite`: many tasks, one table — every mixer on every task under one preset and the fair protocol.
 
 Task names may be groups (`regmem.tasks.TASK_GROUPS`: "mad" is MAD's six tasks, "niah" the three needle
-variants, "formal" the formal languages). Each task is trained at the preset's point for it
+variants, "state_tracking" parity, cycle navigation and modular arithmetic, "languages" the formal languages).
+Each task is trained at the preset's point for it
 (`Preset.task_points`), each mixer at its tuned learning rate or over a grid, over the seeds
 (experiments/protocol.py). The run directory (default `results/suite-<preset>`) keeps every finished run, so the
 command repeated after an interruption continues where it stopped, and `reuse` reads the runs of earlier sweeps

@@ -1,4 +1,4 @@
-"""The formal-language tasks (src/regmem/tasks/formal.py) against brute-force oracles written here with plain Python:
+"""The state-tracking tasks (src/regmem/tasks/state_tracking.py) against brute-force oracles written in plain Python:
 a running count for parity, a walk on the cycle for cycle navigation, and Python's `eval` of every prefix with
 exact integers for modular arithmetic; plus the worked examples, seeding, validation and the metric."""
 
@@ -11,11 +11,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-import regmem.tasks.formal
+import regmem.tasks.state_tracking
 from regmem.tasks import Task
 from regmem.tasks.base import IGNORE_INDEX
-from regmem.tasks.formal import (
-    FORMAL_TASKS,
+from regmem.tasks.state_tracking import (
+    STATE_TRACKING_TASKS,
     CycleNavigation,
     CycleNavigationConfig,
     ModularArithmetic,
@@ -145,7 +145,7 @@ def test_precedence_and_negative_values():
 
 
 def test_doctests():
-    results = doctest.testmod(regmem.tasks.formal)
+    results = doctest.testmod(regmem.tasks.state_tracking)
     assert results.attempted >= 3 and results.failed == 0
 
 
@@ -209,7 +209,7 @@ def test_bad_target_inputs_raise(targets_fn):
 ])
 def test_task_interface_and_length_split(task_class, vocab_size, seq_len, longer):
     task = task_class()
-    assert isinstance(task, Task) and FORMAL_TASKS[task.name] is task_class
+    assert isinstance(task, Task) and STATE_TRACKING_TASKS[task.name] is task_class
     assert task.vocab_size == vocab_size and task.seq_len == seq_len
     assert task_class.config_class(**{"seq_len": seq_len}) == task.config
     split = task.with_seq_len(longer)
@@ -223,7 +223,7 @@ def test_task_interface_and_length_split(task_class, vocab_size, seq_len, longer
 
 
 def test_registry_names():
-    assert set(FORMAL_TASKS) == {"parity", "cycle_navigation", "modular_arithmetic"}
+    assert set(STATE_TRACKING_TASKS) == {"parity", "cycle_navigation", "modular_arithmetic"}
     with pytest.raises(ValueError, match="seq_len"):
         ModularArithmetic().with_seq_len(128)
 

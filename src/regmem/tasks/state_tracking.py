@@ -1,4 +1,6 @@
-"""Formal-language state tracking: parity, cycle navigation and modular arithmetic without brackets.
+"""State tracking on formal languages: parity, cycle navigation and modular arithmetic without brackets, labelled at
+every position (the answer for each prefix). Recognising formal languages (membership, next-symbol sets: the
+"lang_*" tasks, among them the even-parity language "lang_parity") is src/regmem/tasks/formal_languages.py.
 
 Delétang et al., "Neural Networks and the Chomsky Hierarchy" (arXiv:2207.02098, Table 1 and App. A, the regular
 tasks "Parity Check", "Cycle Navigation" and "Modular Arithmetic (Simple)"), and Grazzi et al., "Unlocking
@@ -264,4 +266,4 @@ class ModularArithmetic(LengthTask):
 
 
 # Registry entries for `regmem.tasks.TASKS`: name -> task class.
-FORMAL_TASKS = {task.name: task for task in (Parity, CycleNavigation, ModularArithmetic)}
+STATE_TRACKING_TASKS = {task.name: task for task in (Parity, CycleNavigation, ModularArithmetic)}
