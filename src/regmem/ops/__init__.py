@@ -49,6 +49,7 @@ from regmem.ops.hla import (
     hla3_paper,
 )
 from regmem.ops.linear_attn import NormalizedState, gated_linear_attn, linear_attn
+from regmem.ops.momentum_delta import MomentumState, momentum_delta_rule
 from regmem.ops.nonparametric import (
     KVState,
     attention_weights,
@@ -59,7 +60,6 @@ from regmem.ops.nonparametric import (
 )
 from regmem.ops.regression import LeastSquaresState, least_squares
 from regmem.ops.ssm import selective_scan
-from regmem.ops.titans import MomentumState, momentum_delta_rule
 from regmem.ops.ttt import InnerModel, TTTState, dgd_step, ttt
 
 # Every op of the library, by name: what the tests, `regmem showcase` and the docs iterate over.

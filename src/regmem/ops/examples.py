@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from regmem.ops.gd import GDStats
 from regmem.ops.hla import AHLAState, HLA2State, HLA3PaperState, HLA3State
 from regmem.ops.linear_attn import NormalizedState
+from regmem.ops.momentum_delta import MomentumState
 from regmem.ops.regression import LeastSquaresState
-from regmem.ops.titans import MomentumState
 from regmem.ops.ttt import InnerModel, TTTState
 
 Made = tuple[dict[str, torch.Tensor], dict[str, Any], Any]

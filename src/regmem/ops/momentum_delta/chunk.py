@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from regmem.ops.common import merge_chunks, segsum, split_chunks, suffix_exclusive
-from regmem.ops.titans.state import MomentumState
+from regmem.ops.momentum_delta.state import MomentumState
 
 
 def momentum_chunk_core(q, k, v, g, beta, log_eta, live, *, initial_state, chunk_size):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from regmem.ops.titans.state import MomentumState
+from regmem.ops.momentum_delta.state import MomentumState
 
 
 def momentum_recurrent_core(q, k, v, g, beta, log_eta, live, *, initial_state):

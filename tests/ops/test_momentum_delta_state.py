@@ -8,7 +8,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from test_titans_forms import titans_inputs
+from test_momentum_delta_forms import titans_inputs
 
 from helpers import (
     assert_all_close,

@@ -27,10 +27,10 @@ from regmem.ops.common import (
     op,
     scaled_queries,
 )
-from regmem.ops.titans.chunk import momentum_chunk_core
-from regmem.ops.titans.recurrent import momentum_recurrent_core
-from regmem.ops.titans.reference import momentum_reference_core
-from regmem.ops.titans.state import MomentumState
+from regmem.ops.momentum_delta.chunk import momentum_chunk_core
+from regmem.ops.momentum_delta.recurrent import momentum_recurrent_core
+from regmem.ops.momentum_delta.reference import momentum_reference_core
+from regmem.ops.momentum_delta.state import MomentumState
 
 
 @op(reference=momentum_reference_core, recurrent=momentum_recurrent_core, chunk=momentum_chunk_core)

@@ -3,7 +3,7 @@ as SGD with momentum and decoupled weight decay on the per-token regression loss
 
 import pytest
 import torch
-from test_titans_forms import titans_inputs
+from test_momentum_delta_forms import titans_inputs
 
 from helpers import assert_close
 from regmem.ops import MomentumState, momentum_delta_rule
