@@ -45,6 +45,10 @@ class LMConfig:
         unknown = set(self.mixer_kwargs) - set(MIXERS)
         if unknown:
             raise ValueError(f"mixer_kwargs keys must be mixer names from {sorted(MIXERS)}, got {sorted(unknown)}")
+        unused = set(self.mixer_kwargs) - set(self.layer_mixers())
+        if unused:
+            raise ValueError(f"mixer_kwargs has options for mixers no layer uses: {sorted(unused)} (layers: "
+                             f"{sorted(set(self.layer_mixers()))})")
         object.__setattr__(self, "ffn", resolve_ffn(self.ffn))
         if isinstance(self.ffn, MultiHeadFFNConfig) and self.d_model % self.ffn.heads:
             raise ValueError(f"ffn.heads must divide d_model = {self.d_model}, got {self.ffn.heads}")
@@ -101,6 +105,8 @@ def _from_flat(d: dict) -> dict:
     config_class = type(resolve_ffn(kind))
     names = {f.name for f in dataclasses.fields(config_class)}
     options = {new: flat[old] for old, new in _FLAT_FFN_FIELDS.items() if old in flat and new in names}
+    if options.get("activation") != "solu":  # the flat format allowed a temperature that nothing read
+        options.pop("temperature", None)
     if config_class is CMSConfig:
         if "ffn_expansion" in flat:
             d_model = rest.get("d_model", LMConfig.d_model)

@@ -84,6 +84,9 @@ class _MemoryKernel(_Expansion):
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
         if self.temperature is not None and not self.temperature > 0:
             raise ValueError(f"temperature must be > 0 or None, got {self.temperature!r}")
+        if self.temperature is not None and self.activation != "solu":
+            raise ValueError(f"temperature applies to activation='solu', got temperature={self.temperature} with "
+                             f"activation={self.activation!r}")
 
     def memory_width(self, d_model: int) -> int:
         """m, the memory slots (of all heads or experts together)."""
