@@ -75,7 +75,7 @@ class _MemoryKernel(_Expansion):
     """m = round(expansion * d_model) memory slots (two m x d matrices: the parameters of the SwiGLU of the same
     expansion) read through the kernel `activation` ("solu": eq. 16's (k.x) exp(k.x / tau), tau = `temperature`)."""
 
-    activation: Activation = "relu"
+    activation: Activation = "relu"  # eq. 14-15's kernel
     temperature: float | None = None  # tau of "solu"; None: sqrt of the key dim, as for attention
 
     def __post_init__(self):
@@ -105,7 +105,7 @@ class MultiHeadFFNConfig(_MemoryKernel):
     """The memory FFN's slots cut into `heads` heads of d_model / heads channels each (Sec. 2.1, "Multihead")."""
 
     kind: ClassVar[Literal["multihead"]] = "multihead"
-    heads: int = 4
+    heads: int = 4  # heads of d_model / 4 channels (must divide d_model)
 
     def __post_init__(self):
         super().__post_init__()
@@ -119,9 +119,9 @@ class MoEConfig(_MemoryKernel):
     and `temperature` are the kernel of relu experts."""
 
     kind: ClassVar[Literal["moe"]] = "moe"
-    experts: int = 4
-    top_k: int = 2
-    expert: Literal["relu", "swiglu"] = "relu"
+    experts: int = 4  # the m slots split into 4 experts
+    top_k: int = 2  # experts each token is routed to
+    expert: Literal["relu", "swiglu"] = "relu"  # eq. 24's memories; "swiglu": eq. 28's gated experts
 
     def __post_init__(self):
         super().__post_init__()
