@@ -97,7 +97,7 @@ def _cmd_levels(args) -> None:
         except ValueError as err:
             raise SystemExit(str(err)) from None
     config = model.config
-    print(f"levels of an LM: mixer {config.mixer}, ffn {config.ffn}, {config.n_layers} layer(s), d_model "
+    print(f"levels of an LM: mixer {config.mixer}, ffn {config.ffn.kind}, {config.n_layers} layer(s), d_model "
           f"{config.d_model}; optimiser {args.optimizer} (Nested Learning, arXiv:2512.24695, Definition 2)\n")
     print(format_levels(describe_levels(model, OPTIMIZERS[args.optimizer](model.parameters()))))
 

@@ -15,8 +15,7 @@ import pytest
 import torch
 
 from regmem.layers.ffn import MemoryFFN, MoEFFN, MultiHeadFFN
-from regmem.models import LM, LMConfig
-from regmem.models.lm import SwiGLU
+from regmem.models import LM, LMConfig, MemoryFFNConfig, MoEConfig, MultiHeadFFNConfig, SwiGLU, SwiGLUConfig
 
 D, M = 8, 24
 
@@ -128,10 +127,10 @@ def test_multihead_ffn_is_the_per_head_memory_sum(activation):
 
 FFN_CASES = {
     "relu": {"ffn": "relu"},
-    "relu-solu": {"ffn": "relu", "ffn_activation": "solu"},
-    "moe-relu": {"ffn": "moe", "moe_experts": 4, "moe_top_k": 2},
-    "moe-swiglu-top1": {"ffn": "moe", "moe_expert": "swiglu", "moe_top_k": 1},
-    "multihead-solu": {"ffn": "multihead", "ffn_heads": 2, "ffn_activation": "solu", "ffn_solu_temperature": 3.0},
+    "relu-solu": {"ffn": MemoryFFNConfig(activation="solu")},
+    "moe-relu": {"ffn": MoEConfig(experts=4, top_k=2)},
+    "moe-swiglu-top1": {"ffn": MoEConfig(expert="swiglu", top_k=1)},
+    "multihead-solu": {"ffn": MultiHeadFFNConfig(heads=2, activation="solu", temperature=3.0)},
 }
 
 
@@ -170,22 +169,23 @@ def test_lm_with_each_ffn_generates_with_states_and_round_trips(options, tmp_pat
     assert torch.equal(loaded(prompt), model(prompt))
 
 
-@pytest.mark.parametrize("bad, field", [
-    ({"ffn": "mlp"}, "ffn"),
-    ({"ffn": "relu", "ffn_activation": "gelu"}, "ffn_activation"),
-    ({"ffn": "swiglu", "ffn_activation": "solu"}, "ffn_activation"),
-    ({"ffn": "moe", "moe_expert": "swiglu", "ffn_activation": "solu"}, "ffn_activation"),
-    ({"ffn": "relu", "ffn_activation": "solu", "ffn_solu_temperature": 0.0}, "ffn_solu_temperature"),
-    ({"ffn": "multihead", "ffn_heads": 3}, "ffn_heads"),
-    ({"ffn": "multihead", "ffn_heads": 0}, "ffn_heads"),
-    ({"ffn": "moe", "moe_experts": 0}, "moe_experts"),
-    ({"ffn": "moe", "moe_top_k": 0}, "moe_top_k"),
-    ({"ffn": "moe", "moe_experts": 2, "moe_top_k": 3}, "moe_top_k"),
-    ({"ffn": "moe", "moe_expert": "gelu"}, "moe_expert"),
-], ids=lambda v: v if isinstance(v, str) else "-".join(f"{k}={x}" for k, x in v.items()))
-def test_bad_config_values_raise_naming_the_field(bad, field):
-    with pytest.raises(ValueError, match=rf"^{field} must|{field}="):
-        LMConfig(vocab_size=10, d_model=32, **bad)
+@pytest.mark.parametrize("build, field", [
+    (lambda: LMConfig(vocab_size=10, ffn="mlp"), "ffn"),
+    (lambda: MemoryFFNConfig(activation="gelu"), "activation"),
+    (lambda: MoEConfig(expert="swiglu", activation="solu"), "activation"),
+    (lambda: MemoryFFNConfig(activation="solu", temperature=0.0), "temperature"),
+    (lambda: SwiGLUConfig(expansion=0.0), "expansion"),
+    (lambda: LMConfig(vocab_size=10, d_model=32, ffn=MultiHeadFFNConfig(heads=3)), "ffn.heads"),
+    (lambda: MultiHeadFFNConfig(heads=0), "heads"),
+    (lambda: MoEConfig(experts=0), "experts"),
+    (lambda: MoEConfig(top_k=0), "top_k"),
+    (lambda: MoEConfig(experts=2, top_k=3), "top_k"),
+    (lambda: MoEConfig(expert="gelu"), "expert"),
+], ids=["ffn", "activation", "swiglu-experts-activation", "temperature", "expansion", "lm-heads", "heads", "experts",
+        "top_k", "top_k-experts", "expert"])
+def test_bad_config_values_raise_naming_the_field(build, field):
+    with pytest.raises(ValueError, match=rf"^{field} must"):
+        build()
 
 
 @pytest.mark.parametrize("build, argument", [

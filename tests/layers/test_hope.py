@@ -8,7 +8,8 @@ import torch
 
 import regmem.nested.self_modifying as smt
 from regmem.layers import HopeAttention, SelfModifyingTitans, SoftmaxAttention, build_mixer
-from regmem.models.lm import SwiGLU
+from regmem.models import SwiGLU
+from regmem.nested import CMSConfig, SelfModifyingConfig
 
 D, H = 16, 2
 SMALL = {"mini_batch": 2, "cms_chunk_sizes": (2, 4)}
@@ -20,7 +21,10 @@ def _x(B=2, T=9, seed=1):
 
 def _hope(**kwargs):
     torch.manual_seed(0)
-    return build_mixer("hope", D, H, **{**SMALL, **kwargs}).double()
+    options = {**SMALL, **kwargs}
+    if not options.get("cms", True):  # without a CMS its options are errors
+        options = {name: value for name, value in options.items() if not name.startswith("cms_")}
+    return build_mixer("hope", D, H, **options).double()
 
 
 @pytest.mark.parametrize("name,alone", [("hope", SelfModifyingTitans), ("hope_attention", SoftmaxAttention)])
@@ -92,3 +96,25 @@ def test_gradients_reach_every_initial_state():
     hope(x)[0].square().sum().backward()
     for name, p in hope.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_the_layers_defaults_are_their_configs():
+    """One set of defaults: SelfModifyingConfig's and CMSConfig's (regmem/nested), which the layers only read."""
+    assert SelfModifyingTitans(D, H).config == SelfModifyingConfig()
+    assert _hope().config == SelfModifyingConfig(mini_batch=2)
+    assert build_mixer("hope", D, H).cms.config == CMSConfig()
+    assert HopeAttention(D, H).cms.config == CMSConfig()
+    assert SelfModifyingConfig().read == "updated" and SelfModifyingConfig().normalize_v  # the trained defaults
+
+
+@pytest.mark.parametrize("name,options,match", [
+    ("self_modifying_titans", {"chunk_size": 64}, "chunk_size"),  # was accepted and dropped
+    ("hope", {"mini_batch": 2, "chunk_sizes": (2,)}, "chunk_sizes"),
+    ("hope", {"cms": False, "cms_lr": 0.05}, "cms=False"),
+    ("hope_attention", {"cms": False, "cms_chunk_sizes": (2,)}, "cms=False"),
+    ("hope", {"read": "later"}, "read must"),
+    ("hope", {"cms_variant": "chain"}, "variant must"),
+])
+def test_options_a_layer_cannot_use_raise_value_error(name, options, match):
+    with pytest.raises(ValueError, match=match):
+        build_mixer(name, D, H, **options)

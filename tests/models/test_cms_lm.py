@@ -5,7 +5,7 @@ save/load, and config validation."""
 import pytest
 import torch
 
-from regmem.models import LM, LMConfig, stack_levels
+from regmem.models import LM, CMSConfig, LMConfig, SwiGLUConfig, stack_levels
 
 VOCAB = 24
 
@@ -55,7 +55,7 @@ def test_generation_steps_with_the_cms_state_equal_the_full_forward(mixer):
     torch.manual_seed(0)
     kwargs = {"hope": {"mini_batch": 2, "cms_chunk_sizes": (2, 4)}} if mixer == "hope" else {}
     model = LM(LMConfig(vocab_size=VOCAB, d_model=16, n_layers=2, n_heads=2, mixer=mixer, mixer_kwargs=kwargs,
-                        ffn="cms", cms_levels=2, cms_chunk_sizes=(2, 3), cms_lr=0.05)).double()
+                        ffn=CMSConfig(chunk_sizes=(2, 3), lr=0.05))).double()
     ids = _ids(T=11)
     full = model(ids)
     logits, state = model(ids[:, :4], return_state=True)
@@ -69,8 +69,8 @@ def test_generation_steps_with_the_cms_state_equal_the_full_forward(mixer):
 
 def test_left_padded_prompts_generate_as_if_alone():
     torch.manual_seed(0)
-    model = LM(LMConfig(vocab_size=VOCAB, d_model=16, n_layers=1, n_heads=2, mixer="gla", ffn="cms", cms_levels=2,
-                        cms_chunk_sizes=(2, 4), cms_lr=0.05)).double()
+    model = LM(LMConfig(vocab_size=VOCAB, d_model=16, n_layers=1, n_heads=2, mixer="gla",
+                        ffn=CMSConfig(chunk_sizes=(2, 4), lr=0.05))).double()
     ids = _ids(B=2, T=7)
     mask = torch.ones(2, 7, dtype=torch.long)
     mask[0, :3] = 0
@@ -81,8 +81,8 @@ def test_left_padded_prompts_generate_as_if_alone():
 
 def test_save_and_load_round_trip(tmp_path):
     torch.manual_seed(0)
-    config = LMConfig(vocab_size=VOCAB, d_model=16, n_heads=2, mixer="hope", ffn="cms", cms_levels=2,
-                      cms_chunk_sizes=(2, 8), cms_lr=(0.01, 0.001), cms_variant="nested")
+    config = LMConfig(vocab_size=VOCAB, d_model=16, n_heads=2, mixer="hope",
+                      ffn=CMSConfig(chunk_sizes=(2, 8), lr=(0.01, 0.001), variant="nested"))
     model = LM(config)
     model.save_pretrained(tmp_path)
     loaded = LM.from_pretrained(tmp_path)
@@ -91,12 +91,21 @@ def test_save_and_load_round_trip(tmp_path):
     torch.testing.assert_close(loaded(ids), model(ids))
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"ffn": "cms", "cms_levels": 2, "cms_chunk_sizes": (2, 4, 8)}, "cms_levels"),
-    ({"ffn": "cms", "cms_levels": 1, "cms_chunk_sizes": (0,)}, "chunk_sizes"),
-    ({"ffn": "cms", "cms_variant": "chain"}, "variant"),
-    ({"ffn": "mlp"}, "ffn must be"),
+@pytest.mark.parametrize("build,match", [
+    (lambda: CMSConfig(chunk_sizes=(0,)), "chunk_sizes"),
+    (lambda: CMSConfig(chunk_sizes=(2, 4), lr=(0.1,)), "lr lists 1 levels"),
+    (lambda: CMSConfig(variant="chain"), "variant"),
+    (lambda: LMConfig(vocab_size=VOCAB, ffn="mlp"), "ffn must be"),
 ])
-def test_bad_cms_configs_raise_value_error(kwargs, match):
+def test_bad_cms_configs_raise_value_error(build, match):
     with pytest.raises(ValueError, match=match):
-        LMConfig(vocab_size=VOCAB, **kwargs)
+        build()
+
+
+def test_stacked_levels_are_as_wide_as_the_trained_swiglu():
+    torch.manual_seed(0)
+    model = LM(LMConfig(vocab_size=VOCAB, d_model=16, n_heads=2, mixer="attn", ffn=SwiGLUConfig(expansion=2.0)))
+    stacked = stack_levels(model, (4, 8), lr=0.0)
+    assert stacked.config.ffn == CMSConfig(chunk_sizes=(4, 8), lr=0.0, hidden=model.blocks[0].ffn.down.in_features)
+    ids = _ids()
+    torch.testing.assert_close(stacked(ids), model(ids))

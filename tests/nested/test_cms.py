@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from regmem.models.lm import SwiGLU
+from regmem.models import SwiGLU
 from regmem.nested import CMS, CMSConfig
 from regmem.nested.cms import SwiGLUWeights, swiglu
 
@@ -235,3 +235,10 @@ def test_bad_input_raises_value_error():
     _, state = cms(_x(2, 3), attention_mask=torch.tensor([[0, 1, 1], [1, 1, 1]]))
     with pytest.raises(ValueError, match="one offset"):
         cms(_x(2, 2), state)
+
+
+def test_norm_eps_is_every_levels_rmsnorm_eps():
+    cms = CMS(D, CMSConfig(chunk_sizes=(2,), hidden=5), norm_eps=0.5).double()
+    h = _x(1, 3)
+    expected = h / (h.square().mean(-1, keepdim=True) + 0.5).sqrt() * cms.norm_weight[0]
+    torch.testing.assert_close(cms.level_input(0, h), expected, rtol=1e-12, atol=1e-12)

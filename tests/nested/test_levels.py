@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from regmem.models import LM, LMConfig
-from regmem.nested import LinearAttentionPP, describe_levels, format_levels
+from regmem.nested import CMSConfig, LinearAttentionPP, describe_levels, format_levels
 
 
 def _lm(**kwargs):
@@ -24,8 +24,8 @@ def test_adams_two_moments_are_one_level_and_independent():
 
 
 def test_levels_are_sorted_by_frequency_with_the_cms_chunk_sizes():
-    model = _lm(mixer="hope", mixer_kwargs={"hope": {"mini_batch": 4, "cms_chunk_sizes": (4, 8)}}, ffn="cms",
-                cms_levels=2, cms_chunk_sizes=(2, 32))
+    model = _lm(mixer="hope", mixer_kwargs={"hope": {"mini_batch": 4, "cms_chunk_sizes": (4, 8)}},
+                ffn=CMSConfig(chunk_sizes=(2, 32)))
     rows = describe_levels(model)
     frequencies = [r.frequency for r in rows]
     assert frequencies[0] == "every 2 tokens" and frequencies[-1] == "every outer step"

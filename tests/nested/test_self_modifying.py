@@ -4,14 +4,17 @@ are causal, every ablation switch changes the computation, and with every projec
 memory it reduces to known linear memories (spec claim: static memories + linear memory + no DGD = gated linear
 attention; + l2 = a decoupled gated delta rule). The mixer contract is in tests/layers/test_mixers.py."""
 
+from typing import get_args
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from helpers import assert_close
 from regmem.nested import OuterParams, SelfModifyingConfig, initial_state, self_modifying_titans
-from regmem.nested.self_modifying import _read
+from regmem.nested.self_modifying import Activation, Loss, _read
 from regmem.ops import InnerModel, gated_linear_attn, momentum_delta_rule
+from regmem.ops.ttt.model import ACTIVATIONS, LOSSES
 
 B, T, H, d = 2, 11, 2, 4
 
@@ -31,7 +34,10 @@ def _x(seed=1):
     return torch.randn(B, T, H, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
-FULL = SelfModifyingConfig(momentum=True, mini_batch_other=2, mini_batch_memory=4, eta_max=0.3)
+# The paper's read-out (eq. 90) and unnormalised values, as the configuration's defaults once were; the mixer's
+# defaults (read "updated", normalize_v) are covered by the ablation test and tests/layers.
+PAPER = {"read": "anchor", "normalize_v": False}
+FULL = SelfModifyingConfig(momentum=True, mini_batch=2, mini_batch_memory=4, eta_max=0.3, **PAPER)
 
 
 def _close_states(a, b, label):
@@ -45,7 +51,8 @@ def _close_states(a, b, label):
 
 @pytest.mark.parametrize("read", ["anchor", "updated"])
 def test_the_engines_three_forms_give_one_result(read):
-    config = SelfModifyingConfig(momentum=True, mini_batch_other=2, mini_batch_memory=4, read=read, eta_max=0.3)
+    config = SelfModifyingConfig(momentum=True, mini_batch=2, mini_batch_memory=4, read=read, eta_max=0.3,
+                                 normalize_v=False)
     params, x = _params(config), _x()
     y_ref, s_ref = self_modifying_titans(x, config, params, mode="reference")
     for mode in ("recurrent", "chunk"):
@@ -54,7 +61,8 @@ def test_the_engines_three_forms_give_one_result(read):
         _close_states(s, s_ref, mode)
 
 
-@pytest.mark.parametrize("config", [FULL, SelfModifyingConfig(mini_batch_other=1, mini_batch_memory=1, eta_max=0.3)])
+@pytest.mark.parametrize("config", [FULL, SelfModifyingConfig(mini_batch=1, mini_batch_memory=1, eta_max=0.3, **PAPER),
+                                    SelfModifyingConfig(mini_batch=2, eta_max=0.3)], ids=["full", "mb1", "defaults"])
 def test_token_steps_and_a_split_sequence_equal_one_call(config):
     params, x = _params(config), _x()
     y_full, s_full = self_modifying_titans(x, config, params)
@@ -83,7 +91,7 @@ def test_causal():
                                   {"adaptive_q": False}, {"self_values": False}, {"read": "updated"},
                                   {"normalize_v": True}])
 def test_every_ablation_switch_changes_the_computation(flag):
-    base = SelfModifyingConfig(momentum=True, mini_batch_other=2, mini_batch_memory=2, eta_max=0.3)
+    base = SelfModifyingConfig(momentum=True, mini_batch=2, mini_batch_memory=2, eta_max=0.3, **PAPER)
     ablated = SelfModifyingConfig(**{**base.__dict__, **flag})
     params_base, params_ablated = _params(base), _params(ablated)
     y, _ = self_modifying_titans(_x(), base, params_base)
@@ -109,7 +117,7 @@ STATIC = frozenset({"k", "v", "q", "eta", "alpha"})
 
 def test_static_projections_linear_memory_dot_loss_no_dgd_is_gated_linear_attention():
     config = SelfModifyingConfig(static=STATIC, memory_model=InnerModel(), dgd=False, loss="dot", self_values=False,
-                                 read="updated", mini_batch_other=1, mini_batch_memory=1)
+                                 read="updated", mini_batch=1, mini_batch_memory=1, normalize_v=False, eta_max=1.0)
     params, x = _params(config), _x()
     params.init["memory"].zero_()
     y, _ = self_modifying_titans(x, config, params)
@@ -120,7 +128,7 @@ def test_static_projections_linear_memory_dot_loss_no_dgd_is_gated_linear_attent
 
 def test_with_the_l2_objective_it_is_the_decoupled_gated_delta_rule():
     config = SelfModifyingConfig(static=STATIC, memory_model=InnerModel(), dgd=False, self_values=False,
-                                 read="updated", mini_batch_other=1, mini_batch_memory=1)
+                                 read="updated", mini_batch=1, mini_batch_memory=1, normalize_v=False, eta_max=1.0)
     params, x = _params(config), _x()
     params.init["memory"].zero_()
     y, _ = self_modifying_titans(x, config, params)
@@ -129,12 +137,23 @@ def test_with_the_l2_objective_it_is_the_decoupled_gated_delta_rule():
     assert_close(y, expected, "y")
 
 
-def test_bad_configuration_raises_value_error_naming_it():
-    with pytest.raises(ValueError, match="static"):
-        SelfModifyingConfig(static=frozenset({"memory"}))
-    with pytest.raises(ValueError, match="mini_batch_memory"):
-        SelfModifyingConfig(mini_batch_memory=3)
-    with pytest.raises(ValueError, match="read"):
-        SelfModifyingConfig(read="later")
+@pytest.mark.parametrize("bad,field", [
+    ({"static": frozenset({"memory"})}, "static"), ({"mini_batch_memory": 3}, "mini_batch_memory"),
+    ({"mini_batch": 0}, "mini_batch"), ({"read": "later"}, "read"), ({"activation": "softplus"}, "activation"),
+    ({"loss": "l1"}, "loss"), ({"eta_max": -0.1}, "eta_max"), ({"hidden": -1}, "hidden"),
+])
+def test_bad_configuration_raises_value_error_naming_it(bad, field):
+    with pytest.raises(ValueError, match=f"^{field} must"):
+        SelfModifyingConfig(**bad)
+
+
+def test_choices_are_the_engines_and_static_accepts_any_collection():
+    assert get_args(Activation) == ACTIVATIONS and get_args(Loss) == LOSSES
+    assert SelfModifyingConfig(static=("k", "v")).static == frozenset({"k", "v"})
+    assert SelfModifyingConfig(mini_batch=4).mini_batch_of("memory") == 4
+    assert SelfModifyingConfig(mini_batch=4, mini_batch_memory=8).mini_batch_of("memory") == 8
+
+
+def test_bad_input_raises_value_error():
     with pytest.raises(ValueError, match="x must"):
         self_modifying_titans(torch.zeros(2, 3, 4), FULL, _params(FULL))

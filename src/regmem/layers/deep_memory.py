@@ -30,11 +30,14 @@ unpadded run.
 
 from __future__ import annotations
 
+from typing import get_args
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from regmem.layers.memory import MemoryMixer
+from regmem.nested.self_modifying import Loss
 from regmem.ops import InnerModel, TTTState, ttt
 from regmem.ops.common import leading_pads, rotate
 
@@ -46,9 +49,11 @@ class DeepMemoryMixer(MemoryMixer):
     weight_decay: bool = False  # data-dependent weight decay alpha_t
 
     def __init__(self, d_model: int, n_heads: int, *, inner_model: InnerModel, inner_lr: float = 1.0,
-                 mini_batch: int = 16, dgd: bool = False, loss: str = "l2", qk_norm: bool = True,
+                 mini_batch: int = 16, dgd: bool = False, loss: Loss = "l2", qk_norm: bool = True,
                  **memory_kwargs):
         super().__init__(d_model, n_heads, qk_norm=qk_norm, **memory_kwargs)
+        if loss not in get_args(Loss):
+            raise ValueError(f"loss must be one of {get_args(Loss)}, got {loss!r}")
         inner_model.check_dims(self.key_dim, self.value_dim)
         self.inner_model, self.inner_lr, self.mini_batch, self.dgd, self.loss = (
             inner_model, inner_lr, mini_batch, dgd, loss)

@@ -38,6 +38,8 @@ from regmem.layers.rotary import RotaryEmbedding
 from regmem.ops import KUState, deltaformer
 from regmem.ops.common import check_score_kernel, score_kernel
 
+ScoreKernel = Literal["linear", "relu", "exp", "solu", "round", "softmax"]  # SCORE_KERNELS of regmem.ops.common
+
 
 class DeltaFormerState(NamedTuple):
     """conv: the short convolutions' caches or None; cache: KUState(k [B, S, H_kv, D] after rotary, u [B, S, H_kv,
@@ -57,8 +59,8 @@ class DeltaFormer(Mixer):
         n_heads: int,
         head_dim: int | None = None,  # None means d_model // n_heads
         n_kv_heads: int | None = None,  # grouped-query: G = n_heads / n_kv_heads erase vectors per kv head (eq. 111)
-        erase_kernel: str = "softmax",  # kappa_1 (regmem.ops.common.kernels.SCORE_KERNELS)
-        read_kernel: str = "softmax",  # kappa_2
+        erase_kernel: ScoreKernel = "softmax",  # kappa_1 (regmem.ops.common.kernels.SCORE_KERNELS)
+        read_kernel: ScoreKernel = "softmax",  # kappa_2
         decimals: int = 0,  # places kept by a "round" kernel (Fig. 4 uses 2, Theorem 1 integers)
         beta: Literal["scalar", "token"] = "scalar",  # learnable per-head beta (Listing 2) or sigmoid(Linear(x_t))
         rotary: bool = True,  # RoPE on q, k and w; Listing 2 runs without (NoPE), the paper's text with
@@ -74,6 +76,9 @@ class DeltaFormer(Mixer):
             raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
         check_score_kernel("erase_kernel", erase_kernel, decimals)
         check_score_kernel("read_kernel", read_kernel, decimals)
+        if decimals and "round" not in (erase_kernel, read_kernel):
+            raise ValueError(f"decimals applies to a 'round' kernel, got decimals={decimals} with erase_kernel="
+                             f"{erase_kernel!r}, read_kernel={read_kernel!r}")
         if beta not in ("scalar", "token"):
             raise ValueError(f"beta must be 'scalar' or 'token', got {beta!r}")
         if listing2_softmax and erase_kernel != "softmax":

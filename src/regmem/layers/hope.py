@@ -9,8 +9,9 @@ only MLP, as in the paper. Every Table-6 ablation is a constructor flag: self-mo
 `momentum=False`, `weight_decay=False`, `static=("k",)` ... for "w/o inner-projection k/v", `adaptive_q=False`) and
 `cms=False` ("w/o CMS", which leaves self-modifying Titans alone).
 
-CMS options (regmem/nested/cms.py): `cms_chunk_sizes` (one per level, fast first as in Fig. 5), `cms_lr` (inner
-learning rate), `cms_variant`, `cms_objective`, `cms_hidden` (0: 8/3 d_model).
+CMS options: `cms_chunk_sizes` (one per level, fast first as in Fig. 5), `cms_lr` (inner learning rate),
+`cms_variant`, `cms_objective`, `cms_hidden` (0: 8/3 d_model): the fields of CMSConfig (regmem/nested/cms.py), whose
+defaults they read; with `cms=False` setting any of them raises ValueError.
 
 State: `HopeState(inner, cms)`, the inner mixer's state and the CMS's.
 """
@@ -22,6 +23,7 @@ from typing import NamedTuple
 from regmem.layers.attention import SoftmaxAttention
 from regmem.layers.self_modifying import SelfModifyingTitans
 from regmem.nested import CMS, CMSConfig, CMSState
+from regmem.nested.cms import Objective, Variant
 
 
 class HopeState(NamedTuple):
@@ -32,9 +34,10 @@ class HopeState(NamedTuple):
 class _ThenCMS:
     """Runs the mixer it is mixed into, then a CMS on its output (eq. 97)."""
 
-    def _build_cms(self, d_model, cms, chunk_sizes, lr, variant, objective, hidden):
-        self.cms = CMS(d_model, CMSConfig(chunk_sizes=tuple(chunk_sizes), lr=lr, hidden=hidden, variant=variant,
-                                          objective=objective)) if cms else None
+    def _build_cms(self, d_model: int, cms: bool, config: CMSConfig):
+        if not cms and config != CMSConfig():
+            raise ValueError(f"the cms_* options apply only with cms=True, got cms=False and {config}")
+        self.cms = CMS(d_model, config) if cms else None
 
     def forward(self, x, state=None, *, attention_mask=None):
         inner, cms_state = state if state is not None else (None, None)
@@ -49,15 +52,18 @@ class _ThenCMS:
 
 class Hope(_ThenCMS, SelfModifyingTitans):
     """Self-modifying Titans followed by a CMS (module docstring). The memories' mini-batch (the paper's chunk, 16
-    in Fig. 5) is `mini_batch`; state tracking needs small ones (Sec. 9.5)."""
+    in Fig. 5) is `mini_batch`; state tracking needs small ones (Sec. 9.5). `memory`: SelfModifyingTitans'
+    options; each `cms_<field>` is that field of CMSConfig, whose default it reads."""
 
     recipe_name = "self_modifying_titans"
 
-    def __init__(self, d_model: int, n_heads: int, *, cms: bool = True, cms_chunk_sizes=(16, 64, 256),
-                 cms_lr: float = 1e-3, cms_variant: str = "sequential", cms_objective: str = "value",
-                 cms_hidden: int = 0, **memory):
+    def __init__(self, d_model: int, n_heads: int, *, cms: bool = True,
+                 cms_chunk_sizes: tuple[int, ...] = CMSConfig.chunk_sizes,
+                 cms_lr: float | tuple[float, ...] = CMSConfig.lr, cms_variant: Variant = CMSConfig.variant,
+                 cms_objective: Objective = CMSConfig.objective, cms_hidden: int = CMSConfig.hidden, **memory):
         SelfModifyingTitans.__init__(self, d_model, n_heads, **memory)
-        self._build_cms(d_model, cms, cms_chunk_sizes, cms_lr, cms_variant, cms_objective, cms_hidden)
+        self._build_cms(d_model, cms, CMSConfig(chunk_sizes=cms_chunk_sizes, lr=cms_lr, hidden=cms_hidden,
+                                                variant=cms_variant, objective=cms_objective))
 
 
 class HopeAttention(_ThenCMS, SoftmaxAttention):
@@ -67,8 +73,11 @@ class HopeAttention(_ThenCMS, SoftmaxAttention):
 
     recipe_name = "softmax_attn"
 
-    def __init__(self, d_model: int, n_heads: int, *, cms: bool = True, cms_chunk_sizes=(16, 64, 256),
-                 cms_lr: float = 1e-3, cms_variant: str = "sequential", cms_objective: str = "value",
-                 cms_hidden: int = 0, short_conv: int = 4, **attention):
+    def __init__(self, d_model: int, n_heads: int, *, cms: bool = True,
+                 cms_chunk_sizes: tuple[int, ...] = CMSConfig.chunk_sizes,
+                 cms_lr: float | tuple[float, ...] = CMSConfig.lr, cms_variant: Variant = CMSConfig.variant,
+                 cms_objective: Objective = CMSConfig.objective, cms_hidden: int = CMSConfig.hidden,
+                 short_conv: int = 4, **attention):
         SoftmaxAttention.__init__(self, d_model, n_heads, short_conv=short_conv, **attention)
-        self._build_cms(d_model, cms, cms_chunk_sizes, cms_lr, cms_variant, cms_objective, cms_hidden)
+        self._build_cms(d_model, cms, CMSConfig(chunk_sizes=cms_chunk_sizes, lr=cms_lr, hidden=cms_hidden,
+                                                variant=cms_variant, objective=cms_objective))

@@ -7,15 +7,22 @@ TransNormer), as the TTR paper and fla's LinearAttention do.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Literal
+
 from regmem.layers.memory import MemoryMixer, mask_keys
 from regmem.ops import linear_attn
 from regmem.ops.feature_maps import resolve_feature_map
+
+# The names of regmem.ops.feature_maps.FEATURE_MAPS (None is the identity; any token-wise callable works too).
+FeatureMapName = Literal["identity", "elu_plus_one", "relu", "cosine", "taylor2", "dpfp", "random_features"]
 
 
 class LinearAttention(MemoryMixer):
     recipe_name = "linear_attn"
 
-    def __init__(self, d_model: int, n_heads: int, *, feature_map: str | None = None, **memory_kwargs):
+    def __init__(self, d_model: int, n_heads: int, *, feature_map: FeatureMapName | Callable | None = None,
+                 **memory_kwargs):
         super().__init__(d_model, n_heads, **memory_kwargs)
         self.recipe_name = "linear_attn" if feature_map in (None, "identity") else "feature_linear_attn"
         self.feature_map = resolve_feature_map(feature_map, self.key_dim)  # a name from FEATURE_MAPS, or None

@@ -12,7 +12,7 @@ one-token steps equals the unpadded run.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import torch
 from torch import nn
@@ -20,6 +20,8 @@ from torch import nn
 from regmem.layers.base import Mixer, check_mixer_input, repeat_heads, split_heads
 from regmem.layers.conv import ShortConvolution
 from regmem.layers.norm import GatedRMSNorm, l2_normalize
+
+ShortConvOn = Literal["q", "k", "v", "qk", "qv", "kv", "qkv"]  # the projections with a short conv
 
 
 class MemoryState(NamedTuple):
@@ -39,7 +41,7 @@ class MemoryMixer(Mixer):
         expand_v: float = 1.0,  # value dim per head = expand_v * head_dim
         n_kv_heads: int | None = None,  # grouped heads for k and v; None means n_heads
         short_conv: int = 4,  # kernel of the causal depthwise conv on q, k, v; 0 = off
-        short_conv_on: str = "qkv",  # which of q, k, v get the conv; "k" is TTR Sec. 6's key-only conv
+        short_conv_on: ShortConvOn = "qkv",  # which of q, k, v get the conv; "k" is TTR Sec. 6's key-only conv
         qk_norm: bool = False,  # L2-normalise q and k per head
         output_gate: bool = True,  # y = norm(o) ⊙ silu(W_g x)
         norm_eps: float = 1e-5,
@@ -52,8 +54,8 @@ class MemoryMixer(Mixer):
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.key_dim = head_dim or d_model // n_heads
         self.value_dim = int(self.key_dim * expand_v)
-        if not short_conv_on or set(short_conv_on) - set("qkv") or len(set(short_conv_on)) != len(short_conv_on):
-            raise ValueError(f"short_conv_on must name some of 'q', 'k', 'v' once each, got {short_conv_on!r}")
+        if short_conv_on not in get_args(ShortConvOn):
+            raise ValueError(f"short_conv_on must be one of {get_args(ShortConvOn)}, got {short_conv_on!r}")
         self.qk_norm, self.chunk_size, self.short_conv = qk_norm, chunk_size, short_conv
         dims = (n_heads * self.key_dim, n_kv_heads * self.key_dim, n_kv_heads * self.value_dim)
         self.q_proj, self.k_proj, self.v_proj = (nn.Linear(d_model, d, bias=False) for d in dims)

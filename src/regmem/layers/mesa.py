@@ -20,6 +20,7 @@ Padding: a padded token gets k = 0 and log-gate 0, so it leaves R and S unchange
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -36,14 +37,18 @@ class Mesa(MemoryMixer):
     recipe_name = "mesa"
 
     def __init__(self, d_model: int, n_heads: int, *, decay: bool = True, write_gate: bool = True,
-                 ridge_init: float = 1.0, solver: str = "cholesky", cg_steps: int = 30, qk_norm: bool = True,
+                 ridge_init: float = 1.0, solver: Literal["cholesky", "cg"] = "cholesky",
+                 cg_steps: int | None = None,  # solver="cg" only; None: the op's default (ops/regression/chunk.py)
+                 qk_norm: bool = True,
                  **memory_kwargs):
         super().__init__(d_model, n_heads, qk_norm=qk_norm, **memory_kwargs)
         if not ridge_init > RIDGE_FLOOR:
             raise ValueError(f"ridge_init must be > {RIDGE_FLOOR} (the ridge floor), got {ridge_init}")
         if solver not in ("cholesky", "cg"):
             raise ValueError(f"solver must be 'cholesky' (exact) or 'cg' (MesaNet's CG), got {solver!r}")
-        self.solver, self.cg_steps = solver, cg_steps
+        if cg_steps is not None and solver != "cg":
+            raise ValueError(f"cg_steps applies to solver='cg', got cg_steps={cg_steps} with solver={solver!r}")
+        self.solver, self.cg_options = solver, {} if cg_steps is None else {"cg_steps": cg_steps}
         self.recipe_name = "mesa" if decay else "least_squares"
         self.a_proj = nn.Linear(d_model, n_heads, bias=False) if decay else None
         if decay:
@@ -67,7 +72,7 @@ class Mesa(MemoryMixer):
         if mode == "chunk" and self.solver == "cg":  # approximate: cg_steps of conjugate gradient per token
             return least_squares.chunk(q, k, v, g, ridge=self.ridge(), scale=1.0, initial_state=memory,
                                        output_final_state=True, chunk_size=self.chunk_size, solver="cg",
-                                       cg_steps=self.cg_steps)
+                                       **self.cg_options)
         return least_squares(q, k, v, g, ridge=self.ridge(), scale=1.0, initial_state=memory,
                              output_final_state=True, mode=mode, chunk_size=self.chunk_size)
 

@@ -13,7 +13,8 @@ M_v's gain exceeds one, and M_v's parameters grow first. With unit v the targets
 trains without a NaN (120 steps at lr 0.03 where the unnormalised one failed at step 19).
 
 Outer parameters: the projection, conv, the six initial memories M_□,0 [H, P] (meta-learned through the unrolled
-inner updates), the gate read-outs, and the output norm and gate. Every Table-6 ablation is a constructor flag:
+inner updates), the gate read-outs, and the output norm and gate. Every Table-6 ablation is a constructor option (a
+field of SelfModifyingConfig, whose defaults -- eta_max 0.05, normalize_v, read="updated" -- are these):
 `dgd=False`, `momentum=False`, `weight_decay=False`, `static=("k", "v", "q")` (any subset), `adaptive_q=False`.
 The layer reads the main memory after each token's update (`read="updated"`, as TTT does) by default, so a query can
 recall pairs of its own mini-batch; `read="anchor"` is the paper's eq. 90 (nothing written inside a mini-batch is
@@ -26,6 +27,8 @@ row's last real token (conv.py).
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 
@@ -37,37 +40,45 @@ from regmem.nested import OuterParams, SelfModifyingConfig, self_modifying_titan
 from regmem.ops.common import leading_pads, rotate
 
 
+def config_from_options(config_class, options: dict, owner: str):
+    """config_class(**options), with a ValueError naming `owner` and the unknown names instead of a TypeError (the
+    config's own __post_init__ validates the values)."""
+    known = [f.name for f in dataclasses.fields(config_class)]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(f"{owner} got unknown options {unknown}; it takes those of {config_class.__name__}: {known}")
+    return config_class(**options)
+
+
 class SelfModifyingTitans(Mixer):
+    """`options` are the fields of SelfModifyingConfig (regmem/nested/self_modifying.py), which holds every default
+    and validates them: `mini_batch`, `mini_batch_memory`, `dgd`, `momentum`, `weight_decay`, `adaptive_q`,
+    `static`, `self_values`, `normalize_v`, `read`, `eta_max`, `hidden`, ...; any other name raises ValueError (there
+    is no `chunk_size`: the mini-batches set the block length)."""
+
     recipe_name = "self_modifying_titans"
 
     def __init__(self, d_model: int, n_heads: int, *, head_dim: int | None = None, short_conv: int = 4,
-                 mini_batch: int = 16, mini_batch_memory: int | None = None, dgd: bool = True,
-                 momentum: bool = False, weight_decay: bool = True, adaptive_q: bool = True, static=(),
-                 self_values: bool = True, normalize_v: bool = True, read: str = "updated", eta_max: float = 0.05,
-                 hidden: int = 0, chunk_size: int = 64, norm_eps: float = 1e-5):
+                 norm_eps: float = 1e-5, **options):
         super().__init__()
+        self.config = config_from_options(SelfModifyingConfig, options, type(self).__name__)
         self.d_model, self.n_heads = d_model, n_heads
         self.head_dim = head_dim or d_model // n_heads
         self.short_conv = short_conv
-        self.config = SelfModifyingConfig(
-            hidden=hidden, dgd=dgd, momentum=momentum, weight_decay=weight_decay, adaptive_q=adaptive_q,
-            static=frozenset(static), self_values=self_values, normalize_v=normalize_v, read=read, eta_max=eta_max,
-            mini_batch_memory=mini_batch_memory or mini_batch, mini_batch_other=mini_batch)
         inner = n_heads * self.head_dim
         self.in_proj = nn.Linear(d_model, inner, bias=False)
         self.conv = ShortConvolution(inner, short_conv) if short_conv else None
-        H, d = n_heads, self.head_dim
+        H, d, config = n_heads, self.head_dim, self.config
         self.memory_init = nn.ParameterDict({
-            name: nn.Parameter(self.config.model(name, d).init(H, d, d)) for name in self.config.used()})
+            name: nn.Parameter(config.model(name, d).init(H, d, d)) for name in config.used()})
         self.w_eta = nn.Parameter(torch.randn(H, d) * d**-0.5)
-        self.w_alpha = nn.Parameter(torch.randn(H, d) * d**-0.5) if weight_decay else None
-        self.b_alpha = nn.Parameter(torch.full((H,), 4.6)) if weight_decay else None  # retention ~0.99 at init
-        self.w_mu = nn.Parameter(torch.randn(H, d) * d**-0.5) if momentum else None
-        self.w_q = nn.Parameter(torch.eye(d).repeat(H, 1, 1)) if not adaptive_q else None
+        self.w_alpha = nn.Parameter(torch.randn(H, d) * d**-0.5) if config.weight_decay else None
+        self.b_alpha = nn.Parameter(torch.full((H,), 4.6)) if config.weight_decay else None  # retention ~0.99 at init
+        self.w_mu = nn.Parameter(torch.randn(H, d) * d**-0.5) if config.momentum else None
+        self.w_q = nn.Parameter(torch.eye(d).repeat(H, 1, 1)) if not config.adaptive_q else None
         self.g_proj = nn.Linear(d_model, inner, bias=False)
         self.o_norm = GatedRMSNorm(d, norm_eps)
         self.o_proj = nn.Linear(inner, d_model, bias=False)
-        del chunk_size  # the mini-batches set the block length (accepted for the common mixer signature)
 
     def _outer(self) -> OuterParams:
         return OuterParams(dict(self.memory_init), self.w_eta, self.w_alpha, self.w_mu, self.w_q, self.b_alpha)
@@ -101,7 +112,7 @@ class SelfModifyingTitans(Mixer):
         rows = []
         for name in self.config.used():
             if self.config.updated(name):
-                rows.append({"tensors": f"M_{name} (residual MLP)", "period": self.config.mini_batch(name),
+                rows.append({"tensors": f"M_{name} (residual MLP)", "period": self.config.mini_batch_of(name),
                              "objective": "l2 regression onto its own values" + (", DGD" if self.config.dgd else ""),
                              "independent": bool(rows)})  # each needs only the previous states
         return rows

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Literal
 
 from regmem.layers import MIXERS, is_mixer_name
+from regmem.models.ffn import (
+    FFNConfig,
+    FFNKind,
+    MultiHeadFFNConfig,
+    SwiGLUConfig,
+    ffn_from_dict,
+    ffn_to_dict,
+    resolve_ffn,
+)
 from regmem.nested import CMSConfig
 
 
@@ -20,27 +28,9 @@ class LMConfig:
     mixer: str | tuple[str, ...] = "gla"
     # Constructor arguments per mixer name, e.g. {"attn": {"qk_norm": True}, "gla": {"expand_v": 2.0}}.
     mixer_kwargs: dict[str, dict] = field(default_factory=dict)
-    # "relu" | "moe" | "multihead": the associative-memory FFNs of regmem.layers.ffn (arXiv:2505.19488, Sec. 2.1).
-    ffn: Literal["swiglu", "cms", "none", "relu", "moe", "multihead"] = "swiglu"
-    ffn_expansion: float = 4.0  # SwiGLU hidden width = round(2/3 * ffn_expansion * d_model), LLaMA's sizing
-    # ffn="relu" / "multihead" / "moe" with relu experts: m = round(ffn_expansion * d_model) memory slots (two
-    # m x d matrices: the parameters of the SwiGLU of the same expansion), kernel ffn_activation ("solu": eq. 16's
-    # (k.x) exp(k.x / tau), tau = ffn_solu_temperature or None for sqrt of the key dim).
-    ffn_activation: Literal["relu", "solu"] = "relu"
-    ffn_solu_temperature: float | None = None
-    ffn_heads: int = 4  # ffn="multihead": heads of d_model / ffn_heads channels each
-    # ffn="moe": moe_experts experts of width round(m / moe_experts) (m of the expert kind: the memory width for
-    # "relu", the SwiGLU width for "swiglu"), each token routed to its moe_top_k most probable experts.
-    moe_experts: int = 4
-    moe_top_k: int = 2
-    moe_expert: Literal["relu", "swiglu"] = "relu"
-    # ffn="cms": a Continuum Memory System (regmem.nested.CMS) of cms_levels SwiGLU levels of that width, level l
-    # updated in context every cms_chunk_sizes[l] tokens with inner learning rate cms_lr.
-    cms_levels: int = 3
-    cms_chunk_sizes: tuple[int, ...] = (16, 64, 256)
-    cms_lr: float | tuple[float, ...] = 1e-3  # one for every level, or one per level
-    cms_variant: Literal["sequential", "nested", "independent"] = "sequential"
-    cms_objective: Literal["value", "reconstruct"] = "value"
+    # The FFN of every block: a config of regmem/models/ffn.py (SwiGLUConfig, CMSConfig, NoFFN, MemoryFFNConfig,
+    # MultiHeadFFNConfig, MoEConfig), or the name of its kind ("cms", "none", ...) for that config's defaults.
+    ffn: FFNConfig | FFNKind = field(default_factory=SwiGLUConfig)
     tie_embeddings: bool = True
     norm_eps: float = 1e-5
     init_std: float = 0.02  # normal init of embeddings and linear layers (GPT-2)
@@ -55,17 +45,13 @@ class LMConfig:
         unknown = set(self.mixer_kwargs) - set(MIXERS)
         if unknown:
             raise ValueError(f"mixer_kwargs keys must be mixer names from {sorted(MIXERS)}, got {sorted(unknown)}")
-        if self.ffn not in ("swiglu", "cms", "none", "relu", "moe", "multihead"):
-            raise ValueError(f"ffn must be 'swiglu', 'cms', 'none', 'relu', 'moe' or 'multihead', got {self.ffn!r}")
-        self._check_memory_ffn()
-        object.__setattr__(self, "cms_chunk_sizes", tuple(self.cms_chunk_sizes))
-        if isinstance(self.cms_lr, list):
-            object.__setattr__(self, "cms_lr", tuple(self.cms_lr))
-        if len(self.cms_chunk_sizes) != self.cms_levels:
-            raise ValueError(f"cms_chunk_sizes lists {len(self.cms_chunk_sizes)} levels but cms_levels = "
-                             f"{self.cms_levels}")
-        if self.ffn == "cms":
-            self.cms_config()  # validates the chunk sizes, lr and variant
+        unused = set(self.mixer_kwargs) - set(self.layer_mixers())
+        if unused:
+            raise ValueError(f"mixer_kwargs has options for mixers no layer uses: {sorted(unused)} (layers: "
+                             f"{sorted(set(self.layer_mixers()))})")
+        object.__setattr__(self, "ffn", resolve_ffn(self.ffn))
+        if isinstance(self.ffn, MultiHeadFFNConfig) and self.d_model % self.ffn.heads:
+            raise ValueError(f"ffn.heads must divide d_model = {self.d_model}, got {self.ffn.heads}")
         for name in ("vocab_size", "d_model", "n_layers", "n_heads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -77,47 +63,55 @@ class LMConfig:
             raise ValueError(f"mixer lists {len(names)} layers but n_layers = {self.n_layers}")
         return [names[i % len(names)] for i in range(self.n_layers)]
 
-    def _check_memory_ffn(self) -> None:
-        """ValueError naming the field for a bad setting of the associative-memory FFNs (ffn relu/moe/multihead)."""
-        for name, choices in (("ffn_activation", ("relu", "solu")), ("moe_expert", ("relu", "swiglu"))):
-            if getattr(self, name) not in choices:
-                raise ValueError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
-        for name in ("ffn_heads", "moe_experts", "moe_top_k"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.moe_top_k > self.moe_experts:
-            raise ValueError(f"moe_top_k must be <= moe_experts = {self.moe_experts}, got {self.moe_top_k}")
-        if self.ffn == "multihead" and self.d_model % self.ffn_heads:
-            raise ValueError(f"ffn_heads must divide d_model = {self.d_model}, got {self.ffn_heads}")
-        if self.ffn_solu_temperature is not None and not self.ffn_solu_temperature > 0:
-            raise ValueError(f"ffn_solu_temperature must be > 0 or None, got {self.ffn_solu_temperature}")
-        uses_kernel = self.ffn in ("relu", "multihead") or (self.ffn == "moe" and self.moe_expert == "relu")
-        if self.ffn_activation != "relu" and not uses_kernel:
-            raise ValueError(f"ffn_activation={self.ffn_activation!r} applies to ffn 'relu', 'multihead' or 'moe' "
-                             f"with moe_expert='relu', got ffn={self.ffn!r}, moe_expert={self.moe_expert!r}")
-
-    def ffn_hidden(self) -> int:
-        return round(2 / 3 * self.ffn_expansion * self.d_model)
-
-    def ffn_memory_width(self) -> int:
-        """m, the memory slots of ffn="relu" / "multihead" / relu MoE experts (all experts together)."""
-        return round(self.ffn_expansion * self.d_model)
-
-    def cms_config(self) -> CMSConfig:
-        return CMSConfig(chunk_sizes=self.cms_chunk_sizes, lr=self.cms_lr, hidden=self.ffn_hidden(),
-                         variant=self.cms_variant, objective=self.cms_objective, norm_eps=self.norm_eps)
-
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["mixer"] = list(self.mixer) if isinstance(self.mixer, tuple) else self.mixer
-        d["cms_chunk_sizes"] = list(self.cms_chunk_sizes)
-        d["cms_lr"] = list(self.cms_lr) if isinstance(self.cms_lr, tuple) else self.cms_lr
+        d["ffn"] = ffn_to_dict(self.ffn)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> LMConfig:
+        """The inverse of to_dict. A config.json of the flat format written before the typed FFN configs
+        (`"ffn": "cms", "cms_chunk_sizes": [...], "moe_experts": 4, ...`) loads as the same model."""
+        if FLAT_FFN_KEYS & set(d):
+            d = _from_flat(d)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"unknown LMConfig keys: {sorted(unknown)}")
+        if isinstance(d.get("ffn"), dict):
+            d = {**d, "ffn": ffn_from_dict(d["ffn"])}
         return cls(**d)
+
+
+# The flat FFN fields of LMConfig's JSON before the typed FFN configs: each old key and the field it became, in the
+# configs that have that field. Keys of other kinds than the file's ffn never reached the model and are dropped.
+_FLAT_FFN_FIELDS = {"ffn_expansion": "expansion", "ffn_activation": "activation", "ffn_solu_temperature": "temperature",
+                    "ffn_heads": "heads", "moe_experts": "experts", "moe_top_k": "top_k", "moe_expert": "expert",
+                    "cms_chunk_sizes": "chunk_sizes", "cms_lr": "lr", "cms_variant": "variant",
+                    "cms_objective": "objective"}
+FLAT_FFN_KEYS = {*_FLAT_FFN_FIELDS, "cms_levels"}
+
+
+def _from_flat(d: dict) -> dict:
+    """A flat (old-format) config dict with its FFN fields gathered into the FFN config of its kind. Absent keys
+    take the new config's defaults, which are the flat format's; the CMS's width was the SwiGLU's of ffn_expansion
+    and its norm eps the model's (still so: regmem/models/ffn.py)."""
+    flat = {k: v for k, v in d.items() if k in FLAT_FFN_KEYS}
+    rest = {k: v for k, v in d.items() if k not in FLAT_FFN_KEYS}
+    kind = rest.get("ffn", "swiglu")  # the flat format's default kind
+    if not isinstance(kind, str):
+        raise ValueError(f"a flat config (with keys {sorted(flat)}) names its ffn by kind, got ffn={kind!r}")
+    config_class = type(resolve_ffn(kind))
+    names = {f.name for f in dataclasses.fields(config_class)}
+    options = {new: flat[old] for old, new in _FLAT_FFN_FIELDS.items() if old in flat and new in names}
+    if options.get("activation") != "solu":  # the flat format allowed a temperature that nothing read
+        options.pop("temperature", None)
+    if config_class is CMSConfig:
+        if "ffn_expansion" in flat:
+            d_model = rest.get("d_model", LMConfig.d_model)
+            options["hidden"] = SwiGLUConfig(expansion=flat["ffn_expansion"]).hidden(d_model)
+        levels = len(options.get("chunk_sizes", CMSConfig.chunk_sizes))
+        if flat.get("cms_levels", levels) != levels:
+            raise ValueError(f"cms_chunk_sizes lists {levels} levels but cms_levels = {flat['cms_levels']}")
+    return {**rest, "ffn": config_class(**options)}

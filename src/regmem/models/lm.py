@@ -2,8 +2,10 @@
 
     x = x + mixer(norm(x));  x = x + ffn(norm(x))        (ffn: SwiGLU, none, or an associative-memory FFN of
                                                            regmem.layers.ffn: relu, moe, multihead; no state)
-    x = x + mixer(norm(x));  x = CMS(x)                   (ffn="cms": each CMS level is pre-norm residual, so a
-                                                           one-level CMS that never updates is the SwiGLU block)
+    x = x + mixer(norm(x));  x = CMS(x)                   (ffn a CMSConfig: each CMS level is pre-norm residual, so
+                                                           a one-level CMS that never updates is the SwiGLU block)
+
+`LMConfig.ffn` is one of the FFN configs of regmem/models/ffn.py, which builds the module (`build_ffn`).
 
 A block's decoding state is its mixer's state, or `BlockState(mixer, ffn)` when the FFN is a CMS (whose fast
 weights and partial-chunk gradients are part of the context).
@@ -20,25 +22,13 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_model, save_model
 from torch import nn
 
 from regmem.layers import build_mixer
-from regmem.layers.ffn import MemoryFFN, MoEFFN, MultiHeadFFN
 from regmem.models.config import LMConfig
+from regmem.models.ffn import build_ffn
 from regmem.nested import CMS, CMSState
-
-
-class SwiGLU(nn.Module):
-    def __init__(self, d_model: int, hidden: int):
-        super().__init__()
-        self.gate_up = nn.Linear(d_model, 2 * hidden, bias=False)
-        self.down = nn.Linear(hidden, d_model, bias=False)
-
-    def forward(self, x):
-        gate, up = self.gate_up(x).chunk(2, dim=-1)
-        return self.down(F.silu(gate) * up)
 
 
 class BlockState(NamedTuple):
@@ -53,15 +43,9 @@ class Block(nn.Module):
         super().__init__()
         self.mixer_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
         self.mixer = build_mixer(mixer, config.d_model, config.n_heads, **config.mixer_kwargs.get(mixer, {}))
-        self.ffn = None
-        if config.ffn == "swiglu":
+        self.ffn = build_ffn(config.ffn, config.d_model, config.norm_eps)
+        if self.ffn is not None and not isinstance(self.ffn, CMS):  # a CMS's levels have their own norms
             self.ffn_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
-            self.ffn = SwiGLU(config.d_model, config.ffn_hidden())
-        elif config.ffn == "cms":
-            self.ffn = CMS(config.d_model, config.cms_config())
-        elif config.ffn != "none":
-            self.ffn_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
-            self.ffn = memory_ffn(config)
 
     def forward(self, x, state=None, attention_mask=None):
         if isinstance(self.ffn, CMS):
@@ -142,19 +126,6 @@ class LM(nn.Module):
         model = cls(LMConfig.from_dict(json.loads((directory / "config.json").read_text())))
         load_model(model, str(directory / "model.safetensors"), device=str(device))
         return model
-
-
-def memory_ffn(config: LMConfig) -> nn.Module:
-    """The FFN of ffn="relu" | "moe" | "multihead" (arXiv:2505.19488, Sec. 2.1; regmem/layers/ffn.py)."""
-    d, m = config.d_model, config.ffn_memory_width()
-    kernel = {"activation": config.ffn_activation, "temperature": config.ffn_solu_temperature}
-    if config.ffn == "relu":
-        return MemoryFFN(d, m, **kernel)
-    if config.ffn == "multihead":
-        return MultiHeadFFN(d, m, config.ffn_heads, **kernel)
-    width = m if config.moe_expert == "relu" else config.ffn_hidden()
-    return MoEFFN(d, max(1, round(width / config.moe_experts)), config.moe_experts, config.moe_top_k,
-                  expert=config.moe_expert, **kernel)
 
 
 def sample(logits, temperature: float, top_k: int | None, generator: torch.Generator | None):

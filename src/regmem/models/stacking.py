@@ -14,22 +14,28 @@ chunk ends (updates only act after a boundary).
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import torch
 
-from regmem.models.lm import LM, SwiGLU
+from regmem.models.ffn import SwiGLU, SwiGLUConfig
+from regmem.models.lm import LM
+from regmem.nested import CMSConfig
+from regmem.nested.cms import Objective, Variant
 
 
-def stack_levels(model: LM, chunk_sizes: tuple[int, ...], lr: float | tuple[float, ...] = 1e-3, *,
-                 variant: str = "sequential", objective: str = "value", extra: str = "zero") -> LM:
-    """A new LM: `model`'s weights, every SwiGLU FFN replaced by a CMS seeded from it (module docstring)."""
-    if model.config.ffn != "swiglu":
+def stack_levels(model: LM, chunk_sizes: tuple[int, ...], lr: float | tuple[float, ...] = CMSConfig.lr, *,
+                 variant: Variant = CMSConfig.variant, objective: Objective = CMSConfig.objective,
+                 extra: Literal["zero", "copy"] = "zero") -> LM:
+    """A new LM: `model`'s weights, every SwiGLU FFN replaced by a CMS seeded from it (module docstring). lr,
+    variant and objective are CMSConfig's fields (and defaults); the levels are as wide as the SwiGLU."""
+    if not isinstance(model.config.ffn, SwiGLUConfig):
         raise ValueError(f"model must have SwiGLU FFNs to stack levels from, got ffn={model.config.ffn!r}")
     if extra not in ("zero", "copy"):
         raise ValueError(f"extra must be 'zero' or 'copy', got {extra!r}")
-    config = dataclasses.replace(model.config, ffn="cms", cms_levels=len(chunk_sizes),
-                                 cms_chunk_sizes=tuple(chunk_sizes), cms_lr=lr, cms_variant=variant,
-                                 cms_objective=objective)
+    cms = CMSConfig(chunk_sizes=tuple(chunk_sizes), lr=lr, hidden=model.config.ffn.hidden(model.config.d_model),
+                    variant=variant, objective=objective)
+    config = dataclasses.replace(model.config, ffn=cms)
     reference = next(model.parameters())
     stacked = LM(config).to(device=reference.device, dtype=reference.dtype)
     own = {k: v for k, v in model.state_dict().items() if ".ffn." not in k and ".ffn_norm." not in k}

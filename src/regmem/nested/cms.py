@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import ClassVar, Literal, NamedTuple, get_args
 
 import torch
 import torch.nn.functional as F
@@ -53,22 +53,25 @@ from torch import nn
 
 from regmem.ops.common import leading_pads, rotate, shared_offset
 
-VARIANTS = ("sequential", "nested", "independent")
-OBJECTIVES = ("value", "reconstruct")
-MODES = ("chunk", "reference")
+Variant = Literal["sequential", "nested", "independent"]
+Objective = Literal["value", "reconstruct"]
+Mode = Literal["chunk", "reference"]
+VARIANTS, OBJECTIVES, MODES = get_args(Variant), get_args(Objective), get_args(Mode)
 
 
 @dataclass(frozen=True)
 class CMSConfig:
     """chunk_sizes: C_l per level in chain order (their number is the number of levels); lr: the inner learning
-    rate, one for every level or one per level (0 freezes a level); hidden: F, the SwiGLU width of every level."""
+    rate, one for every level or one per level (0 freezes a level); hidden: F, the SwiGLU width of every level.
+    These defaults are the only ones: Hope's `cms_*` options, `LMConfig(ffn="cms")` and `stack_levels` read them
+    from here. `kind` tags it among an LM's FFN configs (regmem/models/ffn.py)."""
 
-    chunk_sizes: tuple[int, ...] = (16, 64, 256)  # Fig. 5 stacks a 16-token level under slower ones
-    lr: float | tuple[float, ...] = 0.01
+    kind: ClassVar[Literal["cms"]] = "cms"
+    chunk_sizes: tuple[int, ...] = (16, 64, 256)  # tokens per update of each level; Fig. 5 stacks 16 under slower
+    lr: float | tuple[float, ...] = 1e-3  # inner step size; the LM and Hope trained with 1e-3 (benchmarks/README.md)
     hidden: int = 0  # 0: round(8/3 D), the LM's SwiGLU width at expansion 4
-    variant: str = "sequential"
-    objective: str = "value"
-    norm_eps: float = 1e-5
+    variant: Variant = "sequential"  # eq. 73, Hope's chain (eq. 97)
+    objective: Objective = "value"  # a meta-learned view of the level's own inputs (module docstring)
 
     def __post_init__(self):
         sizes = tuple(self.chunk_sizes)
@@ -158,14 +161,16 @@ class CMS(nn.Module):
     """The Continuum Memory System as a module: outer parameters are each level's initial SwiGLU weights, norm
     gain, value projection (objective "value") and, for the independent variant, the aggregation weights.
 
+    `norm_eps` is the eps of every level's RMSNorm (an LM passes its own, LMConfig.norm_eps).
+
     forward(x [B, T, D], state=None, *, attention_mask=None, mode="chunk") -> (y [B, T, D], CMSState). A left-padded
     row (attention_mask [B, T], 1 = token) counts chunks from its first real token; padding never updates a level.
     """
 
-    def __init__(self, d_model: int, config: CMSConfig | None = None):
+    def __init__(self, d_model: int, config: CMSConfig | None = None, *, norm_eps: float = 1e-5):
         super().__init__()
         self.config = config or CMSConfig()
-        self.d_model = d_model
+        self.d_model, self.norm_eps = d_model, norm_eps
         D, F_ = d_model, self.config.width(d_model)
         k = self.config.levels
         self.norm_weight = nn.Parameter(torch.ones(k, D))
@@ -192,7 +197,7 @@ class CMS(nn.Module):
             levels.append(LevelState(theta, grad))
         return CMSState(tuple(levels), torch.zeros(B, dtype=torch.long, device=self.gate.device))
 
-    def forward(self, x, state: CMSState | None = None, *, attention_mask=None, mode: str = "chunk"):
+    def forward(self, x, state: CMSState | None = None, *, attention_mask=None, mode: Mode = "chunk"):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if x.ndim != 3 or x.shape[-1] != self.d_model:
@@ -220,7 +225,7 @@ class CMS(nn.Module):
         return (rotate(y, -lead) if lead is not None else y), state
 
     def level_input(self, level: int, h: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(h, (self.d_model,), self.norm_weight[level], self.config.norm_eps)
+        return F.rms_norm(h, (self.d_model,), self.norm_weight[level], self.norm_eps)
 
     def target(self, level: int, u: torch.Tensor) -> torch.Tensor:
         return u if self.value is None else u @ self.value[level]
@@ -244,7 +249,7 @@ def _reset_note(config: CMSConfig, level: int) -> str:
     return "" if parent is None else f"reset every {config.chunk_sizes[parent]} tokens"
 
 
-def run_cms(cms: CMS, x, state: CMSState, mask, mode: str, start: int | None):
+def run_cms(cms: CMS, x, state: CMSState, mask, mode: Mode, start: int | None):
     """The chain over a [B, T, D] block; `start` is the rows' shared offset (None for one-token steps, where each
     row keeps its own)."""
     config = cms.config
@@ -305,7 +310,7 @@ def _step(cms, level, u, weight, state: LevelState, offset, C, rate, period):
     return out, LevelState(theta, grad)
 
 
-def _piece(theta: SwiGLUWeights, u, target, weight, rate: float, mode: str):
+def _piece(theta: SwiGLUWeights, u, target, weight, rate: float, mode: Mode):
     """Outputs of a piece inside one chunk at the frozen parameters, and its summed inner gradient (None when the
     level is frozen)."""
     if mode == "reference":

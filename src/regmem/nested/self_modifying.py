@@ -13,9 +13,10 @@ Chunk-wise training (eqs. 90-91): within a mini-batch, k, v, q, eta, alpha and v
 parameters at the mini-batch start, s(t) = C floor((t - 1) / C) (the paper prints C ceil(t / C), which reads the
 future), and every inner gradient is taken there; the updates themselves follow the engine's recurrence
 (regmem.ops.ttt). The main memory has its own mini-batch `mini_batch_memory`, the others share
-`mini_batch_other` (the paper's two chunk sizes). The read-out y_t uses the main memory at its mini-batch start
+`mini_batch` (the paper's two chunk sizes). The read-out y_t uses the main memory at its mini-batch start
 (eq. 90, `read="anchor"`; at mini-batch 1 this is eq. 86's M_{t-1}) or after the token's own update
-(`read="updated"`, TTT's convention).
+(`read="updated"`, TTT's convention and the default). v_t is L2-normalised like k_t and q_t by default
+(`normalize_v`; the paper normalises q and k only): regmem/layers/self_modifying.py says why.
 
 Decisions where the paper is silent (documented, each a flag): eta and alpha are scalars per head, the memory
 output reduced by learned vectors w_eta, w_alpha; the activation is SiLU; DGD acts on each layer with that layer's
@@ -31,8 +32,8 @@ Legend: B batch, T time, H heads, d head dim, P parameters per memory.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import Literal, NamedTuple, get_args
 
 import torch
 import torch.nn.functional as F
@@ -42,45 +43,63 @@ from regmem.ops.common import shared_offset
 from regmem.ops.ttt.state import start_anchor
 
 MEMORIES = ("k", "v", "q", "eta", "alpha", "memory")
+StaticMemory = Literal["k", "v", "q", "eta", "alpha"]  # every memory but the main one can be static
+Activation = Literal["gelu", "silu", "relu", "tanh", "identity"]  # regmem.ops.ttt's InnerModel activations
+Loss = Literal["l2", "dot", "huber", "lp"]  # regmem.ops.ttt's inner losses
+Read = Literal["anchor", "updated"]
+Mode = Literal["reference", "recurrent", "chunk"]  # the engine's forms
 
 
 @dataclass(frozen=True)
 class SelfModifyingConfig:
-    """The switches of self-modifying Titans (module docstring); every Table-6 ablation is one of them."""
+    """The switches of self-modifying Titans (module docstring); every Table-6 ablation is one of them. These are
+    the only defaults: the mixer `SelfModifyingTitans` (and Hope) pass their options here unchanged."""
 
     hidden: int = 0  # width of each memory's hidden layer; 0 means the head dim
-    activation: str = "silu"
+    activation: Activation = "silu"  # between the two layers of each memory (eq. 89 leaves it open)
     dgd: bool = True  # False: "w/o DGD" (plain GD inner rule)
     momentum: bool = False  # inner momentum ("w/o momentum" is False)
     weight_decay: bool = True  # False: alpha_t = 1 ("w/o weight decay")
     adaptive_q: bool = True  # False: q = x W_q, a static linear projection
-    static: frozenset = field(default_factory=frozenset)  # memories (not the main one) never updated at test time
+    static: frozenset[StaticMemory] = frozenset()  # memories (not the main one) never updated at test time
     self_values: bool = True  # False: every memory regresses onto v_t (eq. 84) instead of its own M(v_t)
-    normalize_v: bool = False  # True: v_t = normalise(M_v(x_t)) like k and q (bounds the self-generated targets)
-    read: str = "anchor"  # "anchor" (eq. 90) | "updated"
-    loss: str = "l2"  # the inner objective of every memory (eq. 85: l2)
-    eta_max: float = 1.0
-    mini_batch_memory: int = 16
-    mini_batch_other: int = 16
+    # True: v_t = normalise(M_v(x_t)) like k and q; without it an LM on MQAR diverged (regmem/layers/self_modifying.py)
+    normalize_v: bool = True
+    read: Read = "updated"  # the main memory after each token's update (TTT's convention); "anchor" is eq. 90
+    loss: Loss = "l2"  # the inner objective of every memory (eq. 85: l2)
+    eta_max: float = 0.05  # eta_t = eta_max * sigmoid(.); larger ones diverged (regmem/layers/self_modifying.py)
+    mini_batch: int = 16  # tokens per mini-batch of every memory but the main one (Fig. 5's chunk of 16)
+    mini_batch_memory: int | None = None  # the main memory's mini-batch; None means mini_batch
     memory_model: InnerModel | None = None  # the main memory's model; None means the residual MLP
 
     def __post_init__(self):
-        if not set(self.static) <= set(MEMORIES[:-1]):
-            raise ValueError(f"static must name memories from {MEMORIES[:-1]}, got {sorted(self.static)}")
-        if self.read not in ("anchor", "updated"):
-            raise ValueError(f"read must be 'anchor' or 'updated', got {self.read!r}")
-        for name in ("mini_batch_memory", "mini_batch_other"):
+        object.__setattr__(self, "static", frozenset(self.static))
+        if not set(self.static) <= set(get_args(StaticMemory)):
+            raise ValueError(f"static must name memories from {get_args(StaticMemory)}, got {sorted(self.static)}")
+        for name, choices in (("activation", Activation), ("read", Read), ("loss", Loss)):
+            if getattr(self, name) not in get_args(choices):
+                raise ValueError(f"{name} must be one of {get_args(choices)}, got {getattr(self, name)!r}")
+        for name in ("mini_batch", "mini_batch_memory"):
             value = getattr(self, name)
+            if name == "mini_batch_memory" and value is None:
+                continue
             if not isinstance(value, int) or value < 1 or value & (value - 1):
                 raise ValueError(f"{name} must be a positive power of two, got {value!r}")
+        if not self.eta_max >= 0:
+            raise ValueError(f"eta_max must be >= 0, got {self.eta_max!r}")
+        if self.hidden < 0:
+            raise ValueError(f"hidden must be >= 0 (0: the head dim), got {self.hidden!r}")
 
     def model(self, name: str, d: int) -> InnerModel:
         if name == "memory" and self.memory_model is not None:
             return self.memory_model
         return InnerModel((self.hidden or d,), self.activation, residual=True)
 
-    def mini_batch(self, name: str) -> int:
-        return self.mini_batch_memory if name == "memory" else self.mini_batch_other
+    def mini_batch_of(self, name: str) -> int:
+        """The mini-batch of memory `name`."""
+        if name == "memory" and self.mini_batch_memory is not None:
+            return self.mini_batch_memory
+        return self.mini_batch
 
     def used(self) -> tuple[str, ...]:
         """The memories this configuration has: q only when adaptive, alpha only with weight decay."""
@@ -128,7 +147,7 @@ def initial_state(config: SelfModifyingConfig, params: OuterParams, B: int) -> S
 
 def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: OuterParams,
                           state: SelfModifyingState | None = None, *, token_mask: torch.Tensor | None = None,
-                          mode: str = "chunk") -> tuple[torch.Tensor, SelfModifyingState]:
+                          mode: Mode = "chunk") -> tuple[torch.Tensor, SelfModifyingState]:
     """x: [B, T, H, d] (after the layer's projection and short conv); state: SelfModifyingState, or None for the
     meta-learned initial memories of `params`; token_mask: [B, T] bool, True on a prefix of each row; mode: the
     engine's form for every update ("reference" | "recurrent" | "chunk"). Returns y: [B, T, H, d] and the state
@@ -140,7 +159,7 @@ def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: 
     if x.ndim != 4:
         raise ValueError(f"x must have shape [B, T, H, d], got {list(x.shape)}")
     B, T, H, d = x.shape
-    step = min(config.mini_batch_memory, config.mini_batch_other)
+    step = min(config.mini_batch_of("memory"), config.mini_batch)
     first = step
     if state is None:
         state = initial_state(config, params, B)
@@ -176,7 +195,7 @@ def _groups(config: SelfModifyingConfig, names: list[str], d: int, by_mini_batch
     """The memories that can run as one stacked call: the same inner model (and mini-batch, for updates)."""
     groups: dict = {}
     for name in names:
-        key = (config.model(name, d), config.mini_batch(name) if by_mini_batch else None)
+        key = (config.model(name, d), config.mini_batch_of(name) if by_mini_batch else None)
         groups.setdefault(key, []).append(name)
     return list(groups.values())
 
@@ -227,7 +246,7 @@ def _piece(x, config, params, state, mask, mode, step):
         reads_at = torch.cat([q if name == "memory" else k for name in group], dim=2)  # only memory's read is used
         o, stacked = ttt(reads_at, heads(k), torch.cat([targets[name] for name in group], dim=2), heads(eta),
                          heads(g), heads(log_mu), model=config.model(group[0], k.shape[-1]), loss=config.loss,
-                         dgd=config.dgd, mini_batch=config.mini_batch(group[0]),
+                         dgd=config.dgd, mini_batch=config.mini_batch_of(group[0]),
                          initial_state=_stack([state._asdict()[name] for name in group]), output_final_state=True,
                          mode=mode, chunk_size=step, token_mask=mask)
         new.update(zip(group, _unstack(stacked, G), strict=True))

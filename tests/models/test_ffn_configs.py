@@ -1,0 +1,107 @@
+"""The FFN of an LM as a tagged union of typed configs (regmem/models/ffn.py): kind names stand for their configs'
+defaults, the JSON round trip keeps the kind, and checkpoints of the flat format written before these configs
+(tests/models/old_configs, saved by the code at commit 32743a8 with its outputs) load as the same models."""
+
+import json
+import shutil
+from pathlib import Path
+from typing import get_args
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from regmem.models import (
+    FFN_CONFIGS,
+    LM,
+    CMSConfig,
+    FFNKind,
+    LMConfig,
+    MemoryFFNConfig,
+    MoEConfig,
+    MultiHeadFFNConfig,
+    NoFFN,
+    SwiGLUConfig,
+)
+
+OLD = Path(__file__).parent / "old_configs"
+# What each old flat config.json means in the typed configs: every non-default flat field of its kind carried over.
+OLD_FFNS = {
+    "cms": CMSConfig(chunk_sizes=(2, 4), lr=(0.05, 0.01), hidden=21, variant="nested", objective="reconstruct"),
+    "moe": MoEConfig(expansion=3.0, activation="solu", temperature=2.0, experts=2, top_k=1),
+    "moe_swiglu": MoEConfig(expansion=2.0, expert="swiglu", experts=4, top_k=2),
+    "multihead": MultiHeadFFNConfig(expansion=2.0, heads=2),
+    "swiglu": SwiGLUConfig(expansion=2.0),
+    "none": NoFFN(),
+}
+
+
+def test_every_kind_names_its_config_with_the_defaults():
+    assert tuple(FFN_CONFIGS) == get_args(FFNKind)
+    for kind, config_class in FFN_CONFIGS.items():
+        config = LMConfig(vocab_size=10, ffn=kind)
+        assert config.ffn == config_class() and config.ffn.kind == kind
+    assert LMConfig(vocab_size=10).ffn == SwiGLUConfig()
+
+
+@pytest.mark.parametrize("ffn", [SwiGLUConfig(expansion=2.5), CMSConfig(chunk_sizes=(2, 8), lr=(0.1, 0.0)), NoFFN(),
+                                 MemoryFFNConfig(activation="solu", temperature=2.0), MultiHeadFFNConfig(heads=2),
+                                 MoEConfig(expert="swiglu", top_k=1)], ids=lambda ffn: ffn.kind)
+def test_json_round_trip_keeps_the_kind_and_fields(ffn):
+    config = LMConfig(vocab_size=10, d_model=16, ffn=ffn)
+    d = json.loads(json.dumps(config.to_dict()))
+    assert d["ffn"]["kind"] == ffn.kind
+    assert LMConfig.from_dict(d) == config
+
+
+@pytest.mark.parametrize("ffn,match", [
+    ({"kind": "moe", "experts": 2, "top_k": 1, "dropout": 0.1}, "unknown ffn keys"),
+    ({"kind": "swiglu", "activation": "solu"}, "unknown ffn keys"),  # a field of another kind
+    ({"experts": 2}, "kind"),
+    ({"kind": "mlp"}, "ffn must be one of"),
+])
+def test_bad_ffn_dicts_raise_value_error(ffn, match):
+    with pytest.raises(ValueError, match=match):
+        LMConfig.from_dict({"vocab_size": 10, "ffn": ffn})
+
+
+def test_an_ffn_is_a_config_or_a_kind_name():
+    with pytest.raises(ValueError, match="ffn must be one of"):
+        LMConfig(vocab_size=10, ffn={"kind": "cms"})
+    with pytest.raises(TypeError):
+        SwiGLUConfig(activation="solu")  # a field of another kind cannot be set
+
+
+@pytest.mark.parametrize("name", sorted(OLD_FFNS))
+def test_old_flat_checkpoints_load_as_the_same_model(name, tmp_path):
+    flat = json.loads((OLD / name / "config.json").read_text())
+    assert isinstance(flat["ffn"], str) and "ffn_expansion" in flat  # the old format
+    model = LM.from_pretrained(OLD / name).eval()
+    assert model.config.ffn == OLD_FFNS[name]
+    assert model.config.norm_eps == flat["norm_eps"] and model.config.mixer_kwargs == flat["mixer_kwargs"]
+    expected = load_file(str(OLD / name / "expected.safetensors"))
+    with torch.no_grad():
+        torch.testing.assert_close(model(expected["input_ids"]), expected["logits"])
+    model.save_pretrained(tmp_path)  # the new format
+    assert LM.from_pretrained(tmp_path).config == model.config
+
+
+def test_the_old_cms_checkpoint_keeps_the_models_norm_eps_in_its_levels(tmp_path):
+    """The flat format's CMS used LMConfig.norm_eps (1e-6 in this checkpoint); it still does."""
+    model = LM.from_pretrained(OLD / "cms")
+    assert model.blocks[0].ffn.norm_eps == 1e-6
+
+
+def test_old_flat_dicts_with_some_keys_take_the_defaults_and_keep_their_checks(tmp_path):
+    config = LMConfig.from_dict({"vocab_size": 10, "ffn": "moe", "moe_experts": 2, "moe_top_k": 1})
+    assert config.ffn == MoEConfig(experts=2, top_k=1)
+    assert LMConfig.from_dict({"vocab_size": 10, "ffn_expansion": 2.0}).ffn == SwiGLUConfig(expansion=2.0)
+    with pytest.raises(ValueError, match="cms_levels"):
+        LMConfig.from_dict({"vocab_size": 10, "ffn": "cms", "cms_levels": 2, "cms_chunk_sizes": [2, 4, 8]})
+    with pytest.raises(ValueError, match="unknown LMConfig keys"):
+        LMConfig.from_dict({"vocab_size": 10, "ffn": "cms", "cms_levels": 1, "cms_chunk_sizes": [2], "dropout": 0.1})
+    shutil.copytree(OLD / "swiglu", tmp_path / "bad")
+    flat = json.loads((tmp_path / "bad" / "config.json").read_text())
+    (tmp_path / "bad" / "config.json").write_text(json.dumps({**flat, "moe_topk": 1}))
+    with pytest.raises(ValueError, match="moe_topk"):
+        LM.from_pretrained(tmp_path / "bad")
