@@ -12,7 +12,7 @@ ALLOWED = {
     "ops": set(),
     "recipe": set(),
     "analysis": {"ops"},
-    "optim": set(),
+    "optim": {"ops"},
     "nested": {"ops"},
     "layers": {"nested", "ops", "recipe"},
     "models": {"layers", "nested", "ops", "recipe"},
