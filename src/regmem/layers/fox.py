@@ -41,7 +41,7 @@ from torch import nn
 
 from regmem.layers.attention import AttentionState, SoftmaxAttention
 from regmem.layers.base import check_mixer_input
-from regmem.layers.memory import mask_log_gate
+from regmem.ops.common import zero_padding
 from regmem.ops.common.decay import segsum
 
 
@@ -108,7 +108,7 @@ class ForgettingAttention(SoftmaxAttention):
         0 (keep everything) at padded tokens (mask [B, T] bool, False there)."""
         dtype = torch.promote_types(x.dtype, torch.float32)
         logits = self.f_proj(x).to(dtype) + self.f_bias.to(dtype)  # [B, T, H]
-        return mask_log_gate(F.logsigmoid(logits), mask)
+        return zero_padding(F.logsigmoid(logits), mask)
 
     @staticmethod
     def _log_decay(log_f: torch.Tensor, past: ForgettingKVCache | None) -> torch.Tensor:
