@@ -57,3 +57,15 @@ def test_forward_backward_never_syncs_the_gpu(name):
             _loss(mixer, x).backward()
         finally:
             torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.parametrize("name", ["hla", "ahla", "titans_mlp"])
+def test_a_padded_training_step_compiles_without_graph_breaks(name):
+    """Padding takes no host read either (regmem/ops/common/padding.py): HLA's neutral padded tokens and the deep
+    memories' real-tokens-first order compile into one graph, with left- and right-padded rows."""
+    mixer, x = _mixer_and_input(name)
+    mask = torch.ones(2, T, dtype=torch.bool)
+    mask[0, :5], mask[1, -7:] = False, False
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: mixer(x, attention_mask=mask)[0].pow(2).mean(), fullgraph=True)
+    torch.testing.assert_close(compiled(x), mixer(x, attention_mask=mask)[0].pow(2).mean(), rtol=1e-5, atol=1e-6)

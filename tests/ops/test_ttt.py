@@ -3,6 +3,8 @@ has, its mini-batch semantics match a brute-force loop, it is causal, the outer 
 and DGD's closed form is the exact proximal step (Nested Learning, arXiv:2512.24695, eqs. 56-57, 88).
 The op-wide contract (three forms agree with gradients, state passing, varlen, bf16) is in test_every_op.py."""
 
+import itertools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -157,6 +159,11 @@ def test_dgd_on_a_linear_memory_is_equation_88():
         assert_close(o[0, t, 0], M @ q[0, t, 0], f"token {t}")
 
 
+def _one_input_dgd(W, x, grad_y, eta, proximal=True):
+    """`dgd_step` for one input x with output gradient grad_y: G = x grad_y^T, C = x x^T."""
+    return dgd_step(W, torch.outer(x, grad_y), torch.outer(x, x), eta, proximal=proximal)
+
+
 def test_dgd_closed_form_is_the_exact_proximal_step():
     gen = torch.Generator().manual_seed(0)
     W = torch.randn(5, 3, generator=gen, dtype=torch.float64)
@@ -166,20 +173,58 @@ def test_dgd_closed_form_is_the_exact_proximal_step():
     # argmin_W 1/2 ||W^T x - u||^2 + 1/(2 eta) ||W - W_t||^2 with u = -grad_y: (x x^T + I/eta) W = x u^T + W_t/eta
     exact = torch.linalg.solve(torch.outer(x, x) + torch.eye(5, dtype=torch.float64) / eta,
                                torch.outer(x, -grad_y) + W / eta)
-    assert_close(dgd_step(W, x, grad_y, eta), exact, "eq. 57 vs the linear solve")
+    assert_close(_one_input_dgd(W, x, grad_y, eta), exact, "eq. 57 vs the linear solve")
     unit = x / x.norm()  # the paper's eta / (1 + eta) is the case ||x|| = 1
     paper = W - eta / (1 + eta) * torch.outer(unit, unit @ W + grad_y)
-    assert_close(dgd_step(W, unit, grad_y, eta), paper, "||x|| = 1")
+    assert_close(_one_input_dgd(W, unit, grad_y, eta), paper, "||x|| = 1")
 
 
 def test_dgd_explicit_and_proximal_steps_agree_to_first_order():
     gen = torch.Generator().manual_seed(1)
     W, x, grad_y = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in ((4, 3), (4,), (3,)))
-    gaps = [(dgd_step(W, x, grad_y, eta) - dgd_step(W, x, grad_y, eta, proximal=False)).norm()
+    gaps = [(_one_input_dgd(W, x, grad_y, eta) - _one_input_dgd(W, x, grad_y, eta, proximal=False)).norm()
             for eta in (1e-2, 1e-3)]
-    step = (dgd_step(W, x, grad_y, 1e-3) - W).norm()
+    step = (_one_input_dgd(W, x, grad_y, 1e-3) - W).norm()
     assert 90 < gaps[0] / gaps[1] < 110, "the gap shrinks as eta^2"
     assert gaps[1] < 1e-2 * step, "the gap is second order next to the first-order step"
+
+
+def test_engine_dgd_on_a_linear_memory_is_the_explicit_dgd_step():
+    """Without weight decay and momentum, with mini-batches of one, each token's update of `ttt(..., dgd=True)` is
+    `dgd_step(proximal=False)` on that token's statistics (the l2 loss: dL/dy = k^T W - v)."""
+    q, k, v, beta = _inputs(B=1, T=6, H=1, K=4, V=3)
+    o, _ = ttt(q, k, v, beta, dgd=True, mini_batch=1, chunk_size=2)
+    W = torch.zeros(4, 3, dtype=torch.float64)
+    for t in range(6):
+        kt, vt = k[0, t, 0], v[0, t, 0]
+        W = _one_input_dgd(W, kt, kt @ W - vt, beta[0, t, 0], proximal=False)
+        assert_close(o[0, t, 0], q[0, t, 0] @ W, f"token {t}")
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (2, 5, 3)], ids=["N2", "B2-N5"])
+def test_dgd_step_batches_over_leading_dims_with_per_row_step_sizes(shape):
+    gen = torch.Generator().manual_seed(2)
+    *lead, n, d_in = shape
+    W = torch.randn(*lead, d_in, 2, generator=gen, dtype=torch.float64)
+    X = torch.randn(*lead, n, d_in, generator=gen, dtype=torch.float64)
+    dY = torch.randn(*lead, n, 2, generator=gen, dtype=torch.float64)
+    eta = torch.rand(tuple(lead), generator=gen, dtype=torch.float64) + 0.1
+    out = dgd_step(W, X.transpose(-1, -2) @ dY, X.transpose(-1, -2) @ X, eta, delta=0.5)
+    for index in itertools.product(*(range(n) for n in lead)):
+        # delta/2 sum_n ||W^T x_n||^2 + sum_n <W^T x_n, dy_n> + 1/(2 eta) ||W - W_t||^2 is stationary at the step
+        W_i = out[index].clone().requires_grad_(True)
+        objective = 0.25 * (X[index] @ W_i).pow(2).sum() + (X[index] @ W_i * dY[index]).sum() \
+            + (W_i - W[index]).pow(2).sum() / (2 * eta[index])
+        (grad,) = torch.autograd.grad(objective, W_i)
+        assert grad.abs().max() < 1e-12
+
+
+def test_dgd_step_rejects_mismatched_statistics():
+    W = torch.zeros(4, 3)
+    with pytest.raises(ValueError, match="moment"):
+        dgd_step(W, torch.zeros(4, 3), torch.zeros(3, 3), 0.1)
+    with pytest.raises(ValueError, match="grad"):
+        dgd_step(W, torch.zeros(3, 4), torch.zeros(4, 4), 0.1)
 
 
 @pytest.mark.parametrize(("loss", "param"), [("l2", None), ("dot", None), ("huber", 0.3), ("lp", 1.5), ("lp", 3.0)])

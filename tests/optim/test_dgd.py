@@ -7,13 +7,20 @@ import copy
 import pytest
 import torch
 
-from regmem.optim.dgd import DGD, dgd_minimiser, dgd_update
+from regmem.ops import dgd_step
+from regmem.optim.dgd import DGD, dgd_minimiser
 
 F64 = torch.float64
 
 
 def _rand(*shape, gen):
     return torch.randn(*shape, generator=gen, dtype=F64)
+
+
+def _dgd_one(weight, x, grad_output, lr):
+    """DGD's step for one input on a weight [V, K] in torch.nn.Linear's layout: `dgd_step` on its transpose, with
+    the one-sample statistics G = x (dL/dy)^T and C = x x^T."""
+    return dgd_step(weight.T, torch.outer(x, grad_output), torch.outer(x, x), lr).T
 
 
 def test_dgd_minimiser_is_stationary_point_of_the_objective():
@@ -32,7 +39,7 @@ def test_sherman_morrison_closed_form_equals_exact_minimiser(norm):
     W0, x, dy, lr = _rand(4, 6, gen=gen), _rand(6, gen=gen), _rand(4, gen=gen), 0.3
     x = norm * x / x.norm()
     exact = dgd_minimiser(W0, x[None], dy[None], lr)
-    torch.testing.assert_close(dgd_update(W0, x, dy, lr), exact, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(_dgd_one(W0, x, dy, lr), exact, rtol=1e-12, atol=1e-12)
     if norm == 1.0:  # the paper's eta' = eta / (1 + eta), literally (eq. 57)
         eta_p = lr / (1 + lr)
         paper = W0 @ (torch.eye(6, dtype=F64) - eta_p * torch.outer(x, x)) - eta_p * torch.outer(dy, x)
@@ -44,9 +51,9 @@ def test_dgd_is_the_implicit_delta_rule_step_to_first_order_in_lr():
     objective differ by O(lr^2); DGD and plain GD W - lr dy x^T already differ at O(lr) by the decay -lr W x x^T."""
     gen = torch.Generator().manual_seed(2)
     W0, x, dy = _rand(4, 6, gen=gen), _rand(6, gen=gen), _rand(4, gen=gen)
-    delta_gd = [(dgd_update(W0, x, dy, lr) - (W0 - lr * torch.outer(W0 @ x + dy, x))).norm() for lr in (1e-3, 1e-4)]
+    delta_gd = [(_dgd_one(W0, x, dy, lr) - (W0 - lr * torch.outer(W0 @ x + dy, x))).norm() for lr in (1e-3, 1e-4)]
     assert 90 < delta_gd[0] / delta_gd[1] < 110  # O(lr^2)
-    plain_gd = [(dgd_update(W0, x, dy, lr) - (W0 - lr * torch.outer(dy, x))).norm() for lr in (1e-3, 1e-4)]
+    plain_gd = [(_dgd_one(W0, x, dy, lr) - (W0 - lr * torch.outer(dy, x))).norm() for lr in (1e-3, 1e-4)]
     assert 9 < plain_gd[0] / plain_gd[1] < 11  # O(lr)
 
 
@@ -75,7 +82,7 @@ def test_dgd_step_equals_exact_minimiser(shape, delta):
     torch.testing.assert_close(layer.weight.detach(), expected, rtol=1e-12, atol=1e-13)
     torch.testing.assert_close(layer.bias.detach(), b0 - lr * dY.sum(0), rtol=1e-12, atol=1e-14)
     if shape[0] == 1 and delta == 1.0:
-        torch.testing.assert_close(layer.weight.detach(), dgd_update(W0, X[0], dY[0], lr), rtol=1e-12, atol=1e-13)
+        torch.testing.assert_close(layer.weight.detach(), _dgd_one(W0, X[0], dY[0], lr), rtol=1e-12, atol=1e-13)
 
 
 def _model(seed=0):

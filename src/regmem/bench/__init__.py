@@ -2,9 +2,10 @@
 length, `regmem bench layers` whole layers beside public implementations, `regmem bench snr` the retrieval-SNR
 estimator; results go to benchmarks/results/."""
 
+from regmem.bench.cases import ALL_CASES, CASES, DEFAULT_CASES, EXTERNAL_CASES
 from regmem.bench.decode import decode_table, run_decode
 from regmem.bench.layers import LAYER_CASES, PASSES, layers_table, run_layers
-from regmem.bench.ops import ALL_CASES, CASES, DEFAULT_CASES, EXTERNAL_CASES, run
+from regmem.bench.ops import run
 from regmem.bench.report import comparison_table, markdown_table, targets_table, write
 from regmem.bench.snr import run_snr_timing, snr_timing_table
 

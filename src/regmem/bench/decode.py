@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import torch
 
-from regmem.bench.ops import CASES, Shape
+from regmem.bench.cases import CASES, Shape, case_inputs
 from regmem.bench.timing import median_seconds
 
 
-def _time_slice(inputs: dict, shape: Shape, start: int, stop: int) -> dict:
-    """Tokens start:stop of every per-token input ([B, T, ...]); per-head inputs (e.g. decay [H]) pass whole."""
-    return {name: t[:, start:stop] if t.ndim >= 3 and tuple(t.shape[:2]) == (shape.B, shape.T) else t
-            for name, t in inputs.items()}
+def _time_slice(tokens: dict, start: int, stop: int) -> dict:
+    """Tokens start:stop of every per-token input [B, T, ...]."""
+    return {name: t[:, start:stop] for name, t in tokens.items()}
 
 
 def state_floats(state) -> int:
@@ -32,13 +31,14 @@ def run_decode(case_names, context_lens, *, batch, heads, head_dim, dtype, min_r
         case = CASES[name]
         for T in context_lens:
             shape = Shape(batch, T + 1, heads, head_dim, head_dim, 64)
-            inputs = case.make_inputs(shape, dtype, gen)
+            tokens, options = case_inputs(case, shape, dtype, gen)
             with torch.no_grad():
-                _, state = case.call(**_time_slice(inputs, shape, 0, T), mode="chunk", chunk_size=64,
+                _, state = case.call(**_time_slice(tokens, 0, T), **options, mode="chunk", chunk_size=64,
                                      output_final_state=True)
-                token = _time_slice(inputs, shape, T, T + 1)
-                seconds = median_seconds(lambda: case.call(**token, mode="recurrent", initial_state=state),  # noqa: B023
-                                         min_run_time=min_run_time)
+                token = _time_slice(tokens, T, T + 1)
+                seconds = median_seconds(
+                    lambda: case.call(**token, **options, mode="recurrent", initial_state=state),  # noqa: B023
+                    min_run_time=min_run_time)
             rows.append({"op": name, "context": T, "B": batch, "H": heads, "K": head_dim, "dtype": str(dtype),
                          "ms": seconds * 1e3, "state_floats": state_floats(state)})
             progress(f"{name:>22} context={T:>6}: {seconds * 1e3:8.3f} ms per step, state "

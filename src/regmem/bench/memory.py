@@ -11,9 +11,14 @@ import multiprocessing
 import resource
 import sys
 
+import torch
+
+from regmem.bench.cases import ALL_CASES, case_inputs, op_step
+
 
 def peak_mb(case_name: str, shape, dtype, form: str, pass_: str) -> float:
-    """Extra peak resident memory (MiB) of one `pass_` ("fwd" | "fwdbwd") of `case_name` in `form`."""
+    """Extra peak resident memory (MiB) of one `pass_` ("fwd" | "fwdbwd") of `case_name` in `form`: the call of
+    `cases.op_step`, the one ops.py times."""
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         return pool.apply(_measure, (case_name, shape, dtype, form, pass_))
 
@@ -39,14 +44,10 @@ def _maxrss_mb() -> float:
 
 
 def _measure(case_name, shape, dtype, form, pass_) -> float:
-    import torch
-
-    from regmem.bench.ops import ALL_CASES, _step
-
     case = ALL_CASES[case_name]
-    inputs = case.make_inputs(shape, dtype, torch.Generator().manual_seed(0))
+    tokens, options = case_inputs(case, shape, dtype, torch.Generator().manual_seed(0))
     kwargs = {"mode": form, **({"chunk_size": shape.chunk_size} if form == "chunk" else {})}
-    step = _step(case, inputs, kwargs, pass_)
+    step = op_step(case, tokens, options, kwargs, pass_)
     if sys.platform.startswith("linux") and _reset_peak():
         before = _status_mb("VmRSS")
         step()

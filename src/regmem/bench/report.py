@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from regmem.bench.ops import MIRRORS
+from regmem.bench.cases import MIRRORS
 
 
 def markdown_table(result: dict) -> str:

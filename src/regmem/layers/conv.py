@@ -3,10 +3,10 @@
 k_t = sum_{i=0}^{W-1} w_i ⊙ x_{t-i} per channel, with x_{<=0} = 0. The cache holds the last W - 1 inputs
 [B, D, W - 1], so decoding one token at a time equals the full convolution.
 
-Padding: the caller zeroes padded inputs. Left padding then reads as the zeros before a fresh sequence. With
-right padding the last W - 1 inputs are zeros, not the row's last real inputs, so given the mask the cache is
-taken from the W - 1 inputs that end at each row's last real token: decoding after a right-padded prefill
-continues the real tokens.
+Padding (regmem/ops/common/padding.py): the caller zeroes padded inputs. Left padding then reads as the zeros before
+a fresh sequence. With right padding the last W - 1 inputs are zeros, not the row's last real inputs, so given the
+mask the cache is taken from the W - 1 inputs that end at each row's last real token (`real_end`): decoding after a
+right-padded prefill continues the real tokens.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from regmem.ops.common import real_end
 
 
 class ShortConvolution(nn.Module):
@@ -39,8 +41,7 @@ class ShortConvolution(nn.Module):
         if mask is None:
             new_cache = window[..., window.shape[-1] - W1:]  # [B, D, W - 1]
         else:  # the W - 1 window slots ending at the last real token (the old cache if the row has none)
-            T = mask.shape[1]
-            end = (mask * torch.arange(1, T + 1, device=mask.device)).amax(1)  # [B], last real index + 1
+            end = real_end(mask)  # [B], last real index + 1
             slots = end.unsqueeze(-1) + torch.arange(W1, device=mask.device)  # [B, W - 1], window coordinates
             new_cache = window.gather(-1, slots.unsqueeze(1).expand(-1, window.shape[1], -1))  # [B, D, W - 1]
         return y.transpose(1, 2), new_cache

@@ -22,10 +22,10 @@ outer optimiser through the unrolled inner updates ("meta-learned initial memory
 `mini_batch` is a model hyper-parameter (the engine takes every inner gradient of a mini-batch at its start; 1 is
 the token recurrence); `chunk_size` only sets the chunk form's block length (≤ mini_batch), as in every mixer.
 
-Padding: left-padded rows are rotated so their real tokens come first (the engine counts mini-batches from a row's
-first real token), the op's `token_mask` makes padded tokens change nothing, and the outputs are rotated back. The
-conv caches end at each row's last real token (conv.py), so a padded prefill followed by one-token steps equals the
-unpadded run.
+Padding (regmem/ops/common/padding.py, "real tokens first"): each row's real tokens are moved to its front (the
+engine counts mini-batches from a row's first real token), the op's `token_mask` makes the padded tail change
+nothing, and the outputs are moved back. The conv caches end at each row's last real token (conv.py), so a padded
+prefill followed by one-token steps equals the unpadded run.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from torch import nn
 from regmem.layers.memory import MemoryMixer
 from regmem.nested.self_modifying import Loss
 from regmem.ops import InnerModel, TTTState, ttt
-from regmem.ops.common import leading_pads, rotate
+from regmem.ops.common import permute_time, real_first_order, restore_time
 
 
 class DeepMemoryMixer(MemoryMixer):
@@ -79,16 +79,16 @@ class DeepMemoryMixer(MemoryMixer):
         g = F.logsigmoid(-logits[-1]) if self.weight_decay else None  # log(1 - alpha), alpha = sigmoid(logit)
         if memory is None:
             memory = self._initial_state(x.shape[0])
-        lead = None
-        if mask is not None:  # left padding to the right (module docstring)
-            lead = leading_pads(mask)  # [B]
-            q, k, v, beta, g, log_eta, mask = (rotate(t, lead) for t in (q, k, v, beta, g, log_eta, mask))
+        order = None
+        if mask is not None:  # real tokens first (module docstring)
+            order = real_first_order(mask)  # [B, T]
+            q, k, v, beta, g, log_eta, mask = (permute_time(t, order) for t in (q, k, v, beta, g, log_eta, mask))
         ln = {"ln_weight": self.ln_weight, "ln_bias": self.ln_bias} if self.inner_model.layer_norm else {}
         o, state = ttt(q, k, v, beta, g, log_eta, model=self.inner_model, loss=self.loss, dgd=self.dgd,
                        mini_batch=self.mini_batch, initial_state=memory, output_final_state=True, mode=mode,
                        chunk_size=min(self.chunk_size, self.mini_batch), token_mask=mask, **ln)
-        if lead is not None:
-            o = rotate(o, -lead)
+        if order is not None:
+            o = restore_time(o, order)
         return o, state
 
     @property

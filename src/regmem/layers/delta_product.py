@@ -11,9 +11,10 @@ from torch import nn
 
 from regmem.layers.base import check_mixer_input, repeat_heads
 from regmem.layers.conv import ShortConvolution
-from regmem.layers.memory import MemoryMixer, MemoryState, mask_log_gate
+from regmem.layers.memory import MemoryMixer, MemoryState
 from regmem.layers.norm import l2_normalize
 from regmem.ops import delta_product
+from regmem.ops.common import zero_padding
 from regmem.recipe import Recipe, Solver
 
 N_HOUSEHOLDER = 2  # default Householder factors (SGD steps) per token
@@ -41,8 +42,7 @@ class DeltaProduct(MemoryMixer):
     def forward(self, x, state=None, *, attention_mask=None):
         check_mixer_input(x, attention_mask, self.d_model)
         mask = attention_mask.bool() if attention_mask is not None else None
-        if mask is not None:
-            x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
+        x = zero_padding(x, mask)
         conv_cache, memory = state if state is not None else (None, None)
         main_cache, extra_cache = (conv_cache[:3], conv_cache[3:]) if conv_cache is not None else (None, None)
         q, k, v, main_cache = self._project(x, main_cache, mask)  # [B, T, H, K], [B, T, H, K], [B, T, H, V]
@@ -51,9 +51,8 @@ class DeltaProduct(MemoryMixer):
         v = torch.cat([v.unsqueeze(3), v_more], dim=3)  # [B, T, H, n_h, V]
         beta = self.beta_scale * torch.sigmoid(self.b_proj(x)).unflatten(-1, (self.n_heads, -1))  # [B, T, H, n_h]
         g = -F.softplus(self.a_proj(x)) if self.a_proj is not None else None  # [B, T, H]
-        if mask is not None:
-            beta = beta.masked_fill(~mask[:, :, None, None], 0.0)
-            g = mask_log_gate(g, mask) if g is not None else None
+        beta = zero_padding(beta, mask)  # a padded token: no step and retention 1 (ops/common/padding.py)
+        g = zero_padding(g, mask) if g is not None else None
         # Decoding one token with a state uses the recurrent form by name; anything longer uses the chunk form.
         mode = "recurrent" if state is not None and x.shape[1] == 1 else "chunk"
         o, memory = delta_product(q, k, v, beta, g=g, initial_state=memory, output_final_state=True, mode=mode,

@@ -1,7 +1,8 @@
 """Delta-rule mixers: DeltaNet, GatedDeltaNet, Longhorn, NLMS — streaming SGD on the test-time regression
 (arXiv:2501.12352 Vignette 3, eqs. 29-41). Each is the memory skeleton of memory.py plus its step size and gate.
 
-Padding: a padded token gets step size 0 and log-gate 0, so it leaves the memory unchanged.
+Padding (regmem/ops/common/padding.py, "neutral tokens"): a padded token gets step size 0 and log-gate 0 (NLMS: key
+0), so it leaves the memory unchanged.
 """
 
 from __future__ import annotations
@@ -11,13 +12,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from regmem.layers.gates import a_log_parameter, dt_bias_parameter, log_retention, time_step
-from regmem.layers.memory import MemoryMixer, mask_log_gate
+from regmem.layers.memory import MemoryMixer
 from regmem.ops import delta_rule, gated_delta_rule, longhorn, nlms
-
-
-def _mask_step(beta: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Step size 0 at padded tokens: beta: [B, T, H]."""
-    return beta if mask is None else beta.masked_fill(~mask.unsqueeze(-1), 0.0)
+from regmem.ops.common import zero_padding
 
 
 class DeltaNet(MemoryMixer):
@@ -36,7 +33,7 @@ class DeltaNet(MemoryMixer):
         return self.beta_scale * torch.sigmoid(self.b_proj(x))  # [B, T, H]
 
     def memory(self, x, q, k, v, mask, memory, mode):
-        return delta_rule(q, k, v, _mask_step(self.step_size(x), mask), initial_state=memory,
+        return delta_rule(q, k, v, zero_padding(self.step_size(x), mask), initial_state=memory,
                           output_final_state=True, mode=mode, chunk_size=self.chunk_size)
 
 
@@ -53,7 +50,7 @@ class GatedDeltaNet(DeltaNet):
 
     def memory(self, x, q, k, v, mask, memory, mode):
         g = log_retention(self.A_log, time_step(self.a_proj(x), self.dt_bias))  # [B, T, H]
-        return gated_delta_rule(q, k, v, mask_log_gate(g, mask), _mask_step(self.step_size(x), mask),
+        return gated_delta_rule(q, k, v, zero_padding(g, mask), zero_padding(self.step_size(x), mask),
                                 initial_state=memory, output_final_state=True, mode=mode, chunk_size=self.chunk_size)
 
 
@@ -68,7 +65,7 @@ class Longhorn(MemoryMixer):
         self.d_proj = nn.Linear(d_model, n_heads, bias=True)
 
     def memory(self, x, q, k, v, mask, memory, mode):
-        delta = _mask_step(F.softplus(self.d_proj(x)), mask)  # [B, T, H]
+        delta = zero_padding(F.softplus(self.d_proj(x)), mask)  # [B, T, H]
         return longhorn(q, k, v, delta, initial_state=memory, output_final_state=True, mode=mode,
                         chunk_size=self.chunk_size)
 
@@ -80,6 +77,5 @@ class NLMS(MemoryMixer):
     recipe_name = "nlms"
 
     def memory(self, x, q, k, v, mask, memory, mode):
-        if mask is not None:  # a zero key writes nothing, whatever its step size
-            k = k.masked_fill(~mask[:, :, None, None], 0.0)
+        k = zero_padding(k, mask)  # a zero key writes nothing, whatever its step size
         return nlms(q, k, v, initial_state=memory, output_final_state=True, mode=mode, chunk_size=self.chunk_size)

@@ -43,7 +43,7 @@ from torch import nn
 
 from regmem.layers.attention import AttentionState, SoftmaxAttention
 from regmem.layers.base import check_mixer_input, repeat_heads
-from regmem.layers.memory import mask_log_gate
+from regmem.ops.common import zero_padding
 from regmem.ops.common.decay import segsum
 from regmem.ops.nonparametric.similarity import allowed_pairs
 
@@ -106,7 +106,7 @@ class ForgettingAttention(SoftmaxAttention):
         0 (keep everything) at padded tokens (mask [B, T] bool, False there)."""
         dtype = torch.promote_types(x.dtype, torch.float32)
         logits = self.f_proj(x).to(dtype) + self.f_bias.to(dtype)  # [B, T, H]
-        return mask_log_gate(F.logsigmoid(logits), mask)
+        return zero_padding(F.logsigmoid(logits), mask)
 
     def _attend_decayed(self, q, k, v, key_mask, offset, log_decay):
         """q: [B, T, H, D]; k, v: [B, S, H_kv, D] (the cache's `offset` pairs, then the new ones); key_mask: [B, S];

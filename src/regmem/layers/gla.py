@@ -11,8 +11,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from regmem.layers.base import split_heads
-from regmem.layers.memory import MemoryMixer, mask_keys, mask_log_gate
+from regmem.layers.memory import MemoryMixer
 from regmem.ops import gated_linear_attn
+from regmem.ops.common import zero_padding
 
 
 class GLA(MemoryMixer):
@@ -37,6 +38,6 @@ class GLA(MemoryMixer):
     def memory(self, x, q, k, v, mask, memory, mode):
         g = F.logsigmoid(split_heads(self.gk_proj(x), self.key_dim)) / self.gate_logit_normalizer  # [B, T, H, K]
         return gated_linear_attn(
-            q, mask_keys(k, mask), v, mask_log_gate(g, mask), initial_state=memory, output_final_state=True,
+            q, zero_padding(k, mask), v, zero_padding(g, mask), initial_state=memory, output_final_state=True,
             mode=mode, chunk_size=self.chunk_size,
         )

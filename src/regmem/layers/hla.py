@@ -25,11 +25,11 @@ constant per head (the paper's constant gamma, sec. 4.3). p is initialised at Re
 gamma_h = 1 - 2^(-5 - h) (windows of 32 to 32 * 2^(H-1) tokens), i.e. p_h = log(2^(5 + h) - 1). `decay=False`
 is gamma = 1 (no parameter).
 
-Padding: the op takes one decay per head, not a per-token gate, so a padded token would still decay the state.
-The layer therefore drops padded tokens before the op: the real tokens of each row are packed into one row and
-run as separate sequences (the op's `cu_seqlens`, whose internal padding is neutral), and the outputs are
-scattered back (zeros at padded positions). A padded token leaves the state unchanged and real tokens never see
-it, for any padding pattern, with or without an initial state.
+Padding (regmem/ops/common/padding.py, "neutral tokens"): a padded token gets q = k = 0 and, with decay, the
+per-token decay 0 (retention 1; the ops take the decay per head [H] or per token [B, T, H]). With k = 0 it writes
+nothing to S, G, m, h, P or E, with q = 0 nothing to C (which sums q v^T) and it reads 0, so it leaves the state
+unchanged and real tokens never see it, for any padding pattern, with or without an initial state; no data moves
+and nothing is read on the host.
 """
 
 from __future__ import annotations
@@ -41,27 +41,11 @@ from torch import nn
 from regmem.layers.gates import retnet_decay_exponents
 from regmem.layers.memory import MemoryMixer
 from regmem.ops import ahla, hla2
-
-
-def pack_and_run(op, q, k, v, mask, **kwargs):
-    """op(q, k, v, **kwargs) on the real tokens only: q, k: [B, T, H, K]; v: [B, T, H, V]; mask: [B, T] bool or
-    None. Returns o: [B, T, H, V] (zeros at padded tokens) and the op's final state (one per row).
-
-    Any mask takes the packed path, even one without padding (no host read of the mask's values to decide);
-    packing reads the row lengths (`nonzero`, `cu_seqlens`), so an unmasked call is the one free of host syncs."""
-    if mask is None:
-        return op(q, k, v, **kwargs)
-    B, T, H, _ = q.shape
-    real = mask.flatten().nonzero().squeeze(-1)  # [total], flat indices of real tokens
-    cu_seqlens = F.pad(mask.sum(1).cumsum(0), (1, 0))  # [B + 1]
-    q, k, v = (x.flatten(0, 1).index_select(0, real).unsqueeze(0) for x in (q, k, v))  # [1, total, H, K|V]
-    o, state = op(q, k, v, cu_seqlens=cu_seqlens, **kwargs)  # [1, total, H, V]
-    o = o.new_zeros(B * T, H, o.shape[-1]).index_copy(0, real, o[0])  # [B * T, H, V]
-    return o.view(B, T, H, -1), state  # [B, T, H, V]
+from regmem.ops.common import zero_padding
 
 
 class _HigherOrder(MemoryMixer):
-    """The shared part of HLA and AHLA: the learnable per-head decay and the padding-free op call."""
+    """The shared part of HLA and AHLA: the learnable per-head decay and the op call with neutral padded tokens."""
 
     def __init__(self, d_model: int, n_heads: int, *, decay: bool, qk_norm: bool, **memory_kwargs):
         super().__init__(d_model, n_heads, qk_norm=qk_norm, **memory_kwargs)
@@ -75,18 +59,12 @@ class _HigherOrder(MemoryMixer):
         return None if self.decay_logit is None else F.logsigmoid(self.decay_logit)
 
     def memory(self, x, q, k, v, mask, memory, mode):
-        return pack_and_run(
-            self.op,
-            q,
-            k,
-            v,
-            mask,
-            decay=self.log_gamma(),
-            initial_state=memory,
-            output_final_state=True,
-            mode=mode,
-            chunk_size=self.chunk_size,
-        )
+        decay = self.log_gamma()  # [H] or None
+        if mask is not None:  # neutral padded tokens (module docstring)
+            q, k = zero_padding(q, mask), zero_padding(k, mask)
+            decay = zero_padding(decay.expand(*mask.shape, -1), mask) if decay is not None else None  # [B, T, H]
+        return self.op(q, k, v, decay=decay, initial_state=memory, output_final_state=True, mode=mode,
+                       chunk_size=self.chunk_size)
 
     def op(self, q, k, v, **kwargs):
         raise NotImplementedError

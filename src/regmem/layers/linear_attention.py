@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from regmem.layers.memory import MemoryMixer, mask_keys
+from regmem.layers.memory import MemoryMixer
 from regmem.ops import linear_attn
+from regmem.ops.common import zero_padding
 from regmem.ops.feature_maps import resolve_feature_map
 
 # The names of regmem.ops.feature_maps.FEATURE_MAPS (None is the identity; any token-wise callable works too).
@@ -29,7 +30,7 @@ class LinearAttention(MemoryMixer):
         self.feature_dim = self.feature_map.feature_dim(self.key_dim)
 
     def memory(self, x, q, k, v, mask, memory, mode):
-        phi_q, phi_k = self.feature_map(q), mask_keys(self.feature_map(k), mask)  # [B, T, H, F]
+        phi_q, phi_k = self.feature_map(q), zero_padding(self.feature_map(k), mask)  # [B, T, H, F]
         return linear_attn(
             phi_q, phi_k, v, scale=self.key_dim**-0.5, initial_state=memory, output_final_state=True,
             mode=mode, chunk_size=self.chunk_size,

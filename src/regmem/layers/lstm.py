@@ -20,10 +20,11 @@ the common constructor scheme, so presets can give every mixer the same local mi
 the common mixer signature and unused: an LSTM has no heads.
 
 State: `LSTMState(h, c, conv)` with h, c `[1, B, hidden_size]` as `torch.nn.LSTM` takes and returns them, and the
-convolution's cache (None without one). Padding: padded inputs are zeroed; given a mask, each row's real tokens
-are moved to the front in order and run as a packed sequence (`torch.nn.utils.rnn.pack_padded_sequence`), so the
-LSTM never steps over a padded token and the final state is the one after each row's last real token; outputs
-go back to the real tokens' positions, and padded positions output zeros.
+convolution's cache (None without one). Padding (regmem/ops/common/padding.py, "real tokens first"): padded inputs
+are zeroed; given a mask, each row's real tokens are moved to the front in order and run as a packed sequence
+(`torch.nn.utils.rnn.pack_padded_sequence`), so the LSTM never steps over a padded token and the final state is the
+one after each row's last real token; outputs go back to the real tokens' positions, and padded positions output
+zeros.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from regmem.layers.base import Mixer, check_mixer_input
 from regmem.layers.conv import ShortConvolution
+from regmem.ops.common import permute_time, real_first_order, restore_time, zero_padding
 
 
 class LSTMState(NamedTuple):
@@ -76,8 +78,7 @@ class LSTM(Mixer):
     def forward(self, x, state=None, *, attention_mask=None):
         check_mixer_input(x, attention_mask, self.d_model)
         mask = attention_mask.bool() if attention_mask is not None else None
-        if mask is not None:
-            x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
+        x = zero_padding(x, mask)
         conv_cache = None
         if self.conv is not None:
             x, conv_cache = self.conv(x, state.conv if state is not None else None, mask)
@@ -92,17 +93,15 @@ class LSTM(Mixer):
         """The LSTM over each row's real tokens only: x [B, T, D], mask [B, T] bool -> y [B, T, H] (zeros at
         padded positions), (h, c) after each row's last real token (the given state for a row with none)."""
         B, T, _ = x.shape
-        positions = torch.arange(T, device=x.device).expand(B, T)  # [B, T]
-        order = torch.where(mask, positions, positions + T).argsort(dim=1)  # [B, T]: real tokens first, in order
-        front = x.gather(1, order.unsqueeze(-1).expand_as(x))  # [B, T, D]
+        order = real_first_order(mask)  # [B, T]
+        front = permute_time(x, order)  # [B, T, D], real tokens first
         lengths = mask.sum(dim=1)  # [B]
         # pack_padded_sequence takes its lengths on the CPU (a host read) and refuses 0: a row without a real
         # token runs one (zeroed) token, and its state is put back below.
         packed = pack_padded_sequence(front, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
         out, (h, c) = self.lstm(packed, hc)
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=T)  # [B, T, H], zeros past each length
-        y = torch.zeros_like(out).scatter(1, order.unsqueeze(-1).expand_as(out), out)  # back to the positions
-        y = y.masked_fill(~mask.unsqueeze(-1), 0.0)
+        y = zero_padding(restore_time(out, order), mask)  # back to the positions
         empty = (lengths == 0).view(1, B, 1)
         h0, c0 = hc if hc is not None else (torch.zeros_like(h), torch.zeros_like(c))
         return y, (torch.where(empty, h0, h), torch.where(empty, c0, c))

@@ -29,6 +29,7 @@ from regmem.layers.conv import ShortConvolution
 from regmem.layers.gates import dt_bias_parameter, dt_log_range
 from regmem.layers.memory import MemoryState
 from regmem.ops import selective_scan
+from regmem.ops.common import zero_padding
 
 
 class Mamba(Mixer):
@@ -67,8 +68,7 @@ class Mamba(Mixer):
     def forward(self, x, state=None, *, attention_mask=None):
         check_mixer_input(x, attention_mask, self.d_model)
         mask = attention_mask.bool() if attention_mask is not None else None
-        if mask is not None:
-            x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
+        x = zero_padding(x, mask)
         conv_cache, h = state if state is not None else (None, None)
         xs, z = self.in_proj(x).chunk(2, dim=-1)  # [B, T, d_inner] each
         if self.conv is not None:
@@ -77,9 +77,7 @@ class Mamba(Mixer):
         else:
             xs = F.silu(xs)
         dt, B, C = self.x_proj(xs).split([self.dt_rank, self.state_dim, self.state_dim], dim=-1)
-        delta = F.softplus(self.dt_proj(dt) + self.dt_bias)  # [B, T, d_inner]
-        if mask is not None:
-            delta = delta.masked_fill(~mask.unsqueeze(-1), 0.0)  # no decay and no write at padded tokens
+        delta = zero_padding(F.softplus(self.dt_proj(dt) + self.dt_bias), mask)  # [B, T, d_inner], 0: padding
         A = -torch.exp(self.A_log)  # [d_inner, N]
         # Decoding one token with a state uses the recurrent form by name; anything longer uses the chunk form.
         mode = "recurrent" if state is not None and x.shape[1] == 1 else "chunk"

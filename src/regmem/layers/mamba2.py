@@ -21,6 +21,7 @@ from regmem.layers.gates import a_log_parameter, dt_bias_parameter, dt_log_range
 from regmem.layers.memory import MemoryState
 from regmem.layers.norm import GatedRMSNorm
 from regmem.ops import gated_linear_attn
+from regmem.ops.common import zero_padding
 
 
 class Mamba2(Mixer):
@@ -58,8 +59,7 @@ class Mamba2(Mixer):
     def forward(self, x, state=None, *, attention_mask=None):
         check_mixer_input(x, attention_mask, self.d_model)
         mask = attention_mask.bool() if attention_mask is not None else None
-        if mask is not None:
-            x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
+        x = zero_padding(x, mask)
         conv_cache, memory = state if state is not None else (None, None)
         z, xbc, dt = self.in_proj(x).split([self.n_heads * self.head_dim, self.conv_dim, self.n_heads], dim=-1)
         if self.conv is not None:
@@ -68,9 +68,7 @@ class Mamba2(Mixer):
         xs, B, C = xbc.split([self.n_heads * self.head_dim, *(2 * [self.n_groups * self.state_dim])], dim=-1)
         xs = split_heads(xs, self.head_dim)  # [B, T, H, P]
         B, C = (repeat_heads(split_heads(t, self.state_dim), self.n_heads) for t in (B, C))  # [B, T, H, N]
-        dt = time_step(dt, self.dt_bias)  # [B, T, H]
-        if mask is not None:
-            dt = dt.masked_fill(~mask.unsqueeze(-1), 0.0)  # dt = 0: no decay and no write at padded tokens
+        dt = zero_padding(time_step(dt, self.dt_bias), mask)  # [B, T, H]; dt = 0: no decay, no write at padding
         g = log_retention(self.A_log, dt)  # [B, T, H]
         # Decoding one token with a state uses the recurrent form by name; anything longer uses the chunk form.
         mode = "recurrent" if state is not None and x.shape[1] == 1 else "chunk"

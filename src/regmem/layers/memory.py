@@ -4,10 +4,10 @@
     o = memory op (q, k, v, gates)                           chunk form for a sequence, recurrent for one token
     y = W_o norm(o) [⊙ silu(W_g x)]                          per-head RMSNorm, optional output gate
 
-Padding: padded tokens are zeroed before the projections (so they add nothing to conv windows), and their keys
-and log-gates are zeroed (so they leave the memory unchanged): outputs of real tokens do not depend on padding.
-The conv caches end at each row's last real token (conv.py), so a left- or right-padded prefill followed by
-one-token steps equals the unpadded run.
+Padding (regmem/ops/common/padding.py, "neutral tokens"): padded tokens are zeroed before the projections (so
+they add nothing to conv windows), and each subclass zeroes their keys, log-gates or step sizes (so they leave the
+memory unchanged): outputs of real tokens do not depend on padding. The conv caches end at each row's last real
+token (conv.py), so a left- or right-padded prefill followed by one-token steps equals the unpadded run.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from torch import nn
 from regmem.layers.base import Mixer, check_mixer_input, repeat_heads, split_heads
 from regmem.layers.conv import ShortConvolution
 from regmem.layers.norm import GatedRMSNorm, l2_normalize
+from regmem.ops.common import zero_padding
 
 ShortConvOn = Literal["q", "k", "v", "qk", "qv", "kv", "qkv"]  # the projections with a short conv
 
@@ -72,8 +73,7 @@ class MemoryMixer(Mixer):
     def forward(self, x, state=None, *, attention_mask=None):
         check_mixer_input(x, attention_mask, self.d_model)
         mask = attention_mask.bool() if attention_mask is not None else None  # [B, T]
-        if mask is not None:
-            x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
+        x = zero_padding(x, mask)
         conv_cache, memory = state if state is not None else (None, None)
         q, k, v, conv_cache = self._project(x, conv_cache, mask)  # [B, T, H, K], [B, T, H, K], [B, T, H, V]
         # Decoding one token with a state uses the recurrent form by name; anything longer uses the chunk form.
@@ -118,15 +118,3 @@ class MemoryMixer(Mixer):
             conv = sum(c.conv.in_channels for c in self.convs if isinstance(c, ShortConvolution))
             conv *= self.short_conv - 1
         return self.memory_floats() + conv
-
-
-def mask_keys(k: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Zero the keys of padded tokens: k: [B, T, H, K]; mask: [B, T] bool."""
-    return k if mask is None else k.masked_fill(~mask[:, :, None, None], 0.0)
-
-
-def mask_log_gate(g: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Log retention 0 (keep everything) at padded tokens: g: [B, T, H] or [B, T, H, K]."""
-    if mask is None:
-        return g
-    return g.masked_fill(~mask.view(*mask.shape, *([1] * (g.ndim - 2))), 0.0)

@@ -27,8 +27,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from regmem.layers.gates import a_log_parameter, dt_bias_parameter, log_retention, time_step
-from regmem.layers.memory import MemoryMixer, mask_keys, mask_log_gate
+from regmem.layers.memory import MemoryMixer
 from regmem.ops import least_squares
+from regmem.ops.common import zero_padding
 
 RIDGE_FLOOR = 0.25  # MesaNet: lambda = softplus(p) + 0.25 keeps the system well conditioned
 
@@ -67,8 +68,8 @@ class Mesa(MemoryMixer):
         g = None
         if self.a_proj is not None:
             g = log_retention(self.A_log, time_step(self.a_proj(x), self.dt_bias))  # [B, T, H]
-            g = mask_log_gate(g, mask)
-        k = mask_keys(k, mask)
+            g = zero_padding(g, mask)
+        k = zero_padding(k, mask)
         if mode == "chunk" and self.solver == "cg":  # approximate: cg_steps of conjugate gradient per token
             return least_squares.chunk(q, k, v, g, ridge=self.ridge(), scale=1.0, initial_state=memory,
                                        output_final_state=True, chunk_size=self.chunk_size, solver="cg",

@@ -10,8 +10,9 @@ from __future__ import annotations
 import torch
 
 from regmem.layers.gates import retnet_decay_exponents
-from regmem.layers.memory import MemoryMixer, mask_keys, mask_log_gate
+from regmem.layers.memory import MemoryMixer
 from regmem.ops import gated_linear_attn
+from regmem.ops.common import zero_padding
 
 
 class RetNet(MemoryMixer):
@@ -24,8 +25,8 @@ class RetNet(MemoryMixer):
 
     def memory(self, x, q, k, v, mask, memory, mode):
         B, T = x.shape[:2]
-        g = mask_log_gate(self.log_gamma.expand(B, T, -1), mask)  # [B, T, H]
+        g = zero_padding(self.log_gamma.expand(B, T, -1), mask)  # [B, T, H]
         return gated_linear_attn(
-            q, mask_keys(k, mask), v, g, initial_state=memory, output_final_state=True, mode=mode,
+            q, zero_padding(k, mask), v, g, initial_state=memory, output_final_state=True, mode=mode,
             chunk_size=self.chunk_size,
         )

@@ -20,9 +20,9 @@ The layer reads the main memory after each token's update (`read="updated"`, as 
 recall pairs of its own mini-batch; `read="anchor"` is the paper's eq. 90 (nothing written inside a mini-batch is
 readable before the mini-batch ends).
 
-Padding: left-padded rows are rotated so their real tokens come first (mini-batches count from a row's first real
-token), padded tokens change no memory (`token_mask`), and the outputs are rotated back; the conv cache ends at each
-row's last real token (conv.py).
+Padding (regmem/ops/common/padding.py): padded inputs are zeroed, each row's real tokens are moved to its front
+("real tokens first": mini-batches count from a row's first real token), the padded tail changes no memory
+(`token_mask`), and the outputs are moved back; the conv cache ends at each row's last real token (conv.py).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from regmem.layers.conv import ShortConvolution
 from regmem.layers.memory import MemoryState
 from regmem.layers.norm import GatedRMSNorm
 from regmem.nested import OuterParams, SelfModifyingConfig, self_modifying_titans
-from regmem.ops.common import leading_pads, rotate
+from regmem.ops.common import permute_time, real_first_order, restore_time, zero_padding
 
 
 def config_from_options(config_class, options: dict, owner: str):
@@ -86,23 +86,22 @@ class SelfModifyingTitans(Mixer):
     def forward(self, x, state=None, *, attention_mask=None):
         check_mixer_input(x, attention_mask, self.d_model)
         mask = attention_mask.bool() if attention_mask is not None else None
-        if mask is not None:
-            x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
+        x = zero_padding(x, mask)
         conv_cache, memory = state if state is not None else (None, None)
         h = self.in_proj(x)
         if self.conv is not None:
             h, cache = self.conv(h, conv_cache[0] if conv_cache is not None else None, mask)
             conv_cache = (cache,)
         h = split_heads(h, self.head_dim)  # [B, T, H, d]
-        lead = None
-        if mask is not None:  # left padding to the right (module docstring)
-            lead = leading_pads(mask)
-            h, mask = rotate(h, lead), rotate(mask, lead)
+        order = None
+        if mask is not None:  # real tokens first (module docstring)
+            order = real_first_order(mask)  # [B, T]
+            h, mask = permute_time(h, order), permute_time(mask, order)
         # Decoding one token with a state runs the engine's recurrent form; anything longer its chunk form.
         mode = "recurrent" if state is not None and x.shape[1] == 1 else "chunk"
         y, memory = self_modifying_titans(h, self.config, self._outer(), memory, token_mask=mask, mode=mode)
-        if lead is not None:
-            y = rotate(y, -lead)
+        if order is not None:
+            y = restore_time(y, order)
         y = self.o_norm(y, split_heads(self.g_proj(x), self.head_dim))
         return self.o_proj(y.flatten(-2)), MemoryState(conv_cache, memory)
 

@@ -15,8 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from regmem.layers.memory import MemoryMixer, mask_log_gate
+from regmem.layers.memory import MemoryMixer
 from regmem.ops import momentum_delta_rule
+from regmem.ops.common import zero_padding
 
 
 class TitansLinear(MemoryMixer):
@@ -28,11 +29,9 @@ class TitansLinear(MemoryMixer):
 
     def memory(self, x, q, k, v, mask, memory, mode):
         theta, eta, alpha = self.gate_proj(x).chunk(3, dim=-1)  # [B, T, H] each
-        beta = torch.sigmoid(theta)
-        if mask is not None:
-            beta = beta.masked_fill(~mask.unsqueeze(-1), 0.0)
-        log_eta = mask_log_gate(F.logsigmoid(eta), mask)  # momentum retention
-        g = mask_log_gate(F.logsigmoid(-alpha), mask)  # log(1 - alpha), memory retention
+        beta = zero_padding(torch.sigmoid(theta), mask)
+        log_eta = zero_padding(F.logsigmoid(eta), mask)  # momentum retention
+        g = zero_padding(F.logsigmoid(-alpha), mask)  # log(1 - alpha), memory retention
         return momentum_delta_rule(q, k, v, g, beta, log_eta, initial_state=memory, output_final_state=True,
                                    mode=mode, chunk_size=self.chunk_size, token_mask=mask)
 

@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from regmem.ops.common import leading_pads, rotate, shared_offset
+from regmem.ops.common import permute_time, real_first_order, restore_time, shared_offset
 
 Variant = Literal["sequential", "nested", "independent"]
 Objective = Literal["value", "reconstruct"]
@@ -211,10 +211,10 @@ class CMS(nn.Module):
         if T == 0:
             return x, state
         mask = attention_mask.bool() if attention_mask is not None else None
-        lead = None
-        if mask is not None:  # left padding to the right, so every row's chunks start at its first real token
-            lead = leading_pads(mask)
-            x, mask = rotate(x, lead), rotate(mask, lead)
+        order = None
+        if mask is not None:  # real tokens first, so every row's chunks start at its first real token (padding.py)
+            order = real_first_order(mask)
+            x, mask = permute_time(x, order), permute_time(mask, order)
         if fresh:
             start = 0
         elif T == 1:
@@ -222,7 +222,7 @@ class CMS(nn.Module):
         else:
             start = shared_offset(state.offset)
         y, state = run_cms(self, x, state, mask, mode, start)
-        return (rotate(y, -lead) if lead is not None else y), state
+        return (restore_time(y, order) if order is not None else y), state
 
     def level_input(self, level: int, h: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(h, (self.d_model,), self.norm_weight[level], self.norm_eps)

@@ -8,6 +8,9 @@ norm ~1), step sizes in [0, 1], log gates in [-1, 0] with exact zeros, ridges >=
 `Example.make(B, T, H, K, V, dtype, gen)` returns `(tokens, options, initial_state)`: the per-token tensors
 [B, T, H, ...] by the op's argument names (sliceable in time), the other arguments (a per-head decay [H], a ridge,
 a kernel, ...), and a state of N = B sequences (None for the ops whose state is a KV cache, which grows with T).
+The sizes and the dtype are the caller's, and the tensors are made on the generator's device (`torch.Generator(
+device=...)`), so the tests, `regmem showcase` and the benchmarks (`regmem bench ops`, `regmem bench decode`: the
+cases of regmem/bench/cases.py) build their inputs here, at any size.
 
 Legend: B batch, T time, H heads, K key dim, V value dim.
 """
@@ -41,11 +44,11 @@ class Example:
 
 
 def _randn(gen, dtype, *shape):
-    return torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype)
+    return torch.randn(*shape, generator=gen, dtype=torch.float64, device=gen.device).to(dtype)
 
 
 def _rand(gen, dtype, *shape):
-    return torch.rand(*shape, generator=gen, dtype=torch.float64).to(dtype)
+    return torch.rand(*shape, generator=gen, dtype=torch.float64, device=gen.device).to(dtype)
 
 
 def _qkv(B, T, H, K, V, dtype, gen, *, unit_keys=True):
@@ -58,7 +61,7 @@ def _qkv(B, T, H, K, V, dtype, gen, *, unit_keys=True):
 def _log_gate(gen, dtype, *shape):
     """Log retention in [-1, 0] with a quarter exact zeros (retention 1)."""
     g = -_rand(gen, torch.float64, *shape)
-    keep = torch.rand(*shape, generator=gen, dtype=torch.float64) >= 0.25
+    keep = _rand(gen, torch.float64, *shape) >= 0.25
     return (g * keep).to(dtype)
 
 
@@ -81,9 +84,10 @@ def _gated(B, T, H, K, V, dtype, gen) -> Made:
 
 
 def _delta(B, T, H, K, V, dtype, gen, *, gated=False, extra=None) -> Made:
+    """gated: False, True (a scalar log gate [B, T, H]) or "diagonal" ([B, T, H, K])."""
     tokens = _qkv(B, T, H, K, V, dtype, gen)
     if gated:
-        tokens["g"] = _log_gate(gen, dtype, B, T, H)
+        tokens["g"] = _log_gate(gen, dtype, B, T, H, *((K,) if gated == "diagonal" else ()))
     extra = {"beta": _rand} if extra is None else extra
     tokens |= {name: make(gen, dtype, B, T, H) for name, make in extra.items()}
     return tokens, {}, _kv_state(gen, dtype, B, H, K, V)
@@ -177,7 +181,7 @@ def _ttt(model: InnerModel, *, momentum=True, square=False, **options):
         params = 0.3 * _randn(gen, dtype, B, H, P)
         anchor = params + 0.1 * _randn(gen, dtype, B, H, P)
         mom = 0.1 * _randn(gen, dtype, B, H, P if momentum else 0)
-        offset = torch.randint(0, 4, (B, H), generator=gen).to(dtype)
+        offset = torch.randint(0, 4, (B, H), generator=gen, device=gen.device).to(dtype)
         extra = {}
         if model.layer_norm:
             extra = {"ln_weight": 1 + 0.1 * _randn(gen, dtype, H, V), "ln_bias": 0.1 * _randn(gen, dtype, H, V)}
@@ -240,6 +244,7 @@ def _hla2_normalized(B, T, H, K, V, dtype, gen) -> Made:
 VARIANTS: dict[str, tuple[str, Example]] = {
     "linear_attn(elu+1, normalize)": ("linear_attn", Example(_linear_normalized, recipe="normalized_linear_attn")),
     "gated_linear_attn(scalar g)": ("gated_linear_attn", Example(_gated_scalar, recipe="mamba2")),
+    "gated_delta_rule(diagonal g)": ("gated_delta_rule", Example(lambda *a: _delta(*a, gated="diagonal"))),
     "hla2(normalize)": ("hla2", Example(_hla2_normalized, recipe="hla2")),
     "ttt(TTT-MLP)": ("ttt", Example(_ttt(InnerModel((8,), "gelu", bias=True, residual=True, layer_norm=True),
                                          momentum=False, square=True), max_len=24, recipe="ttt_mlp")),

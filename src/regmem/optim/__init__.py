@@ -2,11 +2,11 @@
 compresses past gradients, a preconditioner maps gradients to better coordinates, Newton-Schulz is an inner
 gradient descent. Every optimiser here is a `torch.optim.Optimizer` (param groups, state_dict round trip, closures).
 
-It sits beside `nested/` and imports nothing from regmem."""
+It sits beside `nested/` and imports only `regmem.ops` (DGD's step, `regmem.ops.dgd_step`)."""
 
 from regmem.optim.combined import Combined
 from regmem.optim.deep_momentum import DeepMomentum
-from regmem.optim.dgd import DGD, dgd_minimiser, dgd_update
+from regmem.optim.dgd import DGD, dgd_minimiser
 from regmem.optim.groups import param_groups
 from regmem.optim.m3 import M3
 from regmem.optim.memory_view import (
@@ -37,4 +37,4 @@ __all__ = ["Combined", "CUBIC", "M3", "MuonMemory", "QUINTIC", "newton_schulz", 
 __all__ += ["DeepMomentum", "adagrad_momentum_memory", "adam_as_optimal_memory", "elementwise_optimal_memory",
             "ema_moments", "ftrl_memory", "mlp2_memory_writes", "momentum_memory", "outer_product_optimal_memory",
             "proximal_dot_product_memory"]
-__all__ += ["DGD", "DeltaMomentum", "ValueMomentum", "dgd_minimiser", "dgd_update", "ema_horizon"]
+__all__ += ["DGD", "DeltaMomentum", "ValueMomentum", "dgd_minimiser", "ema_horizon"]

@@ -16,7 +16,9 @@ The paper prints eta' = eta / (1 + eta), i.e. assumes ||x|| = 1; the ||x||^2 her
 Batches. With N inputs X [N, K] and output gradients dY [N, V], the sum of the per-sample objectives has the
 minimiser W_{t+1} = (W_t - eta G) (I + eta X^T X)^{-1}, where G = dY^T X is exactly autograd's weight gradient:
 a GD step followed by a data-dependent decay (I + eta C)^{-1} along the inputs' directions (C = X^T X). `DGD` applies
-this with a strength `delta` on the quadratic (delta) term: delta = 0 is plain SGD, delta = 1 is eq. 56.
+this with a strength `delta` on the quadratic (delta) term: delta = 0 is plain SGD, delta = 1 is eq. 56. The step
+itself is `regmem.ops.dgd_step`, the one implementation of DGD's closed form, shared with the test-time-training
+engine's package (regmem/ops/ttt/dgd.py); it takes the row layout W = weight^T.
 """
 
 from __future__ import annotations
@@ -29,22 +31,9 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.utils.hooks import RemovableHandle
 
+from regmem.ops import dgd_step
+
 from .stepping import checked_grad, closure_loss
-
-
-def dgd_update(weight: torch.Tensor, x: torch.Tensor, grad_output: torch.Tensor, lr: float) -> torch.Tensor:
-    """One DGD step for one sample, the Sherman-Morrison closed form of eq. 57.
-
-    Args:
-        weight: W_t, [V, K].
-        x: the layer's input x_t, [K] (any norm; eta' uses ||x||^2).
-        grad_output: dL/dy_t, [V].
-        lr: eta > 0.
-
-    Returns W_{t+1}, [V, K].
-    """
-    eta_prime = lr / (1.0 + lr * (x @ x))
-    return weight - eta_prime * torch.outer(weight @ x, x) - eta_prime * torch.outer(grad_output, x)
 
 
 def dgd_minimiser(
@@ -77,7 +66,8 @@ class DGD(Optimizer):
 
         W <- (W - lr * grad) (I + lr * delta * C)^{-1},     C = sum over inputs seen since the last step of x x^T,
 
-    the exact minimiser of `dgd_minimiser`. Untracked parameters (biases, embeddings, ...) take a plain SGD step.
+    the exact minimiser of `dgd_minimiser`, computed by `regmem.ops.dgd_step`. Untracked parameters (biases,
+    embeddings, ...) take a plain SGD step.
     The input moments are transient: `step` consumes them and `zero_grad` discards them, so the inputs of every
     forward pass between `zero_grad` and `step` count (gradient accumulation sums both C and the gradient).
 
@@ -137,8 +127,7 @@ class DGD(Optimizer):
                 if moment is None or delta == 0:
                     p.add_(grad, alpha=-lr)
                     continue
-                eye = torch.eye(p.shape[1], dtype=p.dtype, device=p.device)
-                decay = eye + (lr * delta) * moment.to(p.dtype)  # [K, K], symmetric positive definite
-                p.copy_(torch.linalg.solve(decay, p - lr * grad, left=False))
+                step = dgd_step(p.T, grad.T, moment.to(p.dtype), lr, delta=delta)  # row layout [K, V]
+                p.copy_(step.T)
         self._input_moments.clear()
         return loss

@@ -1,9 +1,11 @@
-"""Machinery shared by every op: the op shape and its frame, validation, chunking, varlen packing, decay sums."""
+"""Machinery shared by every op: the op shape and its frame, validation, chunking, varlen packing, decay sums; and
+how a padded batch reaches an op (padding.py)."""
 
 from regmem.ops.common.chunking import merge_chunks, pad_time, split_chunks
 from regmem.ops.common.decay import segsum, suffix_exclusive
 from regmem.ops.common.kernels import SCORE_KERNELS, check_score_kernel, round_ste, score_kernel
 from regmem.ops.common.op import Call, Op, compute_dtype, map_state, op, scaled_queries
+from regmem.ops.common.padding import permute_time, real_end, real_first_order, restore_time, zero_padding
 from regmem.ops.common.scan import associative_scan, map_fields
 from regmem.ops.common.scores import decayed_scores
 from regmem.ops.common.validate import (
@@ -28,7 +30,7 @@ from regmem.ops.common.validate import (
     set_value_checks,
     value_checks,
 )
-from regmem.ops.common.varlen import Packing, leading_pads, rotate, shared_offset
+from regmem.ops.common.varlen import Packing, shared_offset
 
 __all__ = [
     "MODES",
@@ -56,14 +58,16 @@ __all__ = [
     "checks_values",
     "compute_dtype",
     "decayed_scores",
-    "leading_pads",
     "map_fields",
     "map_state",
     "merge_chunks",
     "num_states",
     "op",
     "pad_time",
-    "rotate",
+    "permute_time",
+    "real_end",
+    "real_first_order",
+    "restore_time",
     "scaled_queries",
     "shared_offset",
     "segsum",
@@ -73,4 +77,5 @@ __all__ = [
     "split_chunks",
     "suffix_exclusive",
     "value_checks",
+    "zero_padding",
 ]

@@ -37,22 +37,6 @@ class Packing:
         return flat.index_select(0, self.index).unsqueeze(0)  # [1, total, ...]
 
 
-def leading_pads(mask: torch.Tensor) -> torch.Tensor:
-    """mask: [B, T] bool, True on real tokens -> [B] int64: padded tokens before each row's first real one."""
-    return (mask.cumsum(1) == 0).sum(1)
-
-
-def rotate(x: torch.Tensor | None, shift: torch.Tensor) -> torch.Tensor | None:
-    """x: [B, T, ...] -> out[b, t] = x[b, (t + shift[b]) mod T]: shift > 0 moves a row's tokens earlier. A layer
-    whose state counts tokens from a row's start (mini-batches, CMS chunks) moves left padding to the right with
-    `rotate(x, leading_pads(mask))` and its outputs back with `rotate(y, -shift)`. None passes through."""
-    if x is None or x.shape[1] == 0:
-        return x
-    B, T = x.shape[:2]
-    index = torch.remainder(torch.arange(T, device=x.device) + shift.unsqueeze(-1), T)  # [B, T]
-    return torch.gather(x, 1, index.view(B, T, *([1] * (x.ndim - 2))).expand_as(x))
-
-
 def shared_offset(offset: torch.Tensor) -> int:
     """The one offset all rows of a continued state sit at (one host read); ValueError if rows differ. A
     multi-token call needs it to align its chunk grid; one-token steps keep per-row offsets and never call this."""

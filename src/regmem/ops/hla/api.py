@@ -5,7 +5,9 @@ Each op validates its arguments here and runs one of the forms of reference.py, 
 hla2 and ahla in scan.py, the math and the paper's errata in DERIVATION.md.
 
 A per-head decay [H] (log gamma <= 0, sec. 4.3) is handed to the cores as a per-token log gate [B, T, H]
-(g_t = log gamma), so the zero-gate padding of varlen packing and of chunking leaves the state unchanged.
+(g_t = log gamma), so the zero-gate padding of varlen packing and of chunking leaves the state unchanged. The decay
+may also be given per token, [B, T, H]: a layer gives a padded token decay 0 (retention 1) and q = k = 0, which
+leaves every state unchanged (regmem/ops/common/padding.py, "neutral tokens").
 
 Normalised read-outs (`normalize=True`: eq 3.4 for hla2, Theorem 6.1 for ahla) use the ones-column trick of
 `regmem/ops/common/normalize.py`: the denominator is the numerator of v = 1, whose memory is (m, h) for hla2 and
@@ -71,7 +73,8 @@ def hla2(q, k, v, *, masked=True, decay=None, scale=None, initial_state=None, cu
         q, k: [B, T, H, K]; v: [B, T, H, V], all one floating dtype (bf16/fp16 compute in float32).
         masked: True for the strictly causal eq 3.3; False for eq 3.1, o_t = q_t^T S_t C_t (every pair i, j <= t;
             the state is the same 5-tuple).
-        decay: [H] per-head log retention (<= 0, gamma = exp(decay)), or None for gamma = 1.
+        decay: log retention (<= 0, gamma = exp(decay)): [H] per head (sec. 4.3), or [B, T, H] per token (the
+            serial recurrence with gamma_t in place of gamma); None for gamma = 1.
         scale: multiplies q; None means K ** -0.5.
         initial_state: HLA2State of earlier tokens (shapes above), or None for zeros.
         output_final_state: return the HLA2State after the last token (float32, or float64 for float64 input).
@@ -121,7 +124,7 @@ def ahla(q, k, v, *, decay=None, scale=None, initial_state=None, cu_seqlens=None
 
     Args:
         q, k: [B, T, H, K]; v: [B, T, H, V], one floating dtype (bf16/fp16 compute in float32).
-        decay: [H] per-head log retention (<= 0, gamma = exp(decay)), or None for gamma = 1.
+        decay: log retention (<= 0, gamma = exp(decay)): [H] per head, or [B, T, H] per token; None for gamma = 1.
         scale: multiplies q; None means K ** -0.5.
         initial_state: AHLAState(P [N, H, K, V], m [N, H, K], E [N, H, K, V], n [N, H, K]) or None for zeros.
         output_final_state: return the AHLAState after the last token (float32, or float64 for float64 input).
@@ -226,12 +229,14 @@ def check_hla2_state(initial_state, N: int, H: int, K: int, V: int, q: torch.Ten
 
 def decayed_tokens(q, k, v, decay, scale) -> dict:
     """Validates q, k, v, decay and scale; returns the cores' tokens: q scaled [B, T, H, K] (compute dtype), k, v,
-    and the decay spread to a per-token log gate `log_gamma` [B, T, H] (None without decay)."""
+    and the decay ([H] or [B, T, H]) as a per-token log gate `log_gamma` [B, T, H] (None without decay)."""
     B, T, H, _, _ = check_qkv(q, k, v)
     if decay is not None:
-        check_tensor("decay", decay, 1, "[H]")
-        if tuple(decay.shape) != (H,):
-            raise ValueError(f"decay must have shape [H] = {[H]}, got shape {list(decay.shape)}")
+        check_tensor("decay", decay, 3 if isinstance(decay, torch.Tensor) and decay.ndim == 3 else 1,
+                     "[H] or [B, T, H]")
+        if tuple(decay.shape) not in ((H,), (B, T, H)):
+            raise ValueError(f"decay must have shape [H] = {[H]} or [B, T, H] = {[B, T, H]}, "
+                             f"got shape {list(decay.shape)}")
         check_same_device(q=q, decay=decay)
         check_at_most("decay", decay, 0.0, "is a log retention factor and must be <= 0 everywhere")
     check_scale(scale)
