@@ -238,14 +238,15 @@ def _add_protocol_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_train(args) -> None:
-    from regmem.experiments.runs import Cell, train_cell
+    from regmem.experiments.runs import Run, train_and_evaluate
     from regmem.train import distributed
 
     overrides = dict(_parse_assignment(a) for a in args.task_field)
-    cell = Cell(args.task, args.mixer, _preset(args.preset), seed=args.seed, task_overrides=overrides,
-                steps=args.steps, lr=args.lr, batch_size=args.batch_size, optimizer=args.optimizer)
-    result = train_cell(cell, out_dir=args.out_dir, checkpoint_every=args.checkpoint_every, resume=args.resume,
-                        progress=not args.no_progress, log=print)
+    run = Run(args.task, args.mixer, lr=args.lr, seed=args.seed, setting=overrides, steps=args.steps,
+              batch_size=args.batch_size, optimizer=args.optimizer)
+    result = train_and_evaluate(run, _preset(args.preset), out_dir=args.out_dir,
+                                checkpoint_every=args.checkpoint_every, resume=args.resume,
+                                progress=not args.no_progress, log=print)
     if distributed.is_main():
         print(f"step {result.steps}: {result.metrics}")
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from regmem.experiments.protocol import RunSpec
 from regmem.experiments.repro import REPROS, run_repro
 from regmem.experiments.repro.am_dag import DAGSettings, handset_accuracy
 from regmem.experiments.repro.am_toys import ToyBudget, arm, linear_schedule, toy_preset, train_toy
+from regmem.experiments.runs import Run
 
 
 def test_quick_am_swap_reports_every_figure_and_arm(tmp_path):
@@ -52,7 +52,7 @@ def test_curriculum_arm_doubles_its_length_once_a_batch_is_solved():
     """A threshold of 0 counts every batch as solved: 4 -> 8 -> 16, capped at 16."""
     budget = ToyBudget(steps=3, batch_size=4, num_eval=4)
     preset = toy_preset("t", budget, {"seq_len": 4}, {"seq_len": 4})
-    spec = RunSpec("swap", "attn", 0.01, 0, arm("a", curriculum=(4, 0.0, 16), rotary=False))
+    spec = Run("swap", "attn", 0.01, 0, arm("a", curriculum=(4, 0.0, 16), rotary=False))
     assert train_toy(spec, preset, budget=budget)["train_len"] == 16
-    fixed = RunSpec("swap", "attn", 0.01, 0, arm("b", rotary=False))
+    fixed = Run("swap", "attn", 0.01, 0, arm("b", rotary=False))
     assert train_toy(fixed, preset, budget=budget)["train_len"] == 4

@@ -27,7 +27,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from regmem.analysis import reachability_construction  # noqa: E402
-from regmem.experiments.protocol import RunStore, execute, run_specs, summarize  # noqa: E402
+from regmem.experiments.protocol import RunStore, execute, run_grid, summarize  # noqa: E402
 from regmem.experiments.repro.am_toys import ToyBudget, arm, toy_preset, train_toy  # noqa: E402
 from regmem.experiments.repro.outputs import write_report  # noqa: E402
 from regmem.tasks.dag import DAGReachabilityConfig, sample_graphs  # noqa: E402
@@ -79,9 +79,9 @@ def run_dag(settings: DAGSettings, out_dir: Path, *, progress: bool = True, log=
                        d_model=settings.d_model, n_heads=settings.n_heads)
     preset = toy_preset(f"am-dag-n{settings.num_nodes}", budget, fields, fields)
     arms = dag_arms(settings.depths)
-    specs = [spec for mixer, setting in arms.values()
-             for spec in run_specs(["dag"], [mixer], [setting], settings.lrs, settings.seeds)]
-    records = execute(specs, preset, RunStore(out_dir / "am-dag-runs", preset), progress=progress, log=log,
+    runs = [run for mixer, setting in arms.values()
+             for run in run_grid(["dag"], [mixer], [setting], settings.lrs, settings.seeds)]
+    records = execute(runs, preset, RunStore(out_dir / "am-dag-runs", preset), progress=progress, log=log,
                       train=functools.partial(train_toy, budget=budget), workers=settings.workers)
     rows = []
     for summary in summarize(records):

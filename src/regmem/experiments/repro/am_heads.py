@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from regmem.experiments.presets import Preset
-from regmem.experiments.protocol import RunSpec, RunStore, execute, higher_is_better, run_specs, summarize, train_run
+from regmem.experiments.protocol import RunStore, execute, higher_is_better, run_grid, summarize, train_run
 from regmem.experiments.repro.outputs import write_report
+from regmem.experiments.runs import Run
 
 KERNEL_NAMES = {"attn": "softmax", "linear": "linear"}
 # The paper's Fig. 2, per kernel: what 1 head does against the default multi-head model (validation loss).
@@ -109,12 +110,12 @@ def task_preset(settings: HeadsSettings, task: str) -> Preset:
     raise ValueError(f"tasks must name 'mqar' or 'text', got {task!r}")
 
 
-def train_heads_run(spec: RunSpec, preset: Preset) -> dict:
-    """`train_run` with the model's n_heads taken from the spec's setting (the other setting fields are task
+def train_heads_run(run: Run, preset: Preset) -> dict:
+    """`train_run` with the model's n_heads taken from the run's setting (the other setting fields are task
     fields, as in the protocol)."""
-    fields = dict(spec.setting)
+    fields = dict(run.setting)
     heads = fields.pop("n_heads")
-    return train_run(dataclasses.replace(spec, setting=fields), dataclasses.replace(preset, n_heads=heads))
+    return train_run(dataclasses.replace(run, setting=fields), dataclasses.replace(preset, n_heads=heads))
 
 
 def run_heads(settings: HeadsSettings, out_dir: Path, *, progress: bool = True, log=print) -> dict:
@@ -127,9 +128,9 @@ def run_heads(settings: HeadsSettings, out_dir: Path, *, progress: bool = True, 
     presets, cells, records = {}, [], []
     for task in settings.tasks:
         presets[task] = task_preset(settings, task)
-        specs = run_specs([task], settings.kernels, [{"n_heads": h} for h in settings.head_counts], lrs[task],
+        grid = run_grid([task], settings.kernels, [{"n_heads": h} for h in settings.head_counts], lrs[task],
                           settings.seeds)
-        runs = execute(specs, presets[task], RunStore(out_dir / "am-heads-runs", presets[task]), progress=progress,
+        runs = execute(grid, presets[task], RunStore(out_dir / "am-heads-runs", presets[task]), progress=progress,
                        log=log, train=train_heads_run, workers=settings.workers)
         records += runs
         cells += [dataclasses.asdict(c) for c in summarize(runs)]

@@ -31,7 +31,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from regmem.experiments.protocol import RunStore, execute, run_specs, summarize  # noqa: E402
+from regmem.experiments.protocol import RunStore, execute, run_grid, summarize  # noqa: E402
 from regmem.experiments.repro.am_toys import ToyBudget, arm, toy_preset, train_toy  # noqa: E402
 from regmem.experiments.repro.outputs import write_report  # noqa: E402
 
@@ -130,9 +130,9 @@ def run_swap(settings: SwapSettings, out_dir: Path, *, progress: bool = True, lo
                                n_heads=heads)
             preset = toy_preset(f"am-swap-fig{figure}-h{heads}", budget, {"seq_len": train_len},
                                 {"seq_len": eval_len})
-            specs = [spec for mixer, setting in group.values()
-                     for spec in run_specs(["swap"], [mixer], [setting], settings.lrs, settings.seeds)]
-            records = execute(specs, preset, RunStore(out_dir / "am-swap-runs", preset), progress=progress, log=log,
+            runs = [run for mixer, setting in group.values()
+                     for run in run_grid(["swap"], [mixer], [setting], settings.lrs, settings.seeds)]
+            records = execute(runs, preset, RunStore(out_dir / "am-swap-runs", preset), progress=progress, log=log,
                               train=functools.partial(train_toy, budget=budget), workers=settings.workers)
             figures.setdefault(figure, []).extend(_cells(group, records))
     return {"settings": dataclasses.asdict(settings), "figures": figures}

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from regmem.experiments.presets import PRESETS
-from regmem.experiments.protocol import RunStore, execute, run_specs, summarize
+from regmem.experiments.protocol import RunStore, execute, run_grid, summarize
 from regmem.experiments.repro.outputs import write_report
 
 ROWS = {  # mixer -> (the lecture's method, state representation, update logic)
@@ -59,8 +59,8 @@ def run_lineage(settings: LineageSettings, out_dir: Path, *, progress: bool = Tr
     if unknown:
         raise ValueError(f"mixers: the lineage table has rows for {sorted(ROWS)}, got {unknown}")
     preset = lineage_preset(settings)
-    specs = run_specs(["mqar"], settings.mixers, [{}], settings.lrs, settings.seeds)
-    records = execute(specs, preset, RunStore(out_dir / "lecture-lineage-runs", preset), progress=progress, log=log)
+    runs = run_grid(["mqar"], settings.mixers, [{}], settings.lrs, settings.seeds)
+    records = execute(runs, preset, RunStore(out_dir / "lecture-lineage-runs", preset), progress=progress, log=log)
     cells = [dataclasses.asdict(c) for c in summarize(records)]
     return {"settings": dataclasses.asdict(settings), "preset": preset.to_dict(), "cells": cells, "runs": records}
 

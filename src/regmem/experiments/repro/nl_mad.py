@@ -21,7 +21,7 @@ from pathlib import Path
 
 from regmem.experiments.plots import HeatCell, plot_heatmap
 from regmem.experiments.presets import Preset
-from regmem.experiments.protocol import RunStore, execute, run_specs, summarize
+from regmem.experiments.protocol import RunStore, execute, run_grid, summarize
 from regmem.experiments.repro.outputs import write_report
 
 # Table 4 of the paper (accuracy %), columns in TASK_ORDER minus noisy recall.
@@ -87,8 +87,8 @@ def mad_preset(settings: MADSettings, points: dict | None = None) -> Preset:
 def run_mad(settings: MADSettings, out_dir: Path, *, points: dict | None = None, progress: bool = True,
             log=print) -> dict:
     preset = mad_preset(settings, points)
-    specs = run_specs(settings.tasks, settings.mixers, [{}], settings.lrs, settings.seeds)
-    records = execute(specs, preset, RunStore(out_dir / "nl-mad-runs", preset), progress=progress, log=log)
+    runs = run_grid(settings.tasks, settings.mixers, [{}], settings.lrs, settings.seeds)
+    records = execute(runs, preset, RunStore(out_dir / "nl-mad-runs", preset), progress=progress, log=log)
     cells = [dataclasses.asdict(c) for c in summarize(records)]
     return {"settings": dataclasses.asdict(settings), "preset": preset.to_dict(), "cells": cells, "runs": records}
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from regmem.experiments.presets import Preset
 from regmem.experiments.repro.outputs import write_report
-from regmem.experiments.runs import Cell, train_cell
+from regmem.experiments.runs import Run, train_and_evaluate
 
 
 def claim(mixer: str, pairs: int, d_model: int) -> str:
@@ -71,7 +71,7 @@ def run_mqar(settings: MQARSettings | None = None, *, progress: bool = False, lo
         preset = preset_for(settings, pairs, seq_len)
         for mixer in settings.mixers:
             log(f"[ttr-mqar] {mixer}, P={pairs}, seq_len={seq_len}")
-            fields = train_cell(Cell("mqar", mixer, preset, seed=settings.seed), progress=progress).row()
+            fields = train_and_evaluate(Run("mqar", mixer, seed=settings.seed), preset, progress=progress).row()
             rows.append({"mixer": mixer, "pairs": pairs, "seq_len": seq_len, **fields})
             log(f"[ttr-mqar]   accuracy {fields['accuracy']:.3f} in {fields['train_seconds']:.0f}s")
     return {"settings": asdict(settings), "rows": rows}
