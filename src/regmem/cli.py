@@ -12,7 +12,7 @@
     regmem bench layers         whole layers (deep memories) beside public code (titans-pytorch)
     regmem bench snr            the time of the retrieval-SNR Monte-Carlo estimator (target: < 5 s, one thread)
     regmem bench optim          one optimiser step: M3 vs Muon, delta / deep momentum vs SGD momentum
-    regmem repro NAME           reproduce a seed's figure or table (ttr-mqar, nl-mad, ...): claim beside result
+    regmem repro NAME           reproduce a paper's figure or table (ttr-mqar, nl-mad, ...): claim beside result
     regmem showcase             a short tour: every op, its three forms agreeing, and their speed
 """
 
@@ -284,8 +284,8 @@ def _cmd_repro(args) -> None:
     from regmem.experiments.repro import run_repro
 
     overrides = dict(_parse_assignment(text) for text in args.settings)
-    run_repro(args.name, args.out_dir, quick=args.quick, paper_scale=args.paper_scale, full=args.full,
-              overrides=overrides)
+    variant = "quick" if args.quick else "full" if args.full else "default"
+    run_repro(args.name, args.out_dir, variant=variant, overrides=overrides, progress=variant != "quick")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -464,40 +464,16 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--seed", type=int, default=0, help="seed of the sampling")
     generate.set_defaults(func=_cmd_generate)
 
-    repro = commands.add_parser("repro", help="reproduce a seed's figure: paper's claim beside our result")
-    repro.add_argument("name", choices=REPROS,
-                       help="ttr-online-regression: TTR Fig. 2, parameter-free online regression (seconds); "
-                            "ttr-mqar: TTR Fig. 3, one layer + key conv on MQAR, linear attention vs RLS "
-                            "(about 8 minutes); nl-mad: Nested Learning Table 4, MAD's six tasks at CPU scale "
-                            "beside the paper, 5 mixers x lr grid of 4 x 2 seeds (240 runs, about 2 h 15 min of one "
-                            "CPU thread; resumable, --set mixers=attn,linear to split it); nl-niah: Table 1's "
-                            "pattern, needle heat maps at 1x/2x/4x the training length for 3 variants x 4 mixers x "
-                            "2 lrs x 2 seeds (48 runs, about 30 min of one thread; resumable); lecture-lineage: the "
-                            "lecture's Mamba / DeltaNet / TTT table on MQAR at equal memory, 3 mixers x 2 lrs x 2 "
-                            "seeds (12 runs; resumable); nl-formal-languages: Nested Learning Table 5, six formal "
-                            "languages x attention / linear / DeltaNet / LSTM / Hope / Hope w/o CMS, Bin 0 and Bin 1 "
-                            "(about 15 min on 2 cores; resumable; --full: lr grid of 3, 3 seeds, 1000 steps); "
-                            "am-stress: arXiv:2505.19488 Fig. 5, Theorem 1's hand-set swap tracking, linear vs round "
-                            "kernel at d = 128 (about 20 s); am-swap: Figs. 4 (default), 6 and 8 "
-                            "(--set figures=4,6,8), one-layer DeltaFormer vs Transformer on 5-element swaps "
-                            "(resumable; --full: 4000 steps, "
-                            "3 lrs, 3 seeds); am-dag: Fig. 7, DAG reachability, Transformer 1/2 layers vs DeltaFormer "
-                            "and the hand-set layer (resumable); am-heads: Fig. 2, softmax vs linear attention x "
-                            "n_heads on MQAR and text; nl-optimizers: Nested Learning's optimiser toys, delta vs "
-                            "standard momentum on Fig. 4's psi, forgetting across orthogonal tasks, and AdamW / "
-                            "Muon / M3 / delta / deep momentum on digits and byte text, loss and step time (about "
-                            "3 min on 2 cores)")
+    repro = commands.add_parser("repro", help="reproduce a paper's figure or table: its claim beside our result")
+    repro.add_argument("name", choices=REPROS, metavar="NAME",
+                       help="; ".join(f"{name}: {r.help}" for name, r in REPROS.items()))
     repro.add_argument("--out-dir", default="results/repro", help="where the report, JSON and plot go")
     repro.add_argument("--quick", action="store_true", help="a seconds-long smoke run, not a reproduction")
     repro.add_argument("--set", dest="settings", action="append", default=[],
                        help="override a setting, repeatable, e.g. --set softmax_bandwidth=0.05 (the bandwidths, "
                             "ridges and forgetting factor the paper leaves open) or --set steps=3000")
-    repro.add_argument("--paper-scale", action="store_true",
-                       help="ttr-mqar at the paper's d_model 64, P 64/128 (hours on CPU; default: d_model 32, "
-                            "P 16/32, about 8 minutes)")
     repro.add_argument("--full", action="store_true",
-                       help="nl-formal-languages with an lr grid of three, three seeds, 1000 steps and Hope's "
-                            "mini-batch 2 (hours on CPU)")
+                       help="the larger variant where a reproduction has one (more steps, lrs, seeds; hours on CPU)")
     repro.set_defaults(func=_cmd_repro)
 
     show = commands.add_parser("showcase", help="a short tour of the ops: forms agree, chunk is fast")

@@ -15,7 +15,7 @@ from regmem.experiments.runs import Run
 def test_quick_am_swap_reports_every_figure_and_arm(tmp_path):
     assert {"am-swap", "am-dag"} <= set(REPROS)
     lines = []
-    paths = run_repro("am-swap", tmp_path, quick=True, log=lines.append)
+    paths = run_repro("am-swap", tmp_path, variant="quick", log=lines.append)
     assert {p.name for p in paths.values()} == {"am-swap.md", "am-swap.json", "am-swap.png"}
     report = paths["report"].read_text()
     assert report.strip() in "\n".join(lines)
@@ -31,7 +31,7 @@ def test_quick_am_swap_reports_every_figure_and_arm(tmp_path):
 
 
 def test_quick_am_dag_reports_the_handset_row_at_100(tmp_path):
-    paths = run_repro("am-dag", tmp_path, quick=True, log=lambda _: None)
+    paths = run_repro("am-dag", tmp_path, variant="quick", log=lambda _: None)
     result = json.loads(paths["json"].read_text())
     assert result["handset"] == [1.0]
     assert "| hand-set 1-layer DeltaFormer" in paths["report"].read_text()

@@ -32,6 +32,7 @@ from pathlib import Path
 from regmem.experiments.presets import Preset
 from regmem.experiments.protocol import RunStore, execute, higher_is_better, run_grid, summarize, train_run
 from regmem.experiments.repro.outputs import write_report
+from regmem.experiments.repro.record import Repro
 from regmem.experiments.runs import Run
 
 KERNEL_NAMES = {"attn": "softmax", "linear": "linear"}
@@ -118,7 +119,7 @@ def train_heads_run(run: Run, preset: Preset) -> dict:
     return train_run(dataclasses.replace(run, setting=fields), dataclasses.replace(preset, n_heads=heads))
 
 
-def run_heads(settings: HeadsSettings, out_dir: Path, *, progress: bool = True, log=print) -> dict:
+def run(settings: HeadsSettings, out_dir: Path, *, log=print, progress: bool = True) -> dict:
     """Every (task, kernel, n_heads, lr, seed); {"settings", "presets", "cells" (best lr per cell), "runs"}."""
     for heads in settings.head_counts:
         for d_model in (settings.mqar_d_model, settings.text_d_model):
@@ -253,3 +254,12 @@ def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
     paths = write_report(out_dir, "am-heads", result, format_report(result))
     plot_heads(result, paths["plot"])
     return paths
+
+
+REPRO = Repro(
+    name="am-heads",
+    help="Associative memory Fig. 2: softmax vs linear attention x 1-8 heads at fixed width, on MQAR and byte "
+         "text (resumable; --full: wider models, 3 seeds)",
+    variants={"default": HeadsSettings(), "quick": QUICK, "full": FULL},
+    run=run, format_report=format_report, write_outputs=write_outputs,
+)
