@@ -1,4 +1,4 @@
-"""How deterministic is one training cell on this CPU? Trains the same (task, mixer, preset, seed, lr) cell in
+"""How deterministic is one training run on this CPU? Trains the same (task, mixer, preset, seed, lr) run in
 fresh processes and prints its accuracy, final loss and a hash of the trained weights.
 
     python benchmarks/scripts/determinism.py --mixer gated_deltanet --repeats 2 --threads 2,1
@@ -16,12 +16,11 @@ import sys
 CHILD = r"""
 import hashlib, json, sys, torch
 from regmem.experiments.presets import PRESETS
-from regmem.experiments.runs import Cell, train_cell
+from regmem.experiments.runs import Run, train_and_evaluate
 args = json.loads(sys.argv[1])
 torch.set_num_threads(args["threads"])
-cell = Cell(args["task"], args["mixer"], PRESETS[args["preset"]], seed=args["seed"], lr=args["lr"],
-            task_overrides=args["overrides"])
-result = train_cell(cell, progress=False)
+run = Run(args["task"], args["mixer"], lr=args["lr"], seed=args["seed"], setting=args["overrides"])
+result = train_and_evaluate(run, PRESETS[args["preset"]], progress=False)
 digest = hashlib.sha256()
 for tensor in result.model.state_dict().values():
     digest.update(tensor.detach().contiguous().numpy().tobytes())

@@ -5,15 +5,14 @@ import json
 
 import pytest
 
-from regmem.experiments.repro import run_repro
-from regmem.experiments.repro.ttr_online import OnlineSettings, run_online_regression
+from regmem.experiments.repro import run_repro, ttr_online
 from regmem.tasks import OnlineRegressionConfig
 
 
 @pytest.mark.parametrize("name", ["ttr-online-regression", "ttr-mqar"])
 def test_quick_repro_writes_report_json_and_plot(name, tmp_path):
     lines = []
-    paths = run_repro(name, tmp_path, quick=True, log=lines.append)
+    paths = run_repro(name, tmp_path, variant="quick", log=lines.append)
     assert {p.name for p in paths.values()} == {f"{name}.md", f"{name}.json", f"{name}.png"}
     report = paths["report"].read_text()
     assert "claim" in report and report.strip() in "\n".join(lines)
@@ -23,7 +22,7 @@ def test_quick_repro_writes_report_json_and_plot(name, tmp_path):
 
 def test_quick_nl_mad_prints_the_papers_table_beside_ours_and_resumes(tmp_path):
     lines = []
-    paths = run_repro("nl-mad", tmp_path, quick=True, log=lines.append)
+    paths = run_repro("nl-mad", tmp_path, variant="quick", log=lines.append)
     report = paths["report"].read_text()
     assert "| paper: Titans | 100 | 83.4 |" in report  # ICR and memorisation, the two quick tasks
     result = json.loads(paths["json"].read_text())
@@ -33,12 +32,12 @@ def test_quick_nl_mad_prints_the_papers_table_beside_ours_and_resumes(tmp_path):
         assert f"{100 * cell['mean']:.1f}" in report
     assert "Hope: not built yet" in report and paths["plot"].stat().st_size > 1000
     again = []
-    run_repro("nl-mad", tmp_path, quick=True, log=again.append)
+    run_repro("nl-mad", tmp_path, variant="quick", log=again.append)
     assert "4 of 4 runs already finished" in again[0]
 
 
 def test_quick_nl_niah_writes_a_heat_map_per_variant(tmp_path):
-    paths = run_repro("nl-niah", tmp_path, quick=True, log=lambda *_: None)
+    paths = run_repro("nl-niah", tmp_path, variant="quick", log=lambda *_: None)
     report = paths["report"].read_text()
     assert "| niah_single | attn |" in report and "| niah_single | linear |" in report
     assert "- Attention from the training length to 2x it: niah_single" in report  # the quick run has no Titans
@@ -47,7 +46,7 @@ def test_quick_nl_niah_writes_a_heat_map_per_variant(tmp_path):
 
 
 def test_quick_lecture_lineage_prints_the_lectures_table_with_measured_rows(tmp_path):
-    paths = run_repro("lecture-lineage", tmp_path, quick=True, log=lambda *_: None)
+    paths = run_repro("lecture-lineage", tmp_path, variant="quick", log=lambda *_: None)
     report = paths["report"].read_text()
     for method, mixer in (("Mamba (S6)", "mamba"), ("DeltaNet", "deltanet"), ("TTT", "ttt_linear")):
         assert f"| {method} |" in report and f"`{mixer}`" in report
@@ -57,8 +56,9 @@ def test_quick_lecture_lineage_prints_the_lectures_table_with_measured_rows(tmp_
     assert paths["plot"].read_bytes()[:4] == b"\x89PNG"
 
 
-def test_online_regression_orderings_of_the_paper():
-    result = run_online_regression(OnlineSettings(data=OnlineRegressionConfig(seq_len=128), num_sequences=4))
+def test_online_regression_orderings_of_the_paper(tmp_path):
+    settings = ttr_online.OnlineSettings(data=OnlineRegressionConfig(seq_len=128), num_sequences=4)
+    result = ttr_online.run(settings, tmp_path)
     claims = {c["claim"]: c["holds"] for c in result["claims"]}
     late = result["late"]
     # robust at this size: forgetting helps RLS after the switch, and local memories beat global ones
@@ -74,26 +74,26 @@ def test_unknown_repro_raises(tmp_path):
 
 
 def test_settings_overrides_reach_the_run_and_unknown_ones_raise(tmp_path):
-    paths = run_repro("ttr-online-regression", tmp_path, quick=True, overrides={"softmax_bandwidth": 0.05},
+    paths = run_repro("ttr-online-regression", tmp_path, variant="quick", overrides={"softmax_bandwidth": 0.05},
                       log=lambda *_: None)
     assert json.loads(paths["json"].read_text())["settings"]["softmax_bandwidth"] == 0.05
     with pytest.raises(ValueError, match="unknown settings"):
-        run_repro("ttr-online-regression", tmp_path, quick=True, overrides={"bandwith": 0.05})
+        run_repro("ttr-online-regression", tmp_path, variant="quick", overrides={"bandwith": 0.05})
 
 
 def test_set_overrides_of_tuple_settings_take_comma_separated_lists():
-    from regmem.experiments.repro import _replace
     from regmem.experiments.repro.nl_mad import MADSettings
+    from regmem.experiments.repro.record import replace_fields
 
-    settings = _replace(MADSettings(), {"mixers": "attn,linear", "lrs": "0.003,0.01", "seeds": 1, "steps": 8})
+    settings = replace_fields(MADSettings(), {"mixers": "attn,linear", "lrs": "0.003,0.01", "seeds": 1, "steps": 8})
     assert settings.mixers == ("attn", "linear") and settings.lrs == (0.003, 0.01)
     assert settings.seeds == (1,) and settings.steps == 8
     with pytest.raises(ValueError, match="comma-separated float"):
-        _replace(MADSettings(), {"lrs": "0.01,fast"})
+        replace_fields(MADSettings(), {"lrs": "0.01,fast"})
 
 
 def test_quick_nl_formal_languages_prints_table5_beside_both_bins(tmp_path):
-    paths = run_repro("nl-formal-languages", tmp_path, quick=True, log=lambda *_: None)
+    paths = run_repro("nl-formal-languages", tmp_path, variant="quick", log=lambda *_: None)
     report = paths["report"].read_text()
     assert "| paper: HOPE | 100.0 | 100.0 | 100.0 | 100.0 |" in report  # Parity and aⁿbⁿ, Bin 0 and Bin 1
     assert "| paper: Transformer | 46.4 | 0.0 | 100.0 | 100.0 |" in report
@@ -104,3 +104,36 @@ def test_quick_nl_formal_languages_prints_table5_beside_both_bins(tmp_path):
         assert 0.0 <= cell["bin0"]["mean"] <= 1.0 and 0.0 <= cell["bin1"]["mean"] <= 1.0
     assert "- Paper: Hope is perfect on every language and bin. Ours:" in report
     assert paths["plot"].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_every_repro_declares_its_record_and_one_entry_point_signature():
+    import inspect
+
+    from regmem.experiments.repro import REPROS
+
+    assert list(REPROS) == ["ttr-online-regression", "ttr-mqar", "nl-mad", "nl-niah", "lecture-lineage",
+                            "nl-formal-languages", "am-stress", "am-swap", "am-dag", "am-heads", "nl-optimizers"]
+    for name, repro in REPROS.items():
+        assert repro.name == name and "\n" not in repro.help and repro.help
+        assert {"default", "quick"} <= set(repro.variants) <= {"default", "quick", "full"}
+        parameters = inspect.signature(repro.run).parameters
+        assert list(parameters) == ["settings", "out_dir", "log", "progress"], name
+        assert [p.kind for p in parameters.values()][2:] == [inspect.Parameter.KEYWORD_ONLY] * 2
+        assert parameters["log"].default is print and parameters["progress"].default is True
+    assert {n for n, r in REPROS.items() if "full" in r.variants} == {
+        "ttr-mqar", "nl-formal-languages", "am-swap", "am-dag", "am-heads"}
+    assert REPROS["ttr-mqar"].settings("full").d_model == 64  # the paper's scale
+
+
+def test_an_unknown_variant_raises_before_anything_runs(tmp_path):
+    with pytest.raises(ValueError, match="has no 'full' variant; variants: default, quick"):
+        run_repro("ttr-online-regression", tmp_path / "out", variant="full")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_repro_record_needs_a_default_and_a_quick_variant():
+    from regmem.experiments.repro import Repro
+
+    with pytest.raises(ValueError, match="missing \\['quick'\\]"):
+        Repro("x", "help", {"default": ttr_online.OnlineSettings()}, ttr_online.run, ttr_online.format_report,
+              ttr_online.write_outputs)

@@ -8,13 +8,13 @@ import json
 import pytest
 
 from regmem.experiments.repro import REPROS, run_repro
-from regmem.experiments.repro.am_heads import QUICK, run_heads, task_preset, verdict
+from regmem.experiments.repro.am_heads import QUICK, run, task_preset, verdict
 
 
 def test_quick_am_heads_prints_the_claim_beside_every_cell(tmp_path):
     assert "am-heads" in REPROS
     lines = []
-    paths = run_repro("am-heads", tmp_path, quick=True, log=lines.append)
+    paths = run_repro("am-heads", tmp_path, variant="quick", log=lines.append)
     assert {p.name for p in paths.values()} == {"am-heads.md", "am-heads.json", "am-heads.png"}
     report = paths["report"].read_text()
     assert report.startswith("Paper (Fig. 2, Sec. 3.1") and report.strip() in "\n".join(lines)
@@ -38,7 +38,7 @@ def test_each_run_trains_the_head_count_of_its_setting(tmp_path, monkeypatch):
 
     monkeypatch.setattr("regmem.experiments.repro.am_heads.train_run", fake_train_run)
     settings = dataclasses.replace(QUICK, tasks=("mqar",), kernels=("linear",), head_counts=(1, 4), seeds=(0,))
-    run_heads(settings, tmp_path, progress=False, log=lambda *_: None)
+    run(settings, tmp_path, progress=False, log=lambda *_: None)
     assert sorted(seen, key=lambda s: s[1]) == [({}, 1), ({}, 4)]  # n_heads leaves the task fields
 
 
@@ -52,6 +52,6 @@ def test_verdict_follows_the_papers_direction_per_kernel():
 
 def test_a_head_count_that_does_not_divide_d_model_raises(tmp_path):
     with pytest.raises(ValueError, match="head_counts"):
-        run_heads(dataclasses.replace(QUICK, head_counts=(3,)), tmp_path, log=lambda *_: None)
+        run(dataclasses.replace(QUICK, head_counts=(3,)), tmp_path, log=lambda *_: None)
     with pytest.raises(ValueError, match="tasks"):
         task_preset(QUICK, "s5")

@@ -9,7 +9,7 @@ from regmem.experiments.repro import REPROS, run_repro
 def test_quick_am_stress_prints_the_claim_beside_the_measured_table(tmp_path):
     assert "am-stress" in REPROS
     lines = []
-    paths = run_repro("am-stress", tmp_path, quick=True, log=lines.append)
+    paths = run_repro("am-stress", tmp_path, variant="quick", log=lines.append)
     assert {p.name for p in paths.values()} == {"am-stress.md", "am-stress.json", "am-stress.png"}
     report = paths["report"].read_text()
     assert "Paper: Fig. 5" in report and report.strip() in "\n".join(lines)

@@ -6,16 +6,16 @@ import json
 
 import pytest
 
-from regmem.experiments.protocol import RunSpec
 from regmem.experiments.repro import REPROS, run_repro
 from regmem.experiments.repro.am_dag import DAGSettings, handset_accuracy
 from regmem.experiments.repro.am_toys import ToyBudget, arm, linear_schedule, toy_preset, train_toy
+from regmem.experiments.runs import Run
 
 
 def test_quick_am_swap_reports_every_figure_and_arm(tmp_path):
     assert {"am-swap", "am-dag"} <= set(REPROS)
     lines = []
-    paths = run_repro("am-swap", tmp_path, quick=True, log=lines.append)
+    paths = run_repro("am-swap", tmp_path, variant="quick", log=lines.append)
     assert {p.name for p in paths.values()} == {"am-swap.md", "am-swap.json", "am-swap.png"}
     report = paths["report"].read_text()
     assert report.strip() in "\n".join(lines)
@@ -31,7 +31,7 @@ def test_quick_am_swap_reports_every_figure_and_arm(tmp_path):
 
 
 def test_quick_am_dag_reports_the_handset_row_at_100(tmp_path):
-    paths = run_repro("am-dag", tmp_path, quick=True, log=lambda _: None)
+    paths = run_repro("am-dag", tmp_path, variant="quick", log=lambda _: None)
     result = json.loads(paths["json"].read_text())
     assert result["handset"] == [1.0]
     assert "| hand-set 1-layer DeltaFormer" in paths["report"].read_text()
@@ -52,7 +52,7 @@ def test_curriculum_arm_doubles_its_length_once_a_batch_is_solved():
     """A threshold of 0 counts every batch as solved: 4 -> 8 -> 16, capped at 16."""
     budget = ToyBudget(steps=3, batch_size=4, num_eval=4)
     preset = toy_preset("t", budget, {"seq_len": 4}, {"seq_len": 4})
-    spec = RunSpec("swap", "attn", 0.01, 0, arm("a", curriculum=(4, 0.0, 16), rotary=False))
+    spec = Run("swap", "attn", 0.01, 0, arm("a", curriculum=(4, 0.0, 16), rotary=False))
     assert train_toy(spec, preset, budget=budget)["train_len"] == 16
-    fixed = RunSpec("swap", "attn", 0.01, 0, arm("b", rotary=False))
+    fixed = Run("swap", "attn", 0.01, 0, arm("b", rotary=False))
     assert train_toy(fixed, preset, budget=budget)["train_len"] == 4

@@ -13,7 +13,7 @@ from regmem.experiments.repro import nl_optimizers as repro
 def test_quick_nl_optimizers_prints_the_claims_beside_the_measured_tables(tmp_path):
     assert "nl-optimizers" in REPROS
     lines = []
-    paths = run_repro("nl-optimizers", tmp_path, quick=True, log=lines.append)
+    paths = run_repro("nl-optimizers", tmp_path, variant="quick", log=lines.append)
     assert {p.name for p in paths.values()} == {"nl-optimizers.md", "nl-optimizers.json", "nl-optimizers.png"}
     report = paths["report"].read_text()
     assert "Paper (a): Fig. 4" in report and "Paper (b): Sec. 4.3" in report and report.strip() in "\n".join(lines)

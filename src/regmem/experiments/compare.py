@@ -1,7 +1,7 @@
 """`regmem compare`: train several mixers on one task under one preset and budget; write a fair leaderboard.
 
 For each mixer (and each value of an optional sweep over a task field) and each learning rate of its grid and
-each seed, one run is trained by `train_cell`, the path `regmem train` takes, and evaluated on held-out data.
+each seed, one run is trained by `train_and_evaluate`, the path `regmem train` takes, and evaluated on held-out data.
 The leaderboard gives each mixer its best learning rate's mean over the seeds, the spread (min-max) and the
 learning rate (experiments/protocol.py). The grid is `--lrs`, or `--sweep-lr` for the default grid, or else the
 mixer's tuned learning rate for the preset (experiments/tuned.py), or else the preset's.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from regmem.experiments.plots import plot_results
 from regmem.experiments.presets import Preset
-from regmem.experiments.protocol import SEEDS, CellSummary, RunStore, execute, higher_is_better, run_specs, summarize
+from regmem.experiments.protocol import SEEDS, CellSummary, RunStore, execute, higher_is_better, run_grid, summarize
 from regmem.experiments.tuned import tuned_lr
 from regmem.tasks import TASKS
 
@@ -67,8 +67,8 @@ def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | N
         run_dir = Path(out_dir) / f"{task_name}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(run_dir)
     settings = [{field: v} if field else {} for v in values]
-    specs = run_specs([task_name], mixers, settings, lr_grid(preset, lrs), seeds)
-    records = execute(specs, preset, RunStore(run_dir, preset), progress=progress, log=log, workers=workers)
+    runs = run_grid([task_name], mixers, settings, lr_grid(preset, lrs), seeds)
+    records = execute(runs, preset, RunStore(run_dir, preset), progress=progress, log=log, workers=workers)
     summaries = summarize(records)
     source = lr_source(preset, lrs, task_name, mixers)
     write_outputs(run_dir, task_name, preset, field, records, summaries, source)

@@ -24,8 +24,8 @@ import matplotlib
 import torch
 
 from regmem.experiments.presets import Preset
-from regmem.experiments.protocol import SEEDS, CellSummary, RunSpec, RunStore, execute, run_specs, summarize, train_run
-from regmem.experiments.runs import CellResult, build_task
+from regmem.experiments.protocol import SEEDS, CellSummary, RunStore, execute, run_grid, summarize, train_run
+from regmem.experiments.runs import Run, RunResult, build_task
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -129,15 +129,15 @@ def run_niah(
     setting = {"seq_len": train_len}
     task = build_task(task_name, preset, setting)  # the task the cells train on
 
-    def evaluate(spec: RunSpec, trained: CellResult) -> dict:
-        grid = niah_grid(trained.model, task, lengths, depths, num_examples=num_examples, seed=spec.seed + 2)
+    def evaluate(run: Run, trained: RunResult) -> dict:
+        grid = niah_grid(trained.model, task, lengths, depths, num_examples=num_examples, seed=run.seed + 2)
         return {"lengths": lengths, "depths": depths, "num_examples": num_examples, "grid": grid.tolist()}
 
     run_dir = Path(out_dir) / task_name
-    specs = run_specs([task_name], mixers, [setting], list(lrs), list(seeds))
+    runs = run_grid([task_name], mixers, [setting], list(lrs), list(seeds))
     log(f"[niah] {task_name}: {len(mixers)} mixers x {len(lrs)} lrs x {len(seeds)} seeds, trained at {train_len}, "
         f"scored at {lengths}")
-    records = execute(specs, preset, RunStore(run_dir, preset), progress=progress, log=log,
+    records = execute(runs, preset, RunStore(run_dir, preset), progress=progress, log=log,
                       train=functools.partial(train_run, evaluate=evaluate))
     stale = [r for r in records if (r["lengths"], r["depths"], r["num_examples"]) != (lengths, depths, num_examples)]
     if stale:

@@ -3,9 +3,9 @@ learning rate from a grid, and at least two seeds.
 
 Zoology (Arora et al. 2023, arXiv:2312.04927, Sec. 3 and App. E) and MAD (Poli et al. 2024, arXiv:2403.17844,
 Sec. 3) tune the learning rate per model and report the best run: a single learning rate favours the mixers it
-happens to suit. Here a *run* is one (task, mixer, setting, lr, seed); runs with the same (task, mixer, setting)
-form a *cell*; a cell's reported score is that of the learning rate with the best mean over seeds, shown with
-the spread over those seeds (min and max) and the learning rate itself.
+happens to suit. Here a *run* is one (task, mixer, setting, lr, seed) (`Run`, experiments/runs.py); runs with the
+same (task, mixer, setting) form a *cell*; a cell's reported score is that of the learning rate with the best mean
+over seeds, shown with the spread over those seeds (min and max) and the learning rate itself.
 
 Runs are stored one JSON file each under `<run_dir>/runs/`, keyed by everything that fixes them (task, mixer,
 setting, lr, seed and the preset's fields), so a command repeated after an interruption skips what finished.
@@ -14,21 +14,20 @@ setting, lr, seed and the preset's fields), so a command repeated after an inter
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import multiprocessing
 import statistics
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
 from regmem.experiments.presets import Preset
-from regmem.experiments.runs import Cell, CellResult, train_cell
+from regmem.experiments.runs import Run, RunResult, train_and_evaluate
 from regmem.tasks import TASKS
 
 # The default grid: the quick preset's 1e-2, a factor ~3 below and two above (with 3e-2 its top, ten of sixteen
@@ -50,34 +49,16 @@ def score_of(task_name: str) -> tuple[str, bool]:
     return name, higher_is_better(name)
 
 
-@dataclass(frozen=True)
-class RunSpec:
-    """One training run of the protocol."""
-
-    task: str
-    mixer: str
-    lr: float
-    seed: int
-    setting: dict = field(default_factory=dict)  # task-config fields over the preset's point, e.g. num_kv_pairs
-
-    def key(self, preset: Preset) -> str:
-        """A stable name for the run's file: a hash of everything that fixes the run."""
-        budget = {k: v for k, v in preset.to_dict().items() if k != "task_points"}  # other tasks' points do not count
-        fixed = {"task": self.task, "mixer": self.mixer, "lr": self.lr, "seed": self.seed, "setting": self.setting,
-                 "preset": budget, "task_point": preset.task_points.get(self.task)}
-        return hashlib.sha256(json.dumps(fixed, sort_keys=True).encode()).hexdigest()[:20]
-
-
-def run_specs(tasks: Iterable[str], mixers: Iterable[str], settings: Iterable[dict], lrs: Callable | Iterable[float],
-              seeds: Iterable[int]) -> list[RunSpec]:
+def run_grid(tasks: Iterable[str], mixers: Iterable[str], settings: Iterable[dict], lrs: Callable | Iterable[float],
+             seeds: Iterable[int]) -> list[Run]:
     """Every (task, setting, mixer, lr, seed); `lrs` is a grid, or a function (task, mixer) -> grid."""
-    specs = []
+    runs = []
     for task in tasks:
         for setting in settings:
             for mixer in mixers:
                 grid = lrs(task, mixer) if callable(lrs) else lrs
-                specs += [RunSpec(task, mixer, lr, seed, dict(setting)) for lr in grid for seed in seeds]
-    return specs
+                runs += [Run(task, mixer, lr, seed, dict(setting)) for lr in grid for seed in seeds]
+    return runs
 
 
 class RunStore:
@@ -95,66 +76,65 @@ class RunStore:
         if missing:
             raise ValueError(f"reuse: no runs/ directory in {', '.join(missing)}")
 
-    def path(self, spec: RunSpec) -> Path:
-        return self.dir / f"{spec.key(self.preset)}.json"
+    def path(self, run: Run) -> Path:
+        return self.dir / f"{run.key(self.preset)}.json"
 
-    def load(self, spec: RunSpec) -> dict | None:
-        name = self.path(spec).name
+    def load(self, run: Run) -> dict | None:
+        name = self.path(run).name
         for directory in (self.dir, *self.reuse):
             if (directory / name).exists():
                 return json.loads((directory / name).read_text())["result"]
         return None
 
-    def save(self, spec: RunSpec, result: dict) -> None:
-        tmp = self.path(spec).with_suffix(".tmp")  # written whole, then renamed: an interrupt leaves no half file
-        tmp.write_text(json.dumps({"spec": dataclasses.asdict(spec), "result": result}, indent=1))
-        tmp.replace(self.path(spec))
+    def save(self, run: Run, result: dict) -> None:
+        tmp = self.path(run).with_suffix(".tmp")  # written whole, then renamed: an interrupt leaves no half file
+        tmp.write_text(json.dumps({"spec": run.to_dict(), "result": result}, indent=1))
+        tmp.replace(self.path(run))
 
 
-def train_run(spec: RunSpec, preset: Preset, progress: bool = False,
-              evaluate: Callable[[RunSpec, CellResult], dict] | None = None) -> dict:
+def train_run(run: Run, preset: Preset, progress: bool = False,
+              evaluate: Callable[[Run, RunResult], dict] | None = None) -> dict:
     """Trains one run; returns its numbers: score, every eval metric, size, time, and whatever `evaluate`
-    (given the spec and the trained cell, model included) adds, e.g. NIAH's length x depth grid."""
-    cell = Cell(spec.task, spec.mixer, preset, seed=spec.seed, lr=spec.lr, task_overrides=spec.setting)
-    trained = train_cell(cell, progress=progress)
-    metric, _ = score_of(spec.task)
-    extra = {} if evaluate is None else evaluate(spec, trained)
+    (given the run and its result, the trained model included) adds, e.g. NIAH's length x depth grid."""
+    trained = train_and_evaluate(run, preset, progress=progress)
+    metric, _ = score_of(run.task)
+    extra = {} if evaluate is None else evaluate(run, trained)
     return {"score": trained.metrics[metric], **trained.row(), "metrics": trained.metrics,
             "stopped_early": trained.stopped_early, **extra}
 
 
-def execute(specs: list[RunSpec], preset: Preset, store: RunStore, *, progress: bool = True,
+def execute(runs: list[Run], preset: Preset, store: RunStore, *, progress: bool = True,
             log: Callable[[str], None] = print, train: Callable = train_run, workers: int = 1) -> list[dict]:
-    """Runs every spec not already in `store`, with one progress bar over all of them (ETA from the runs done in
-    this call); returns one record per spec, in order: {**spec fields, **result}.
+    """Trains every run not already in `store`, with one progress bar over all of them (ETA from the runs done in
+    this call); returns one record per run, in order: {**run.to_dict(), **result}.
 
     `workers` > 1 trains that many runs at once, each in its own process with one torch thread (`train` must then
     be picklable: a module-level function or a partial of one). A run's result does not depend on it: every run
     trains with one thread either way when the caller sets one, as `regmem` sweeps do."""
-    todo = [s for s in specs if store.load(s) is None]
-    if len(todo) < len(specs):
+    todo = [r for r in runs if store.load(r) is None]
+    if len(todo) < len(runs):
         where = f"{store.dir}" + (f" or {', '.join(map(str, store.reuse))}" if store.reuse else "")
-        log(f"[protocol] {len(specs) - len(todo)} of {len(specs)} runs already finished in {where}; skipped")
+        log(f"[protocol] {len(runs) - len(todo)} of {len(runs)} runs already finished in {where}; skipped")
     bar = tqdm(total=len(todo), desc="runs", unit="run", disable=not progress or not todo, dynamic_ncols=True)
 
-    def finished(spec, result, seconds):
-        store.save(spec, result)
-        log(f"[protocol] {spec.task} {spec.mixer} {_setting_text(spec.setting)}lr={spec.lr:g} seed={spec.seed}: "
-            f"{score_of(spec.task)[0]} {result['score']:.4f} ({seconds:.1f}s)")
+    def finished(run, result, seconds):
+        store.save(run, result)
+        log(f"[protocol] {run.task} {run.mixer} {_setting_text(run.setting)}lr={run.lr:g} seed={run.seed}: "
+            f"{score_of(run.task)[0]} {result['score']:.4f} ({seconds:.1f}s)")
         bar.update(1)
 
     if workers > 1 and len(todo) > 1:
         with worker_pool(workers) as pool:
-            futures = {pool.submit(_timed, train, spec, preset): spec for spec in todo}
+            futures = {pool.submit(_timed, train, run, preset): run for run in todo}
             bar.set_postfix_str(f"{workers} workers", refresh=True)
             for future in as_completed(futures):
                 finished(futures[future], *future.result())
     else:
-        for spec in todo:
-            bar.set_postfix_str(f"{spec.task} {spec.mixer} lr={spec.lr:g} seed={spec.seed}", refresh=True)
-            finished(spec, *_timed(train, spec, preset))
+        for run in todo:
+            bar.set_postfix_str(f"{run.task} {run.mixer} lr={run.lr:g} seed={run.seed}", refresh=True)
+            finished(run, *_timed(train, run, preset))
     bar.close()
-    return [{**dataclasses.asdict(s), **store.load(s)} for s in specs]
+    return [{**r.to_dict(), **store.load(r)} for r in runs]
 
 
 def worker_pool(workers: int) -> ProcessPoolExecutor:
@@ -164,9 +144,9 @@ def worker_pool(workers: int) -> ProcessPoolExecutor:
                                initializer=torch.set_num_threads, initargs=(1,))
 
 
-def _timed(train: Callable, spec: RunSpec, preset: Preset) -> tuple[dict, float]:
+def _timed(train: Callable, run: Run, preset: Preset) -> tuple[dict, float]:
     start = time.perf_counter()
-    result = train(spec, preset)
+    result = train(run, preset)
     return result, time.perf_counter() - start
 
 

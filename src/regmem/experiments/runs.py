@@ -1,13 +1,16 @@
-"""One cell of an experiment: a (task, mixer, preset, seed) point trained and evaluated by `train_cell`.
+"""One training run: `Run` describes it, `train_and_evaluate` trains and scores it.
 
-`train_cell` is the one training path of the command line: `regmem train` runs one cell (with checkpoints,
-resume and DDP under torchrun), `regmem compare` runs one per mixer and sweep value, `regmem repro ttr-mqar`
-one per mixer and grid point.
+A run is a task and a mixer trained under a preset's model and budget (experiments/presets.py) with a learning
+rate and a seed, optionally with task fields and budget overridden. It is the one description of a run on the
+command line: `regmem train` trains one (with checkpoints, resume and DDP under torchrun), `regmem compare`,
+`regmem suite` and the reproductions train grids of them through the fair protocol (experiments/protocol.py),
+which stores each under its `Run.key`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -20,6 +23,7 @@ from regmem.experiments.presets import Preset
 from regmem.models import LM, LMConfig
 from regmem.tasks import TASKS
 from regmem.train import TrainConfig, Trainer, distributed
+from regmem.train.optimizers import OPTIMIZERS
 
 
 def build_task(task_name: str, preset: Preset, overrides: dict):
@@ -70,22 +74,52 @@ def build_train_config(
 
 
 @dataclass(frozen=True)
-class Cell:
-    """What a cell trains: the preset's model, task and budget, with the task fields and budget overridden."""
+class Run:
+    """One training run under a preset (given beside it: `train_and_evaluate(run, preset)`, `run.key(preset)`).
+
+    `setting` is what varies within a (task, mixer) pair besides lr and seed: for `train_and_evaluate`, task-config
+    fields over the preset's point for the task (e.g. {"num_kv_pairs": 16}); a reproduction with its own training
+    function may read other fields from it (am_toys.py: an arm's mixer options, depth and curriculum).
+    """
 
     task: str  # a name in regmem.tasks.TASKS, e.g. "mqar"
-    mixer: str  # a name in regmem.layers.MIXERS
-    preset: Preset
+    mixer: str  # a name in regmem.layers.MIXERS, or recipe:<weights>/<regressor>/<solver>
+    lr: float | None = None  # peak learning rate; None: the preset's
     seed: int = 0  # seeds the data (train: seed, eval: seed + 1), the model init and the data order
-    task_overrides: dict = field(default_factory=dict)  # task-config fields over the preset's, e.g. num_kv_pairs
-    steps: int | None = None  # None: the preset's
-    lr: float | None = None  # None: the preset's
+    setting: dict = field(default_factory=dict)  # task-config fields over the preset's, e.g. num_kv_pairs
+    steps: int | None = None  # optimiser steps; None: the preset's
     batch_size: int | None = None  # global batch; None: the preset's
     optimizer: str = "adamw"  # a name of regmem.train.optimizers.OPTIMIZERS
 
+    def __post_init__(self):
+        for name in ("lr", "steps", "batch_size"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be positive, got {value!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {self.optimizer!r}")
+
+    def budget_overrides(self) -> dict:
+        """steps, batch_size and optimizer where they differ from their defaults (the preset's, AdamW)."""
+        defaults = {"steps": None, "batch_size": None, "optimizer": "adamw"}
+        return {name: getattr(self, name) for name, default in defaults.items() if getattr(self, name) != default}
+
+    def to_dict(self) -> dict:
+        """The run as stored and reported: task, mixer, lr, seed, setting, and the budget overrides given."""
+        return {"task": self.task, "mixer": self.mixer, "lr": self.lr, "seed": self.seed, "setting": self.setting,
+                **self.budget_overrides()}
+
+    def key(self, preset: Preset) -> str:
+        """A stable name for the run's file: a hash of everything that fixes the run. Budget overrides enter only
+        where given, so the key of a run without them is the one stored runs were saved under."""
+        budget = {k: v for k, v in preset.to_dict().items() if k != "task_points"}  # other tasks' points do not count
+        fixed = {"task": self.task, "mixer": self.mixer, "lr": self.lr, "seed": self.seed, "setting": self.setting,
+                 "preset": budget, "task_point": preset.task_points.get(self.task), **self.budget_overrides()}
+        return hashlib.sha256(json.dumps(fixed, sort_keys=True).encode()).hexdigest()[:20]
+
 
 @dataclass(frozen=True)
-class CellResult:
+class RunResult:
     accuracy: float  # of the last evaluation, at the final or early-stop step
     parameters: int
     state_floats: int  # decoding state per sequence at the task's seq_len (KV cache for attention)
@@ -102,36 +136,35 @@ class CellResult:
         return {name: getattr(self, name) for name in names}
 
 
-def train_cell(
-    cell: Cell, *, out_dir: str | None = None, checkpoint_every: int | None = None, resume: bool = False,
-    progress: bool = True, log: Callable[[str], None] | None = None,
-) -> CellResult:
-    """Trains and evaluates one cell; also under torchrun, where every rank calls it and trains its share.
+def train_and_evaluate(
+    run: Run, preset: Preset, *, out_dir: str | None = None, checkpoint_every: int | None = None,
+    resume: bool = False, progress: bool = True, log: Callable[[str], None] | None = None,
+) -> RunResult:
+    """Trains and evaluates one run; also under torchrun, where every rank calls it and trains its share.
 
     out_dir receives metrics.jsonl, checkpoint/ (every `checkpoint_every` steps and at the end) and, once the
     run ends, model/ (LM.save_pretrained); resume continues from its checkpoint. `log`, if given, receives the
     resolved task, model and train configs as JSON before training; it and the saving happen on rank 0 only.
     """
-    preset = cell.preset
-    task = build_task(cell.task, preset, cell.task_overrides)
-    model = build_model(cell.mixer, preset, task.vocab_size, seed=cell.seed)
+    task = build_task(run.task, preset, run.setting)
+    model = build_model(run.mixer, preset, task.vocab_size, seed=run.seed)
     config = build_train_config(
-        preset, seed=cell.seed, progress=progress, steps=cell.steps, lr=cell.lr, batch_size=cell.batch_size,
-        out_dir=out_dir, checkpoint_every=checkpoint_every, optimizer=cell.optimizer,
+        preset, seed=run.seed, progress=progress, steps=run.steps, lr=run.lr, batch_size=run.batch_size,
+        out_dir=out_dir, checkpoint_every=checkpoint_every, optimizer=run.optimizer,
     )
     if log is not None and distributed.is_main():
         resolved = {"task": dataclasses.asdict(task.config), "model": model.config.to_dict(),
                     "train": config.to_dict()}
         log(json.dumps(resolved, indent=1))
-    trainer = Trainer(model, config, train_data=training_data(task, preset.num_train, seed=cell.seed),
-                      eval_data=task.generate(preset.num_eval, seed=cell.seed + 1), metric=task.metric)
+    trainer = Trainer(model, config, train_data=training_data(task, preset.num_train, seed=run.seed),
+                      eval_data=task.generate(preset.num_eval, seed=run.seed + 1), metric=task.metric)
     start = time.perf_counter()
     summary = trainer.fit(resume=resume)
     seconds = time.perf_counter() - start
     if out_dir is not None and distributed.is_main():
         model.save_pretrained(Path(out_dir) / "model")
     trained = summary["step"] - summary["start_step"]
-    return CellResult(
+    return RunResult(
         accuracy=summary["metrics"]["accuracy"], parameters=model.num_parameters(),
         state_floats=model.state_size(task.seq_len), train_seconds=seconds,
         tokens_per_second=trained * config.batch_size * task.seq_len / seconds, steps=summary["step"],

@@ -23,7 +23,7 @@ from pathlib import Path
 from regmem.experiments.compare import budget_line, lr_grid, lr_source
 from regmem.experiments.plots import plot_heatmap
 from regmem.experiments.presets import Preset
-from regmem.experiments.protocol import SEEDS, CellSummary, RunStore, execute, run_specs, summarize
+from regmem.experiments.protocol import SEEDS, CellSummary, RunStore, execute, run_grid, summarize
 from regmem.experiments.tuned import best_lrs, save_tuned
 from regmem.tasks import TASK_GROUPS, TASKS
 
@@ -53,9 +53,9 @@ def suite(task_names: list[str], mixers: list[str], preset: Preset, *, seeds: li
     if not seeds:
         raise ValueError("seeds must name at least one seed")
     run_dir = Path(run_dir or f"results/suite-{preset.name}")
-    specs = run_specs(tasks, mixers, [{}], lr_grid(preset, lrs), seeds)
-    log(f"[suite] {len(tasks)} tasks x {len(mixers)} mixers: {len(specs)} runs into {run_dir}")
-    records = execute(specs, preset, RunStore(run_dir, preset, reuse), progress=progress, log=log, workers=workers)
+    runs = run_grid(tasks, mixers, [{}], lr_grid(preset, lrs), seeds)
+    log(f"[suite] {len(tasks)} tasks x {len(mixers)} mixers: {len(runs)} runs into {run_dir}")
+    records = execute(runs, preset, RunStore(run_dir, preset, reuse), progress=progress, log=log, workers=workers)
     summaries = summarize(records)
     sources = {task: lr_source(preset, lrs, task, mixers) for task in tasks}
     write_suite(run_dir, preset, tasks, mixers, records, summaries, sources)

@@ -1,10 +1,11 @@
 """Text generation from a saved byte-level language model: the qualitative check beside bits per byte.
 
 A model trained on the `text` task (src/regmem/tasks/text.py: next-byte prediction on CPython's documentation,
-`pydoc_data.topics`, Python Software Foundation License 2.0, scored in bits per byte) is saved by `train_cell` as
-`<out_dir>/model/` (`LM.save_pretrained`). `generate_text` loads it, encodes a prompt as UTF-8 bytes, samples
-continuation bytes with the model's recurrent decoding (`LM.generate`: one prefill, then one-byte steps) from a
-seeded generator, and decodes them; a byte sequence that is not valid UTF-8 shows U+FFFD.
+`pydoc_data.topics`, Python Software Foundation License 2.0, scored in bits per byte) is saved by
+`train_and_evaluate` (experiments/runs.py) as `<out_dir>/model/` (`LM.save_pretrained`). `generate_text` loads it,
+encodes a prompt as UTF-8 bytes, samples continuation bytes with the model's recurrent decoding (`LM.generate`: one
+prefill, then one-byte steps) from a seeded generator, and decodes them; a byte sequence that is not valid UTF-8
+shows U+FFFD.
 
 Worked example (a tiny untrained model writes noise; a trained one writes documentation-like prose):
 

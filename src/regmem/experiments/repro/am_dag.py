@@ -27,9 +27,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from regmem.analysis import reachability_construction  # noqa: E402
-from regmem.experiments.protocol import RunStore, execute, run_specs, summarize  # noqa: E402
+from regmem.experiments.protocol import RunStore, execute, run_grid, summarize  # noqa: E402
 from regmem.experiments.repro.am_toys import ToyBudget, arm, toy_preset, train_toy  # noqa: E402
 from regmem.experiments.repro.outputs import write_report  # noqa: E402
+from regmem.experiments.repro.record import Repro  # noqa: E402
 from regmem.tasks.dag import DAGReachabilityConfig, sample_graphs  # noqa: E402
 
 _DF = {"rotary": False, "read_kernel": "softmax"}
@@ -73,15 +74,17 @@ def handset_accuracy(settings: DAGSettings, seed: int) -> float:
     return correct / graphs.reachable.numel()
 
 
-def run_dag(settings: DAGSettings, out_dir: Path, *, progress: bool = True, log=print) -> dict:
+def run(settings: DAGSettings, out_dir: Path, *, log=print, progress: bool = True) -> dict:
+    """Every arm over lrs and seeds (runs stored under `out_dir`/am-dag-runs) and the hand-set layer per seed;
+    {"settings", "handset", "rows"}."""
     fields = {"num_nodes": settings.num_nodes, "parents_per_node": settings.parents_per_node}
     budget = ToyBudget(steps=settings.steps, batch_size=settings.batch_size, num_eval=settings.num_eval,
                        d_model=settings.d_model, n_heads=settings.n_heads)
     preset = toy_preset(f"am-dag-n{settings.num_nodes}", budget, fields, fields)
     arms = dag_arms(settings.depths)
-    specs = [spec for mixer, setting in arms.values()
-             for spec in run_specs(["dag"], [mixer], [setting], settings.lrs, settings.seeds)]
-    records = execute(specs, preset, RunStore(out_dir / "am-dag-runs", preset), progress=progress, log=log,
+    runs = [run for mixer, setting in arms.values()
+             for run in run_grid(["dag"], [mixer], [setting], settings.lrs, settings.seeds)]
+    records = execute(runs, preset, RunStore(out_dir / "am-dag-runs", preset), progress=progress, log=log,
                       train=functools.partial(train_toy, budget=budget), workers=settings.workers)
     rows = []
     for summary in summarize(records):
@@ -145,3 +148,12 @@ def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
     fig.savefig(paths["plot"], dpi=120)
     plt.close(fig)
     return paths
+
+
+REPRO = Repro(
+    name="am-dag",
+    help="Associative memory Fig. 7: DAG reachability, Transformer of 1 and 2 layers vs DeltaFormer and the "
+         "hand-set layer (resumable; --full: depths 1/2/4, 2000 steps, 3 lrs, 3 seeds)",
+    variants={"default": DAGSettings(), "quick": QUICK, "full": FULL},
+    run=run, format_report=format_report, write_outputs=write_outputs,
+)

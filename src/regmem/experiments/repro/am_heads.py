@@ -30,8 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from regmem.experiments.presets import Preset
-from regmem.experiments.protocol import RunSpec, RunStore, execute, higher_is_better, run_specs, summarize, train_run
+from regmem.experiments.protocol import RunStore, execute, higher_is_better, run_grid, summarize, train_run
 from regmem.experiments.repro.outputs import write_report
+from regmem.experiments.repro.record import Repro
+from regmem.experiments.runs import Run
 
 KERNEL_NAMES = {"attn": "softmax", "linear": "linear"}
 # The paper's Fig. 2, per kernel: what 1 head does against the default multi-head model (validation loss).
@@ -109,15 +111,15 @@ def task_preset(settings: HeadsSettings, task: str) -> Preset:
     raise ValueError(f"tasks must name 'mqar' or 'text', got {task!r}")
 
 
-def train_heads_run(spec: RunSpec, preset: Preset) -> dict:
-    """`train_run` with the model's n_heads taken from the spec's setting (the other setting fields are task
+def train_heads_run(run: Run, preset: Preset) -> dict:
+    """`train_run` with the model's n_heads taken from the run's setting (the other setting fields are task
     fields, as in the protocol)."""
-    fields = dict(spec.setting)
+    fields = dict(run.setting)
     heads = fields.pop("n_heads")
-    return train_run(dataclasses.replace(spec, setting=fields), dataclasses.replace(preset, n_heads=heads))
+    return train_run(dataclasses.replace(run, setting=fields), dataclasses.replace(preset, n_heads=heads))
 
 
-def run_heads(settings: HeadsSettings, out_dir: Path, *, progress: bool = True, log=print) -> dict:
+def run(settings: HeadsSettings, out_dir: Path, *, log=print, progress: bool = True) -> dict:
     """Every (task, kernel, n_heads, lr, seed); {"settings", "presets", "cells" (best lr per cell), "runs"}."""
     for heads in settings.head_counts:
         for d_model in (settings.mqar_d_model, settings.text_d_model):
@@ -127,9 +129,9 @@ def run_heads(settings: HeadsSettings, out_dir: Path, *, progress: bool = True, 
     presets, cells, records = {}, [], []
     for task in settings.tasks:
         presets[task] = task_preset(settings, task)
-        specs = run_specs([task], settings.kernels, [{"n_heads": h} for h in settings.head_counts], lrs[task],
+        grid = run_grid([task], settings.kernels, [{"n_heads": h} for h in settings.head_counts], lrs[task],
                           settings.seeds)
-        runs = execute(specs, presets[task], RunStore(out_dir / "am-heads-runs", presets[task]), progress=progress,
+        runs = execute(grid, presets[task], RunStore(out_dir / "am-heads-runs", presets[task]), progress=progress,
                        log=log, train=train_heads_run, workers=settings.workers)
         records += runs
         cells += [dataclasses.asdict(c) for c in summarize(runs)]
@@ -252,3 +254,12 @@ def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
     paths = write_report(out_dir, "am-heads", result, format_report(result))
     plot_heads(result, paths["plot"])
     return paths
+
+
+REPRO = Repro(
+    name="am-heads",
+    help="Associative memory Fig. 2: softmax vs linear attention x 1-8 heads at fixed width, on MQAR and byte "
+         "text (resumable; --full: wider models, 3 seeds)",
+    variants={"default": HeadsSettings(), "quick": QUICK, "full": FULL},
+    run=run, format_report=format_report, write_outputs=write_outputs,
+)

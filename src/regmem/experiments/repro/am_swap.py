@@ -31,9 +31,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from regmem.experiments.protocol import RunStore, execute, run_specs, summarize  # noqa: E402
+from regmem.experiments.protocol import RunStore, execute, run_grid, summarize  # noqa: E402
 from regmem.experiments.repro.am_toys import ToyBudget, arm, toy_preset, train_toy  # noqa: E402
 from regmem.experiments.repro.outputs import write_report  # noqa: E402
+from regmem.experiments.repro.record import Repro  # noqa: E402
 
 _DF = {"n_kv_heads": 1, "rotary": False, "bias": True, "read_kernel": "softmax"}  # Listing 2's DeltaAttention
 _ATTN = {"n_kv_heads": 1, "rotary": False}
@@ -120,7 +121,9 @@ def _figure(settings: SwapSettings, figure: str):
     raise ValueError(f"figures must be among 4, 6, 8, got {figure!r}")
 
 
-def run_swap(settings: SwapSettings, out_dir: Path, *, progress: bool = True, log=print) -> dict:
+def run(settings: SwapSettings, out_dir: Path, *, log=print, progress: bool = True) -> dict:
+    """Every arm of every figure asked for, over lrs and seeds (runs stored under `out_dir`/am-swap-runs);
+    {"settings", "figures": {figure: one row per arm}}."""
     figures = {}
     for figure in settings.figures:
         arms, train_len, eval_len, head_dim = _figure(settings, figure)
@@ -130,9 +133,9 @@ def run_swap(settings: SwapSettings, out_dir: Path, *, progress: bool = True, lo
                                n_heads=heads)
             preset = toy_preset(f"am-swap-fig{figure}-h{heads}", budget, {"seq_len": train_len},
                                 {"seq_len": eval_len})
-            specs = [spec for mixer, setting in group.values()
-                     for spec in run_specs(["swap"], [mixer], [setting], settings.lrs, settings.seeds)]
-            records = execute(specs, preset, RunStore(out_dir / "am-swap-runs", preset), progress=progress, log=log,
+            runs = [run for mixer, setting in group.values()
+                     for run in run_grid(["swap"], [mixer], [setting], settings.lrs, settings.seeds)]
+            records = execute(runs, preset, RunStore(out_dir / "am-swap-runs", preset), progress=progress, log=log,
                               train=functools.partial(train_toy, budget=budget), workers=settings.workers)
             figures.setdefault(figure, []).extend(_cells(group, records))
     return {"settings": dataclasses.asdict(settings), "figures": figures}
@@ -231,3 +234,12 @@ def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
     fig.savefig(paths["plot"], dpi=120)
     plt.close(fig)
     return paths
+
+
+REPRO = Repro(
+    name="am-swap",
+    help="Associative memory Figs. 4 (default), 6 and 8 (--set figures=4,6,8): one-layer DeltaFormer vs "
+         "Transformer on 5-element swaps (resumable; --full: 4000 steps, 3 lrs, 3 seeds)",
+    variants={"default": SwapSettings(), "quick": QUICK, "full": FULL},
+    run=run, format_report=format_report, write_outputs=write_outputs,
+)

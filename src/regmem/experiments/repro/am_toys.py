@@ -5,10 +5,10 @@ Listing 2 trains a one-layer model on fresh batches: AdamW (lr 0.01, weight deca
 warm-up steps decaying to 0, cross-entropy at every labelled position, and a curriculum that doubles the sequence
 length whenever the last batch's accuracy passes a threshold. Here the model is regmem's LM with no FFN
 (embedding -> pre-norm mixer block -> norm -> head; the listing has no norms), in float32 (the listing trains in
-bf16). Each arm of an experiment is a `RunSpec` whose `setting` holds the mixer's options, the depth and the
-curriculum, so the fair protocol (experiments/protocol.py: each arm at its best lr of a grid over seeds, with the
-spread; runs stored and resumed) ranks the arms. After training, every run is scored on fresh sequences of the
-evaluation length (seeded apart from training).
+bf16). Each arm of an experiment is a `Run` (experiments/runs.py) whose `setting` holds the mixer's options, the
+depth and the curriculum, so the fair protocol (experiments/protocol.py: each arm at its best lr of a grid over
+seeds, with the spread; runs stored and resumed) ranks the arms. After training, every run is scored on fresh
+sequences of the evaluation length (seeded apart from training).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from regmem.experiments.presets import Preset
-from regmem.experiments.protocol import RunSpec
+from regmem.experiments.runs import Run
 from regmem.models import LM, LMConfig
 from regmem.tasks import TASKS
 from regmem.tasks.swap import DoublingCurriculum
@@ -54,10 +54,10 @@ def arm(label: str, *, n_layers: int = 1, curriculum: tuple | None = None, **mix
     return {"label": label, "mixer_kwargs": mixer_kwargs, "n_layers": n_layers, "curriculum": curriculum}
 
 
-def build_model(spec: RunSpec, budget: ToyBudget, vocab_size: int) -> LM:
-    setting = spec.setting
+def build_model(run: Run, budget: ToyBudget, vocab_size: int) -> LM:
+    setting = run.setting
     config = LMConfig(vocab_size=vocab_size, d_model=budget.d_model, n_layers=setting["n_layers"],
-                      n_heads=budget.n_heads, mixer=spec.mixer, mixer_kwargs={spec.mixer: setting["mixer_kwargs"]},
+                      n_heads=budget.n_heads, mixer=run.mixer, mixer_kwargs={run.mixer: setting["mixer_kwargs"]},
                       ffn="none")
     return LM(config)
 
@@ -71,22 +71,22 @@ def linear_schedule(warmup: int, steps: int):
     return factor
 
 
-def train_toy(spec: RunSpec, preset: Preset, *, budget: ToyBudget) -> dict:
+def train_toy(run: Run, preset: Preset, *, budget: ToyBudget) -> dict:
     """Trains one arm on fresh batches (Listing 2's loop) with the task fields `preset.task["train"]`, and scores it
     on fresh sequences of `preset.task["eval"]`.
 
     Returns the evaluation metrics, the final training length, the first step whose batch accuracy reached 0.999
     (None if never) and the last batch's loss and accuracy."""
-    torch.manual_seed(spec.seed)
-    task_cls = TASKS[spec.task]
+    torch.manual_seed(run.seed)
+    task_cls = TASKS[run.task]
     task = task_cls(task_cls.config_class(**preset.task["train"]))
-    model = build_model(spec, budget, task.config.vocab_size)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=budget.weight_decay)
+    model = build_model(run, budget, task.config.vocab_size)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=run.lr, weight_decay=budget.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(budget.warmup, budget.steps))
-    curriculum = DoublingCurriculum(*spec.setting["curriculum"]) if spec.setting["curriculum"] else None
+    curriculum = DoublingCurriculum(*run.setting["curriculum"]) if run.setting["curriculum"] else None
     if curriculum is not None:
         task = task.with_seq_len(curriculum.seq_len)
-    generator = torch.Generator().manual_seed(spec.seed)
+    generator = torch.Generator().manual_seed(run.seed)
     solved_at, loss, acc = None, math.nan, 0.0
     start = time.perf_counter()
     model.train()
@@ -106,7 +106,7 @@ def train_toy(spec: RunSpec, preset: Preset, *, budget: ToyBudget) -> dict:
     seconds = time.perf_counter() - start
     model.eval()
     eval_task = task_cls(task_cls.config_class(**preset.task["eval"]))
-    inputs, targets = eval_task.generate(budget.num_eval, seed=10_000 + spec.seed)
+    inputs, targets = eval_task.generate(budget.num_eval, seed=10_000 + run.seed)
     with torch.no_grad():
         metrics = eval_task.metric(model(inputs), targets)
     final_len = task.config.seq_len if hasattr(task.config, "seq_len") else None

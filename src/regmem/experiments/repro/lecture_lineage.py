@@ -1,6 +1,7 @@
-"""`regmem repro lecture-lineage`: the closing table of the lecture's "State Space Lineage", measured.
+"""`regmem repro lecture-lineage`: the closing table of a lecture's "State Space Model Lineage", measured.
 
-The lecture (the fifth seed: linear attention -> delta rule -> TTT -> SSMs) ends with "the modern recurrent
+Todd Morrill, "Continual Learning & Memory Models" (Columbia COMS6998 lecture slides, February 2026), traces linear
+attention -> delta rule -> TTT -> SSMs; its section "State Space Model Lineage" ends with "the modern recurrent
 hierarchy": Mamba (S6) keeps a vector state per channel updated by selective scalar gating, DeltaNet a matrix state
 updated by a least-squares (delta-rule) step, TTT the weights of a model updated by gradient descent; its conclusion
 is a move from dynamic compression to online learning. It states no numbers. Here the three train on MQAR at the
@@ -19,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from regmem.experiments.presets import PRESETS
-from regmem.experiments.protocol import RunStore, execute, run_specs, summarize
+from regmem.experiments.protocol import RunStore, execute, run_grid, summarize
 from regmem.experiments.repro.outputs import write_report
+from regmem.experiments.repro.record import Repro
 
-ROWS = {  # mixer -> (the lecture's method, state representation, update logic)
+ROWS = {  # mixer -> (the method, state representation and update logic as the lecture's table gives them)
     "mamba": ("Mamba (S6)", "vector h in R^{N x D}", "selective scalar gating"),
     "deltanet": ("DeltaNet", "matrix S in R^{d_k x d_v}", "linear least-squares step"),
     "ttt_linear": ("TTT", "weights theta in R^P", "gradient descent on L_t"),
@@ -54,13 +56,15 @@ def lineage_preset(settings: LineageSettings):
     return preset
 
 
-def run_lineage(settings: LineageSettings, out_dir: Path, *, progress: bool = True, log=print) -> dict:
+def run(settings: LineageSettings, out_dir: Path, *, log=print, progress: bool = True) -> dict:
+    """Every (mixer, lr, seed) on MQAR not yet stored under `out_dir`/lecture-lineage-runs; {"settings", "preset",
+    "cells", "runs"}."""
     unknown = [m for m in settings.mixers if m not in ROWS]
     if unknown:
         raise ValueError(f"mixers: the lineage table has rows for {sorted(ROWS)}, got {unknown}")
     preset = lineage_preset(settings)
-    specs = run_specs(["mqar"], settings.mixers, [{}], settings.lrs, settings.seeds)
-    records = execute(specs, preset, RunStore(out_dir / "lecture-lineage-runs", preset), progress=progress, log=log)
+    runs = run_grid(["mqar"], settings.mixers, [{}], settings.lrs, settings.seeds)
+    records = execute(runs, preset, RunStore(out_dir / "lecture-lineage-runs", preset), progress=progress, log=log)
     cells = [dataclasses.asdict(c) for c in summarize(records)]
     return {"settings": dataclasses.asdict(settings), "preset": preset.to_dict(), "cells": cells, "runs": records}
 
@@ -68,8 +72,9 @@ def run_lineage(settings: LineageSettings, out_dir: Path, *, progress: bool = Tr
 def format_report(result: dict) -> str:
     s, p = result["settings"], result["preset"]
     lines = [
-        "Lecture, 'The State Space Lineage' -> 'The Modern Recurrent Hierarchy': the three rows measured on MQAR "
-        "(the lecture gives no numbers; its claim is the progression compression -> online learning).",
+        "Morrill, 'Continual Learning & Memory Models' (Columbia COMS6998 lecture slides, 2026), 'State Space Model "
+        "Lineage' -> 'The Modern Recurrent Hierarchy': the three rows measured on MQAR (the slides give no numbers; "
+        "their claim is the progression compression -> online learning).",
         f"Ours: one layer, d_model {p['d_model']}, no MLP, {p['steps']} steps x batch {p['batch_size']}, "
         f"{p['task']['num_kv_pairs']} pairs in {p['task']['seq_len']} tokens; lr grid "
         f"{', '.join(f'{lr:g}' for lr in s['lrs'])} (best per mixer), seeds {', '.join(map(str, s['seeds']))}: "
@@ -117,3 +122,12 @@ def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
     paths = write_report(out_dir, "lecture-lineage", result, format_report(result))
     plot(result, paths["plot"])
     return paths
+
+
+REPRO = Repro(
+    name="lecture-lineage",
+    help="Morrill, 'Continual Learning & Memory Models' (COMS6998 slides, 2026), 'State Space Model Lineage': "
+         "Mamba / DeltaNet / TTT on MQAR at equal memory, 3 mixers x 2 lrs x 2 seeds (12 runs; resumable)",
+    variants={"default": LineageSettings(), "quick": QUICK},
+    run=run, format_report=format_report, write_outputs=write_outputs,
+)

@@ -27,8 +27,9 @@ import torch
 
 from regmem.experiments.plots import HeatCell, plot_heatmap
 from regmem.experiments.presets import Preset
-from regmem.experiments.protocol import RunStore, execute, run_specs, summarize, train_run
+from regmem.experiments.protocol import RunStore, execute, run_grid, summarize, train_run
 from regmem.experiments.repro.outputs import write_report
+from regmem.experiments.repro.record import Repro
 from regmem.tasks import TASKS
 from regmem.tasks.formal_languages import FormalLanguageConfig
 
@@ -90,22 +91,24 @@ class BinScores:
     num_eval: int
     train_max_len: int
 
-    def __call__(self, spec, trained) -> dict:
-        task = TASKS[spec.task](FormalLanguageConfig(seq_len=self.train_max_len))
+    def __call__(self, run, trained) -> dict:
+        task = TASKS[run.task](FormalLanguageConfig(seq_len=self.train_max_len))
         scores = {}
         trained.model.eval()
         for index in (0, 1):
-            inputs, targets = task.bin(index).generate(self.num_eval, seed=10_000 + spec.seed)
+            inputs, targets = task.bin(index).generate(self.num_eval, seed=10_000 + run.seed)
             with torch.no_grad():
                 scores[f"bin{index}"] = task.metric(trained.model(inputs), targets)["string_accuracy"]
         return scores
 
 
-def run_formal(settings: FormalSettings, out_dir: Path, *, progress: bool = True, log=print) -> dict:
+def run(settings: FormalSettings, out_dir: Path, *, log=print, progress: bool = True) -> dict:
+    """Every (language, mixer, lr, seed) not yet stored under `out_dir`/nl-formal-runs, scored on both length bins;
+    {"settings", "preset", "cells" (with each bin's mean and range at the best lr), "runs"}."""
     preset = formal_preset(settings)
-    specs = run_specs(settings.languages, settings.mixers, [{}], settings.lrs, settings.seeds)
+    runs = run_grid(settings.languages, settings.mixers, [{}], settings.lrs, settings.seeds)
     train = functools.partial(train_run, evaluate=BinScores(settings.num_eval, settings.train_max_len))
-    records = execute(specs, preset, RunStore(out_dir / "nl-formal-runs", preset), progress=progress, log=log,
+    records = execute(runs, preset, RunStore(out_dir / "nl-formal-runs", preset), progress=progress, log=log,
                       train=train, workers=settings.workers)
     cells = [dataclasses.asdict(c) for c in summarize(records)]
     for cell in cells:  # the bins of the best lr's runs
@@ -190,3 +193,12 @@ def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
                  title="Formal languages (Nested Learning Table 5): string accuracy")
     return paths
 
+
+REPRO = Repro(
+    name="nl-formal-languages",
+    help="Nested Learning Table 5: six formal languages x attention / linear / DeltaNet / LSTM / Hope / Hope w/o "
+         "CMS, Bin 0 and Bin 1 (about 15 min on 2 cores; resumable; --full: lr grid of 3, 3 seeds, 1000 steps, "
+         "Hope's mini-batch 2, hours)",
+    variants={"default": FormalSettings(), "quick": QUICK, "full": FULL},
+    run=run, format_report=format_report, write_outputs=write_outputs,
+)

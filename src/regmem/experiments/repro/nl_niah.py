@@ -20,6 +20,7 @@ from pathlib import Path
 from regmem.experiments.niah import run_niah
 from regmem.experiments.presets import PRESETS
 from regmem.experiments.repro.outputs import write_report
+from regmem.experiments.repro.record import Repro
 
 VARIANTS = ("niah_single", "niah_multikey", "niah_multivalue")
 # Table 1, mean over the three lengths 4K/8K/16K (accuracy %), of the rows whose mixer regmem has.
@@ -49,7 +50,9 @@ QUICK = NIAHSettings(mixers=("attn", "linear"), variants=("niah_single",), prese
                      multiples=(1, 2), depths=(0.0, 1.0), steps=4, lrs=(1e-2,), seeds=(0,), num_examples=8)
 
 
-def run_niah_repro(settings: NIAHSettings, out_dir: Path, *, log=print) -> dict:
+def run(settings: NIAHSettings, out_dir: Path, *, log=print, progress: bool = True) -> dict:
+    """Each variant's heat maps (experiments/niah.py; runs stored under `out_dir`/nl-niah-runs); {"settings",
+    "runs": {variant: its niah.json without the runs}}."""
     preset = PRESETS[settings.preset]
     if settings.steps is not None:
         preset = dataclasses.replace(preset, steps=settings.steps, num_train=settings.steps * preset.batch_size,
@@ -59,7 +62,7 @@ def run_niah_repro(settings: NIAHSettings, out_dir: Path, *, log=print) -> dict:
         run_dir = run_niah(variant, settings.mixers, preset, train_len=settings.train_len,
                            multiples=settings.multiples, depths=settings.depths, lrs=settings.lrs,
                            seeds=settings.seeds, num_examples=settings.num_examples, out_dir=out_dir / "nl-niah-runs",
-                           progress=False, log=log)
+                           progress=progress, log=log)
         result = json.loads((run_dir / "niah.json").read_text())
         runs[variant] = {"dir": str(run_dir), **{k: result[k] for k in ("meta", "grids", "seed_means", "cells")}}
     return {"settings": dataclasses.asdict(settings), "runs": runs}
@@ -117,3 +120,12 @@ def _length_mean(run: dict, mixer: str, i: int) -> float:
     """A mixer's accuracy at the i-th length: the mean over seeds of each seed's mean over depths."""
     seeds = run["seed_means"][mixer]
     return sum(seed[i] for seed in seeds) / len(seeds)
+
+
+REPRO = Repro(
+    name="nl-niah",
+    help="Nested Learning Table 1's pattern: needle-in-a-haystack heat maps at 1x/2x/4x the training length, 3 "
+         "variants x 4 mixers x 2 lrs x 2 seeds (48 runs, about 30 min of one thread; resumable)",
+    variants={"default": NIAHSettings(), "quick": QUICK},
+    run=run, format_report=format_report, write_outputs=write_outputs,
+)

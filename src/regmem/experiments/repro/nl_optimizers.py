@@ -30,6 +30,7 @@ import torch
 
 from regmem.experiments.repro.nl_optimizers_real import plot_real, real_claims, real_report_lines, run_real
 from regmem.experiments.repro.outputs import write_report
+from regmem.experiments.repro.record import Repro
 from regmem.optim import M3, DeepMomentum, DeltaMomentum, ValueMomentum
 
 PAPER_CLAIM_PSI = ("Fig. 4 (Sec. 4.4): on psi(r, theta) = r^2 + k (r - theta + a sin(w r))^2 from (-3.5, 2), delta "
@@ -248,9 +249,9 @@ def _run_regime(settings: OptimizerToySettings, regime: str, steps: int, log) ->
 # ---------------------------------------------------------------- run, report, outputs
 
 
-def run_optimizer_toys(settings: OptimizerToySettings | None = None, *, log=print) -> dict:
-    """{"settings", "psi": runs of part (a), "orthogonal": rows of part (b), "claims"}."""
-    settings = settings or OptimizerToySettings()
+def run(settings: OptimizerToySettings, out_dir: Path, *, log=print, progress: bool = True) -> dict:
+    """{"settings", "psi": runs of part (a), "orthogonal": rows of part (b), "real": part (c), "claims"}; nothing
+    is stored under `out_dir`."""
     psi_runs = run_psi(settings)
     for r in psi_runs:
         log(f"psi {r['method']}: final {r['final_loss']:.3g}, steps to tol {r['steps_to_tol']}")
@@ -416,3 +417,13 @@ def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
     paths = write_report(out_dir, "nl-optimizers", result, format_report(result))
     plot_toys(result, paths["plot"])
     return paths
+
+
+REPRO = Repro(
+    name="nl-optimizers",
+    help="Nested Learning Fig. 4, Sec. 4.3 and Figs. 11-12: delta vs standard momentum on psi, forgetting across "
+         "orthogonal tasks, AdamW / Muon / M3 / delta / deep momentum on digits and byte text (about 3 min on 2 "
+         "cores)",
+    variants={"default": OptimizerToySettings(), "quick": QUICK},
+    run=run, format_report=format_report, write_outputs=write_outputs,
+)

@@ -8,8 +8,8 @@ sequence length, limits recall.
 
 The paper gives no training settings (Sec. 6). The default run is scaled to fit 10 minutes on 2
 CPU cores: d_model 32 with P = d_model / 2 and P = d_model (seq_len 4P), zoology's generator with vocabulary 512,
-one learning rate, AdamW with warm-up and cosine decay, early stop at 99% held-out accuracy. `PAPER_SCALE` is
-the paper's d_model 64, P in {64, 128} (hours on this CPU; `regmem repro ttr-mqar --paper-scale`). The RLS
+one learning rate, AdamW with warm-up and cosine decay, early stop at 99% held-out accuracy. `FULL` is
+the paper's d_model 64, P in {64, 128} (hours on this CPU; `regmem repro ttr-mqar --full`). The RLS
 layer trains with 30 conjugate-gradient steps per token (MesaNet's solver; `rls_solver="cholesky"` is exact and
 ~3x slower here); both settings are printed with the results.
 """
@@ -21,7 +21,8 @@ from pathlib import Path
 
 from regmem.experiments.presets import Preset
 from regmem.experiments.repro.outputs import write_report
-from regmem.experiments.runs import Cell, train_cell
+from regmem.experiments.repro.record import Repro
+from regmem.experiments.runs import Run, train_and_evaluate
 
 
 def claim(mixer: str, pairs: int, d_model: int) -> str:
@@ -47,7 +48,8 @@ class MQARSettings:
     rls_solver: str = "cg"  # MesaNet's 30 CG steps: ~3x faster than the exact Cholesky chunk form on CPU here
 
 
-PAPER_SCALE = MQARSettings(cells=((64, 256), (128, 512)), d_model=64, vocab_size=1024, steps=5000)
+FULL = MQARSettings(cells=((64, 256), (128, 512)), d_model=64, vocab_size=1024, steps=5000)  # the paper's scale
+QUICK = MQARSettings(cells=((8, 32), (16, 64)), d_model=16, vocab_size=128, steps=4, batch_size=8, num_eval=8)
 
 
 def preset_for(settings: MQARSettings, pairs: int, seq_len: int) -> Preset:
@@ -64,14 +66,15 @@ def preset_for(settings: MQARSettings, pairs: int, seq_len: int) -> Preset:
     )
 
 
-def run_mqar(settings: MQARSettings | None = None, *, progress: bool = False, log=print) -> dict:
-    settings = settings or MQARSettings()
+def run(settings: MQARSettings, out_dir: Path, *, log=print, progress: bool = True) -> dict:
+    """Trains every mixer at every (P, seq_len) cell (one run each, nothing stored under `out_dir`);
+    {"settings", "rows"}."""
     rows = []
     for pairs, seq_len in settings.cells:
         preset = preset_for(settings, pairs, seq_len)
         for mixer in settings.mixers:
             log(f"[ttr-mqar] {mixer}, P={pairs}, seq_len={seq_len}")
-            fields = train_cell(Cell("mqar", mixer, preset, seed=settings.seed), progress=progress).row()
+            fields = train_and_evaluate(Run("mqar", mixer, seed=settings.seed), preset, progress=progress).row()
             rows.append({"mixer": mixer, "pairs": pairs, "seq_len": seq_len, **fields})
             log(f"[ttr-mqar]   accuracy {fields['accuracy']:.3f} in {fields['train_seconds']:.0f}s")
     return {"settings": asdict(settings), "rows": rows}
@@ -121,3 +124,12 @@ def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
     paths = write_report(out_dir, "ttr-mqar", result, format_report(result))
     plot_rows(result, paths["plot"])
     return paths
+
+
+REPRO = Repro(
+    name="ttr-mqar",
+    help="Test-time regression Fig. 3: one layer + key conv on MQAR, linear attention vs RLS at P <= d_model and "
+         "P > d_model (about 8 minutes; --full: the paper's d_model 64, P 64/128, hours)",
+    variants={"default": MQARSettings(), "quick": QUICK, "full": FULL},
+    run=run, format_report=format_report, write_outputs=write_outputs,
+)

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from regmem.experiments.repro.outputs import write_report
+from regmem.experiments.repro.record import Repro
 from regmem.ops import least_squares, linear_attn, local_linear_attn, softmax_attn
 from regmem.tasks.online_regression import OnlineRegressionConfig, switching_keys
 
@@ -68,9 +69,9 @@ def predictions(q, k, v, settings: OnlineSettings) -> dict[str, torch.Tensor]:
     return {name: y.squeeze(2) for name, y in out.items()}
 
 
-def run_online_regression(settings: OnlineSettings | None = None) -> dict:
-    """Losses per method: {"curves": {name: [T]}, "early": {name: mean over t < T/4}, "late": {...}, "claims"}."""
-    settings = settings or OnlineSettings()
+def run(settings: OnlineSettings, out_dir: Path, *, log=print, progress: bool = True) -> dict:
+    """Losses per method: {"curves": {name: [T]}, "early": {name: mean over t < T/4}, "late": {...}, "claims"}.
+    One forward pass per memory: nothing is stored under `out_dir`, logged or shown as progress."""
     q, k, v, target = switching_keys(settings.data, settings.num_sequences, seed=settings.seed)
     preds = predictions(q, k, v, settings)
     switch = settings.data.switch_step
@@ -164,3 +165,12 @@ def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
 
 def _jsonable(settings: OnlineSettings) -> dict:
     return asdict(settings)
+
+
+REPRO = Repro(
+    name="ttr-online-regression",
+    help="Test-time regression (arXiv:2501.12352) Fig. 2: parameter-free online regression over a switching key "
+         "process, seven memories (seconds)",
+    variants={"default": OnlineSettings(), "quick": OnlineSettings(num_sequences=2)},
+    run=run, format_report=format_report, write_outputs=write_outputs,
+)

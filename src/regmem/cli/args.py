@@ -1,0 +1,147 @@
+"""Argument types the commands share: comma-separated lists, positive numbers, known names, FIELD=VALUE pairs.
+
+Each is an argparse `type=`: a bad value raises `argparse.ArgumentTypeError`, so the command stops while its
+arguments are parsed, before anything runs, with `regmem: error: argument --flag: ...` and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+ArgumentTypeError = argparse.ArgumentTypeError
+PRESET_HELP = "tiny | quick | small (derived from d_model) | quick-mlp (quick with two blocks of mixer + SwiGLU)"
+
+
+def mixers_help(what: str) -> str:
+    from regmem.layers import MIXERS
+
+    return f"{what}: {', '.join(MIXERS)}; or recipe:<weights>/<regressor>/<solver> (see `regmem recipes`)"
+
+
+def task_help() -> str:
+    from regmem.tasks import TASKS
+
+    return f"task name: {', '.join(TASKS)}"
+
+
+def _number(text: str, kind: type, *, minimum: float, strict: bool):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+    if value < minimum or (strict and value == minimum):
+        raise ArgumentTypeError(f"must be {'>' if strict else '>='} {minimum:g}, got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    return _number(text, int, minimum=0, strict=True)
+
+
+def positive_float(text: str) -> float:
+    return _number(text, float, minimum=0.0, strict=True)
+
+
+def non_negative_float(text: str) -> float:
+    return _number(text, float, minimum=0.0, strict=False)
+
+
+def _items(text: str) -> list[str]:
+    items = [x for x in text.split(",") if x]
+    if not items:
+        raise ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
+    return items
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in _items(text)]
+    except ValueError:
+        raise ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def positive_int_list(text: str) -> list[int]:
+    return [positive_int(x) for x in _items(text)]
+
+
+def positive_float_list(text: str) -> list[float]:
+    return [positive_float(x) for x in _items(text)]
+
+
+def name_list(text: str) -> list[str]:
+    return _items(text)
+
+
+def names_among(known: Iterable[str]) -> Callable[[str], list[str]]:
+    """A type for a comma-separated list whose items must be in `known`."""
+    known = list(known)
+
+    def names(text: str) -> list[str]:
+        items = _items(text)
+        unknown = [item for item in items if item not in known]
+        if unknown:
+            raise ArgumentTypeError(f"unknown {', '.join(map(repr, unknown))}; known: {', '.join(known)}")
+        return items
+    return names
+
+
+def mixer_name(text: str) -> str:
+    """A mixer of regmem.layers.MIXERS or a recipe:<weights>/<regressor>/<solver> point that builds: checked by
+    building it at a tiny size (the global RNG is left as it was)."""
+    import torch
+
+    from regmem.layers import MIXERS, build_mixer
+
+    if text in MIXERS:
+        return text
+    if not text.startswith("recipe:"):
+        raise ArgumentTypeError(f"unknown mixer {text!r}; known: {', '.join(MIXERS)}, or "
+                                "recipe:<weights>/<regressor>/<solver> (see `regmem recipes`)")
+    try:
+        with torch.random.fork_rng(devices=[]):
+            build_mixer(text, 8, 2)
+    except (ValueError, TypeError) as err:
+        raise ArgumentTypeError(f"mixer {text!r}: {err}") from None
+    return text
+
+
+def mixer_list(text: str) -> list[str]:
+    return [mixer_name(name) for name in _items(text)]
+
+
+def task_name(text: str) -> str:
+    from regmem.tasks import TASKS
+
+    if text not in TASKS:
+        raise ArgumentTypeError(f"unknown task {text!r}; known: {', '.join(TASKS)}")
+    return text
+
+
+def preset_name(text: str) -> str:
+    from regmem.experiments.presets import PRESETS
+
+    if text not in PRESETS:
+        raise ArgumentTypeError(f"unknown preset {text!r}; known: {', '.join(PRESETS)}")
+    return text
+
+
+def existing_dir(text: str) -> str:
+    if not Path(text).is_dir():
+        raise ArgumentTypeError(f"no directory {text!r}")
+    return text
+
+
+def assignment(text: str) -> tuple[str, int | float | bool | str]:
+    """"FIELD=VALUE" -> (field with - read as _, the value as int, float, bool (true/false) or str)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ArgumentTypeError(f"expected FIELD=VALUE, got {text!r}")
+    key = key.replace("-", "_")
+    for kind in (int, float):
+        try:
+            return key, kind(value)
+        except ValueError:
+            pass
+    return key, {"true": True, "false": False}.get(value.lower(), value)

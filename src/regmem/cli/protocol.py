@@ -1,0 +1,136 @@
+"""`regmem compare` and `regmem suite`: mixers trained under the fair protocol (experiments/protocol.py: an lr grid
+or tuned lr per mixer, several seeds, resumable runs) on one task or on many."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from regmem.cli.args import (
+    PRESET_HELP,
+    ArgumentTypeError,
+    int_list,
+    mixer_list,
+    mixers_help,
+    positive_float_list,
+    positive_int,
+    preset_name,
+    task_help,
+    task_name,
+)
+
+
+def task_or_group_list(text: str) -> list[str]:
+    """Comma-separated task names and groups (regmem.tasks.TASK_GROUPS), kept as given."""
+    from regmem.tasks import TASK_GROUPS, TASKS
+
+    names = [x for x in text.split(",") if x]
+    unknown = [n for n in names if n not in TASKS and n not in TASK_GROUPS]
+    if not names or unknown:
+        raise ArgumentTypeError(f"unknown {', '.join(map(repr, unknown)) or repr(text)}; tasks: {', '.join(TASKS)}; "
+                                f"groups: {', '.join(TASK_GROUPS)}")
+    return names
+
+
+def run_directory_list(text: str) -> list[str]:
+    """Comma-separated run directories, each holding the runs/ of an earlier sweep."""
+    dirs = [x for x in text.split(",") if x]
+    missing = [d for d in dirs if not (Path(d) / "runs").is_dir()]
+    if missing:
+        raise ArgumentTypeError(f"no runs/ directory in {', '.join(missing)}")
+    return dirs
+
+
+def _add_protocol_options(parser: argparse.ArgumentParser) -> None:
+    from regmem.experiments.protocol import LR_GRID, SEEDS
+
+    parser.add_argument("--preset", type=preset_name, default="quick", help=PRESET_HELP)
+    parser.add_argument("--seeds", type=int_list, default=list(SEEDS),
+                        help="comma-separated seeds of data, init and data order; the leaderboard shows their mean "
+                             f"and min-max (default: {','.join(map(str, SEEDS))})")
+    lrs = parser.add_mutually_exclusive_group()
+    lrs.add_argument("--lrs", type=positive_float_list, default=None,
+                     help="learning-rate grid, e.g. 1e-3,3e-3,1e-2: each mixer is reported at its best "
+                          "(default: its tuned lr for the preset, else the preset's)")
+    lrs.add_argument("--sweep-lr", action="store_true",
+                     help=f"re-run the lr sweep over the grid {','.join(map(str, LR_GRID))} (--lrs with that grid)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--workers", type=positive_int, default=1,
+                        help="runs trained at once, each in its own process with one torch thread (e.g. 2 on a "
+                             "2-core CPU)")
+
+
+def _protocol_inputs(args) -> tuple:
+    """(preset, lr grid or None) of compare and suite."""
+    from regmem.experiments.presets import PRESETS
+    from regmem.experiments.protocol import LR_GRID
+
+    return PRESETS[args.preset], list(LR_GRID) if args.sweep_lr else args.lrs
+
+
+def add_compare(commands) -> None:
+    parser = commands.add_parser("compare", help="train several mixers on one task, fairly; write a leaderboard")
+    parser.add_argument("task", type=task_name, help=task_help())
+    parser.add_argument("--mixers", type=mixer_list, default=["attn", "linear", "retnet", "mamba2", "gla"],
+                        help=mixers_help("comma-separated mixer names"))
+    parser.add_argument("--sweep", default=None, help="a task field and values, e.g. num_kv_pairs=4,8,16")
+    _add_protocol_options(parser)
+    parser.add_argument("--out-dir", default="results", help="parent of the <task>-<timestamp> directory")
+    parser.add_argument("--run-dir", default=None,
+                        help="write here instead; an existing run directory resumes (finished runs are skipped)")
+    parser.set_defaults(handler=_compare, parser=parser)
+
+
+def _check_sweep(args, preset) -> None:
+    """The sweep's field and every value build the task (before any run starts)."""
+    from regmem.experiments.compare import parse_sweep
+    from regmem.experiments.runs import build_task
+
+    try:
+        field, values = parse_sweep(args.sweep)
+        for value in values:
+            build_task(args.task, preset, {field: value} if field else {})
+    except (ValueError, TypeError) as err:
+        args.parser.error(f"argument --sweep: {err}")
+
+
+def _compare(args) -> None:
+    from regmem.experiments.compare import compare
+
+    preset, lrs = _protocol_inputs(args)
+    _check_sweep(args, preset)
+    if args.run_dir is not None and Path(args.run_dir).exists() and not Path(args.run_dir).is_dir():
+        args.parser.error(f"argument --run-dir: {args.run_dir!r} is not a directory")
+    compare(args.task, args.mixers, preset, sweep=args.sweep, seeds=args.seeds, lrs=lrs, out_dir=args.out_dir,
+            run_dir=args.run_dir, progress=not args.no_progress, workers=args.workers)
+
+
+def add_suite(commands) -> None:
+    from regmem.tasks import TASK_GROUPS
+
+    groups = ", ".join(f"{g} ({'/'.join(names)})" for g, names in TASK_GROUPS.items()) or "none"
+    parser = commands.add_parser("suite", help="many tasks, one table: every mixer on every task, fairly")
+    parser.add_argument("--tasks", type=task_or_group_list, default=["mqar", "s5"],
+                        help=f"comma-separated tasks or groups: {task_help().removeprefix('task name: ')}; groups: "
+                             f"{groups}")
+    parser.add_argument("--mixers", type=mixer_list, default=["attn", "linear", "gla", "gated_deltanet"],
+                        help=mixers_help("comma-separated mixer names"))
+    _add_protocol_options(parser)
+    parser.add_argument("--run-dir", default=None,
+                        help="where runs and tables go (default results/suite-<preset>); repeating the command "
+                             "with the same directory skips the finished runs")
+    parser.add_argument("--reuse-runs", type=run_directory_list, default=[], metavar="DIR,...",
+                        help="run directories of earlier sweeps, read only: their finished runs (same preset, task, "
+                             "mixer, lr, seed) are not trained again, e.g. one committed sweep per task")
+    parser.add_argument("--save-tuned", default=None, metavar="PATH",
+                        help="write each mixer's best lr per task into this tuned-lr table (the committed one is "
+                             "src/regmem/experiments/tuned_lr.json)")
+    parser.set_defaults(handler=_suite, parser=parser)
+
+
+def _suite(args) -> None:
+    from regmem.experiments.suite import suite
+
+    preset, lrs = _protocol_inputs(args)
+    suite(args.tasks, args.mixers, preset, seeds=args.seeds, lrs=lrs, run_dir=args.run_dir,
+          save_tuned_to=args.save_tuned, reuse=args.reuse_runs, progress=not args.no_progress, workers=args.workers)

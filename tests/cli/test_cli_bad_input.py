@@ -1,0 +1,144 @@
+"""Bad input at the command line ends the command before anything runs: exit status 2 and one line
+`regmem: error: argument <the argument>: ...` on stderr (after the command's usage), no traceback, nothing written
+and nothing printed on stdout. One group of cases per command."""
+
+import pytest
+
+from regmem.cli import main
+
+# (argv, the start of the error message after "regmem: error: "). "{out}" is a path that does not exist yet and
+# must still not exist afterwards; "{empty}" an existing empty directory.
+CASES = {
+    "recipes": [
+        (["recipes", "--bogus"], "unrecognized arguments: --bogus"),
+    ],
+    "levels": [
+        (["levels", "--model", "nosuch"], "argument --model: neither a model directory nor a mixer: unknown mixer"),
+        (["levels", "--model", "{empty}"], "argument --model: '"),
+        (["levels", "--model", "attn", "--d-model", "0"], "argument --d-model: must be > 0, got 0"),
+        (["levels", "--model", "attn", "--n-layers", "x"], "argument --n-layers: expected an integer"),
+        (["levels", "--model", "attn", "--optimizer", "lion"], "argument --optimizer: invalid choice: 'lion'"),
+    ],
+    "analyze": [
+        (["analyze", "snr", "--trials", "0", "--out-dir", "{out}"], "argument --trials: must be > 0"),
+        (["analyze", "nosuch"], "argument KIND: invalid choice: 'nosuch'"),
+    ],
+    "bench": [
+        (["bench", "ops", "--ops", "flash", "--out-dir", "{out}"], "argument --ops: unknown 'flash'; known: "),
+        (["bench", "ops", "--forms", "chunk,fast", "--out-dir", "{out}"], "argument --forms: unknown 'fast'"),
+        (["bench", "ops", "--seq-lens", "64,0", "--out-dir", "{out}"], "argument --seq-lens: must be > 0"),
+        (["bench", "ops", "--heads", "-2", "--out-dir", "{out}"], "argument --heads: must be > 0"),
+        (["bench", "ops", "--min-run-time", "-1", "--out-dir", "{out}"], "argument --min-run-time: must be >= 0"),
+        (["bench", "decode", "--ops", "nosuch", "--out-dir", "{out}"], "argument --ops: unknown 'nosuch'"),
+        (["bench", "decode", "--context-lens", "a,b", "--out-dir", "{out}"], "argument --context-lens: expected an "
+                                                                            "integer, got 'a'"),
+        (["bench", "layers", "--layers", "nosuch", "--out-dir", "{out}"], "argument --layers: unknown 'nosuch'"),
+        (["bench", "layers", "--layers", "mamba", "--passes", "fwd,decode", "--out-dir", "{out}"],
+         "argument --passes: unknown 'decode'"),
+        (["bench", "snr", "--kernels", "gauss", "--out-dir", "{out}"], "argument --kernels: unknown 'gauss'"),
+        (["bench", "snr", "--trials", "0", "--out-dir", "{out}"], "argument --trials: must be > 0"),
+        (["bench", "optim", "--models", "nosuch", "--out-dir", "{out}"], "argument --models: unknown 'nosuch'"),
+        (["bench", "optim", "--optimizers", "lion", "--out-dir", "{out}"], "argument --optimizers: optimizers must"),
+    ],
+    "compare": [
+        (["compare", "mqar", "--mixers", "nosuch", "--out-dir", "{out}"], "argument --mixers: unknown mixer 'nosuch'"),
+        (["compare", "mqar", "--mixers", "linear,recipe:uniform/linear", "--out-dir", "{out}"],
+         "argument --mixers: mixer 'recipe:uniform/linear': a recipe mixer name is"),
+        (["compare", "mqar", "--mixers", "recipe:constant_decay/linear/analytic", "--out-dir", "{out}"],
+         "argument --mixers: mixer 'recipe:constant_decay/linear/analytic': Recipe(constant_decay, linear, "
+         "analytic) does not build"),
+        (["compare", "nosuch", "--out-dir", "{out}"], "argument task: unknown task 'nosuch'"),
+        (["compare", "mqar", "--preset", "huge", "--out-dir", "{out}"], "argument --preset: unknown preset 'huge'"),
+        (["compare", "mqar", "--lrs", "0.01,0", "--out-dir", "{out}"], "argument --lrs: must be > 0, got 0"),
+        (["compare", "mqar", "--lrs", "0.01", "--sweep-lr", "--out-dir", "{out}"],
+         "argument --sweep-lr: not allowed with argument --lrs"),
+        (["compare", "mqar", "--seeds", "0,x", "--out-dir", "{out}"], "argument --seeds: expected comma-separated"),
+        (["compare", "mqar", "--workers", "0", "--out-dir", "{out}"], "argument --workers: must be > 0"),
+        (["compare", "mqar", "--sweep", "pairs=4,8", "--out-dir", "{out}"],
+         "argument --sweep: unknown mqar fields ['pairs']"),
+        (["compare", "mqar", "--sweep", "num_kv_pairs", "--out-dir", "{out}"], "argument --sweep: --sweep must look"),
+    ],
+    "suite": [
+        (["suite", "--tasks", "mqar,nosuch", "--run-dir", "{out}"], "argument --tasks: unknown 'nosuch'"),
+        (["suite", "--mixers", "attn,nosuch", "--run-dir", "{out}"], "argument --mixers: unknown mixer 'nosuch'"),
+        (["suite", "--reuse-runs", "{empty}", "--run-dir", "{out}"], "argument --reuse-runs: no runs/ directory in"),
+        (["suite", "--lrs", "-0.1", "--run-dir", "{out}"], "argument --lrs: must be > 0"),
+    ],
+    "train": [
+        (["train", "mqar", "--mixer", "nosuch", "--out-dir", "{out}"], "argument --mixer: unknown mixer 'nosuch'"),
+        (["train", "nosuch", "--mixer", "attn", "--out-dir", "{out}"], "argument task: unknown task 'nosuch'"),
+        (["train", "mqar", "--mixer", "attn", "--preset", "huge", "--out-dir", "{out}"], "argument --preset: unknown"),
+        (["train", "mqar", "--mixer", "attn", "--set", "pairs=4", "--out-dir", "{out}"],
+         "argument --set: unknown mqar fields ['pairs']"),
+        (["train", "mqar", "--mixer", "attn", "--set", "num_kv_pairs", "--out-dir", "{out}"],
+         "argument --set: expected FIELD=VALUE, got 'num_kv_pairs'"),
+        (["train", "mqar", "--mixer", "attn", "--steps", "0", "--out-dir", "{out}"], "argument --steps: must be > 0"),
+        (["train", "mqar", "--mixer", "attn", "--lr", "0", "--out-dir", "{out}"], "argument --lr: must be > 0"),
+        (["train", "mqar", "--mixer", "attn", "--lr=-1e-3", "--out-dir", "{out}"], "argument --lr: must be > 0"),
+        (["train", "mqar", "--mixer", "attn", "--batch-size", "0", "--out-dir", "{out}"],
+         "argument --batch-size: must be > 0"),
+        (["train", "mqar", "--mixer", "attn", "--checkpoint-every", "0", "--out-dir", "{out}"],
+         "argument --checkpoint-every: must be > 0"),
+        (["train", "mqar", "--mixer", "attn", "--optimizer", "lion", "--out-dir", "{out}"],
+         "argument --optimizer: invalid choice: 'lion'"),
+        (["train", "mqar", "--mixer", "attn", "--resume"], "argument --resume: needs --out-dir"),
+        (["train", "mqar", "--mixer", "attn", "--resume", "--out-dir", "{empty}"],
+         "argument --resume: no checkpoint in --out-dir"),
+    ],
+    "generate": [
+        (["generate", "{out}", "--prompt", "Hi"], "argument model_dir: no saved model in"),
+        (["generate", "{empty}", "--prompt", "Hi"], "argument model_dir: no saved model in"),
+    ],
+    "repro": [
+        (["repro", "fig-99", "--out-dir", "{out}"], "argument NAME: invalid choice: 'fig-99'"),
+        (["repro", "ttr-online-regression", "--set", "bandwith=0.05", "--out-dir", "{out}"],
+         "argument --set: ttr-online-regression: unknown settings ['bandwith']; known: ["),
+        (["repro", "nl-mad", "--set", "lrs=0.01,fast", "--out-dir", "{out}"],
+         "argument --set: nl-mad: setting '0.01,fast': expected comma-separated float values"),
+        (["repro", "am-stress", "--set", "sizes", "--out-dir", "{out}"], "argument --set: expected FIELD=VALUE"),
+        (["repro", "am-stress", "--full", "--out-dir", "{out}"],
+         "argument --full: am-stress has no full variant (variants: default, quick)"),
+        (["repro", "am-stress", "--quick", "--full", "--out-dir", "{out}"],
+         "argument --full: not allowed with argument --quick"),
+        (["repro", "ttr-mqar", "--paper-scale", "--out-dir", "{out}"], "unrecognized arguments: --paper-scale"),
+    ],
+    "showcase": [
+        (["showcase", "--seq-len", "0"], "argument --seq-len: must be > 0"),
+    ],
+}
+PARAMS = [pytest.param(argv, message, id=f"{command}-{i}") for command, cases in CASES.items()
+          for i, (argv, message) in enumerate(cases)]
+
+
+def test_every_command_has_bad_input_cases():
+    from regmem.cli import ADDERS
+
+    assert list(CASES) == [add.__name__.removeprefix("add_") for add in ADDERS]
+
+
+@pytest.mark.parametrize(("argv", "message"), PARAMS)
+def test_bad_input_exits_2_with_one_error_line_naming_the_argument_and_runs_nothing(argv, message, tmp_path, capsys):
+    out, empty = tmp_path / "out", tmp_path / "empty"
+    empty.mkdir()
+    argv = [a.replace("{out}", str(out)).replace("{empty}", str(empty)) for a in argv]
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert exit_.value.code == 2
+    assert lines[0].startswith("usage: regmem") and "Traceback" not in captured.err
+    errors = [line for line in lines if "error" in line]
+    assert len(errors) == 1 and errors[0] == lines[-1]
+    assert lines[-1].startswith(f"regmem: error: {message}"), lines[-1]
+    assert captured.out == "" and not out.exists() and not any(empty.iterdir())
+
+
+def test_generate_names_the_model_dir_when_the_model_is_not_byte_level(tmp_path, capsys):
+    from regmem.models import LM, LMConfig
+
+    LM(LMConfig(vocab_size=16, d_model=16, n_heads=2, mixer="gla")).save_pretrained(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["generate", str(tmp_path), "--prompt", "Hi"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and err[-1].startswith("regmem: error: argument model_dir: model_dir must hold a "
+                                                        "byte-level model")

@@ -1,0 +1,78 @@
+"""One description of a run (src/regmem/experiments/runs.py): `Run.key` names the files of finished runs, so it
+must not move — committed runs under benchmarks/results/ are reused by resumable commands."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from regmem.experiments.presets import PRESETS, Preset
+from regmem.experiments.repro import am_toys, nl_mad
+from regmem.experiments.runs import Run
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+
+# (run directory, the results file beside it that stores the preset its runs were keyed with, and where in it)
+COMMITTED = [
+    ("tuned-quick-mqar/runs", "tuned-quick-mqar/results.json", ("meta", "preset")),
+    ("s5-quick/runs", "s5-quick/results.json", ("meta", "preset")),
+    ("s3-quick-mlp/runs", "s3-quick-mlp/results.json", ("meta", "preset")),
+    ("text-quick/runs", "text-quick/results.json", ("meta", "preset")),
+    ("nl-niah/nl-niah-runs/niah_single/runs", "nl-niah/nl-niah-runs/niah_single/niah.json", ("meta", "preset")),
+    ("nl-mad/nl-mad-runs/runs", "nl-mad/nl-mad.json", ("preset",)),
+    ("nl-formal/nl-formal-runs/runs", "nl-formal/nl-formal-languages.json", ("preset",)),
+]
+
+
+@pytest.mark.parametrize(("runs", "results", "where"), COMMITTED, ids=[c[0].split("/")[0] for c in COMMITTED])
+def test_committed_runs_keep_their_file_names(runs, results, where):
+    stored = json.loads((RESULTS / results).read_text())
+    for name in where:
+        stored = stored[name]
+    preset = Preset(**stored)
+    files = sorted((RESULTS / runs).glob("*.json"))
+    assert len(files) >= 16
+    for path in files[:40]:
+        spec = json.loads(path.read_text())["spec"]
+        assert Run(**spec).key(preset) == path.stem, path
+
+
+def test_nl_mad_runs_are_found_under_the_preset_the_repro_builds():
+    preset = nl_mad.mad_preset(nl_mad.MADSettings())
+    files = sorted((RESULTS / "nl-mad" / "nl-mad-runs" / "runs").glob("*.json"))
+    assert all(Run(**json.loads(p.read_text())["spec"]).key(preset) == p.stem for p in files)
+
+
+# Computed with `RunSpec(task, mixer, lr, seed, setting).key(preset)` on main 32743a8, before RunSpec and Cell
+# were merged into Run.
+KNOWN_KEYS = [
+    (Run("mqar", "attn", 0.01, 0, {}), PRESETS["quick"], "7c5001d41bef6d1bfad8"),
+    (Run("mqar", "gla", 0.003, 1, {"num_kv_pairs": 16}), PRESETS["tiny"], "36351a976325895922b6"),
+    (Run("s5", "recipe:uniform/linear/dgd", 0.1, 2, {"seq_len": 32}), PRESETS["quick-mlp"], "dfa481838d842c4b7acb"),
+    (Run("text", "linear", 0.03, 0, {}), PRESETS["small"], "4774f1c40549d638e57c"),
+    (Run("swap", "attn", 0.01, 0, am_toys.arm("a", curriculum=(4, 0.0, 16), rotary=False)),
+     am_toys.toy_preset("am-swap-fig4-h4", am_toys.ToyBudget(steps=100), {"seq_len": 16}, {"seq_len": 16}),
+     "8d20e35820b900d916f4"),
+    (Run("icr", "titans", 3e-4, 1), nl_mad.mad_preset(nl_mad.MADSettings()), "4d5527aa8e98c21bd8dd"),
+]
+
+
+@pytest.mark.parametrize(("run", "preset", "key"), KNOWN_KEYS, ids=[k[2] for k in KNOWN_KEYS])
+def test_keys_match_those_computed_before_the_merge(run, preset, key):
+    assert run.key(preset) == key
+
+
+def test_the_stored_form_names_budget_overrides_only_where_given():
+    assert Run("mqar", "attn", 0.01).to_dict() == {"task": "mqar", "mixer": "attn", "lr": 0.01, "seed": 0,
+                                                   "setting": {}}
+    assert Run("mqar", "attn", steps=8, optimizer="muon").to_dict()["steps"] == 8
+    assert Run(**Run("mqar", "attn", 0.01, 1, {"num_kv_pairs": 4}, batch_size=8).to_dict()).batch_size == 8
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("lr", 0.0, "lr must be positive"), ("steps", -1, "steps must be positive"),
+    ("batch_size", 0, "batch_size must be positive"), ("optimizer", "adam", "optimizer must be one of"),
+])
+def test_a_run_with_a_bad_budget_raises(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        Run("mqar", "attn", **{field: value})
