@@ -3,7 +3,7 @@
 - a prefill that returns a state, then one-token steps, equals one full forward;
 - left or right padding leaves the outputs of the real tokens unchanged;
 - a left- or right-padded prefill, then one-token steps, equals the unpadded run;
-- `state_size(T)` is exactly the number of floats the state holds after T tokens;
+- `state_floats(T)` is exactly the number of floats the state holds after T tokens;
 - `recipe` is the mixer's point of the design space; gradients reach every parameter.
 
 The cases are every key of `MIXERS` with its defaults (a new mixer is covered by being registered), plus
@@ -174,14 +174,14 @@ def test_recipe_is_the_mixers_point_of_the_design_space(case):
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_state_size_is_the_floats_of_the_state(case):
+def test_state_floats_is_the_floats_of_the_state(case):
     mixer = _mixer(case)
     with torch.no_grad():
         y, state = mixer(_x(3, 9))
         assert y.shape == (3, 9, D_MODEL)
-        assert _floats(state) == 3 * mixer.state_size(9), f"{_floats(state) / 3} floats per row held"
+        assert _floats(state) == 3 * mixer.state_floats(9), f"{_floats(state) / 3} floats per row held"
         _, state = mixer(_x(3, 1), state)
-        assert _floats(state) == 3 * mixer.state_size(10), f"{_floats(state) / 3} floats per row after a step"
+        assert _floats(state) == 3 * mixer.state_floats(10), f"{_floats(state) / 3} floats per row after a step"
 
 
 @pytest.mark.parametrize("case", list(CASES))

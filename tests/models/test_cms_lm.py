@@ -64,7 +64,7 @@ def test_generation_steps_with_the_cms_state_equal_the_full_forward(mixer):
         logits, state = model(ids[:, t:t + 1], state, return_state=True)
         steps.append(logits)
     torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-9, atol=1e-9)
-    assert model.state_size(100) == model.state_size(10) or mixer == "attn"
+    assert model.state_floats(100) == model.state_floats(10) or mixer == "attn"
 
 
 def test_left_padded_prompts_generate_as_if_alone():

@@ -78,10 +78,10 @@ def test_config_json_round_trip_rejects_unknown_keys():
         LMConfig.from_dict({**config.to_dict(), "dropout": 0.1})
 
 
-def test_state_size_grows_only_for_attention():
+def test_state_floats_grow_only_for_attention():
     recurrent, attention = _lm("gla"), _lm("attn")
-    assert recurrent.state_size(100) == recurrent.state_size(1000)
-    assert attention.state_size(1000) == 10 * attention.state_size(100)
+    assert recurrent.state_floats(100) == recurrent.state_floats(1000)
+    assert attention.state_floats(1000) == 10 * attention.state_floats(100)
 
 
 

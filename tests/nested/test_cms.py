@@ -154,7 +154,7 @@ def test_one_frozen_level_is_the_swiglu_block():
         norm.weight.copy_(cms.norm_weight[0])
     x = _x(2, 9)
     torch.testing.assert_close(cms(x)[0], x + ffn(norm(x)), rtol=1e-12, atol=1e-12)
-    assert cms.state_size() == 3 * D * 5  # no gradient accumulator for a frozen level
+    assert cms.state_floats() == 3 * D * 5  # no gradient accumulator for a frozen level
 
 
 @pytest.mark.parametrize("sizes", [(1,), (3,), (2, 5)])

@@ -166,7 +166,7 @@ def train_and_evaluate(
     trained = summary["step"] - summary["start_step"]
     return RunResult(
         accuracy=summary["metrics"]["accuracy"], parameters=model.num_parameters(),
-        state_floats=model.state_size(task.seq_len), train_seconds=seconds,
+        state_floats=model.state_floats(task.seq_len), train_seconds=seconds,
         tokens_per_second=trained * config.batch_size * task.seq_len / seconds, steps=summary["step"],
         metrics=summary["metrics"], stopped_early=summary["stopped_early"], model=model,
     )

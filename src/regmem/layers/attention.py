@@ -140,6 +140,6 @@ class SoftmaxAttention(Mixer):
         return [{"tensors": "KV cache (every key and value)", "period": 1,
                  "objective": "non-parametric: Nadaraya-Watson regression at each query"}]
 
-    def state_size(self, seq_len: int) -> int:
+    def state_floats(self, seq_len: int) -> int:
         conv = sum(c.conv.in_channels for c in self.convs) * (self.short_conv - 1) if self.convs is not None else 0
         return 2 * self.n_kv_heads * self.head_dim * seq_len + conv

@@ -31,7 +31,7 @@ class Mixer(nn.Module):
         """This instance's point of the design space; None outside it."""
         return get(self.recipe_name).recipe if self.recipe_name else None
 
-    def state_size(self, seq_len: int) -> int:
+    def state_floats(self, seq_len: int) -> int:
         """Floats of decoding state per sequence after `seq_len` tokens (memory, conv and KV caches)."""
         raise NotImplementedError
 

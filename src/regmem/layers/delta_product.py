@@ -81,12 +81,12 @@ class DeltaProduct(MemoryMixer):
         """The registry's point with this layer's number of SGD steps per token (n_householder)."""
         return _with_steps(super().recipe, self.n_householder)
 
-    def state_size(self, seq_len: int) -> int:
+    def state_floats(self, seq_len: int) -> int:
         """The skeleton's memory and q, k, v conv caches plus the caches of the extra keys' and values' convs."""
         extra = 0
         if self.extra_convs is not None:
             extra = sum(c.conv.in_channels for c in self.extra_convs) * (self.short_conv - 1)
-        return super().state_size(seq_len) + extra
+        return super().state_floats(seq_len) + extra
 
 
 def _with_steps(recipe: Recipe, steps: int) -> Recipe:

@@ -167,6 +167,6 @@ class DeltaFormer(Mixer):
         return [{"tensors": "key-u cache (every key and processed value)", "period": 1,
                  "objective": "delta rule in the kernel's feature space (eq. 37), read by the kernel"}]
 
-    def state_size(self, seq_len: int) -> int:
+    def state_floats(self, seq_len: int) -> int:
         conv = sum(c.conv.in_channels for c in self.convs) * (self.short_conv - 1) if self.convs is not None else 0
         return 2 * self.n_kv_heads * self.head_dim * seq_len + conv

@@ -129,5 +129,5 @@ class ForgettingAttention(SoftmaxAttention):
         from_past = past.log_decay.transpose(1, 2).unsqueeze(-2) + upto.unsqueeze(-1)  # [B, H, T, S_past]
         return torch.cat([from_past, within], dim=-1)  # [B, H, T, S]
 
-    def state_size(self, seq_len: int) -> int:
-        return super().state_size(seq_len) + self.n_heads * seq_len  # the log decay of every cached key
+    def state_floats(self, seq_len: int) -> int:
+        return super().state_floats(seq_len) + self.n_heads * seq_len  # the log decay of every cached key

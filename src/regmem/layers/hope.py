@@ -46,8 +46,8 @@ class _ThenCMS:
             o, cms_state = self.cms(o, cms_state, attention_mask=attention_mask)
         return o, HopeState(inner, cms_state)
 
-    def state_size(self, seq_len: int) -> int:
-        return super().state_size(seq_len) + (self.cms.state_size() if self.cms is not None else 0)
+    def state_floats(self, seq_len: int) -> int:
+        return super().state_floats(seq_len) + (self.cms.state_floats() if self.cms is not None else 0)
 
 
 class Hope(_ThenCMS, SelfModifyingTitans):

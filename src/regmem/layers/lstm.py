@@ -106,6 +106,6 @@ class LSTM(Mixer):
         h0, c0 = hc if hc is not None else (torch.zeros_like(h), torch.zeros_like(c))
         return y, (torch.where(empty, h0, h), torch.where(empty, c0, c))
 
-    def state_size(self, seq_len: int) -> int:
+    def state_floats(self, seq_len: int) -> int:
         conv = self.d_model * (self.short_conv - 1) if self.conv is not None else 0
         return 2 * self.hidden_size + conv

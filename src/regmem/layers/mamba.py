@@ -48,7 +48,7 @@ class Mamba(Mixer):
         dt_range: tuple[float, float] = (1e-3, 1e-1),
     ):
         super().__init__()
-        self.d_model, self.state_dim, self.chunk_size, self.short_conv = d_model, state_size, chunk_size, short_conv
+        self.d_model, self.state_size, self.chunk_size, self.short_conv = d_model, state_size, chunk_size, short_conv
         self.d_inner = expand * d_model
         self.dt_rank = dt_rank or math.ceil(d_model / 16)
         if discretization not in ("zoh", "simple"):
@@ -76,7 +76,7 @@ class Mamba(Mixer):
             conv_cache = (cache,)
         else:
             xs = F.silu(xs)
-        dt, B, C = self.x_proj(xs).split([self.dt_rank, self.state_dim, self.state_dim], dim=-1)
+        dt, B, C = self.x_proj(xs).split([self.dt_rank, self.state_size, self.state_size], dim=-1)
         delta = zero_padding(F.softplus(self.dt_proj(dt) + self.dt_bias), mask)  # [B, T, d_inner], 0: padding
         A = -torch.exp(self.A_log)  # [d_inner, N]
         # Decoding one token with a state uses the recurrent form by name; anything longer uses the chunk form.
@@ -85,6 +85,6 @@ class Mamba(Mixer):
                               initial_state=h, output_final_state=True, mode=mode, chunk_size=self.chunk_size)
         return self.out_proj(y * F.silu(z)), MemoryState(conv_cache, h)
 
-    def state_size(self, seq_len: int) -> int:
+    def state_floats(self, seq_len: int) -> int:
         conv = self.d_inner * (self.short_conv - 1) if self.conv is not None else 0
-        return self.d_inner * self.state_dim + conv
+        return self.d_inner * self.state_size + conv

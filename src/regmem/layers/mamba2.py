@@ -45,7 +45,7 @@ class Mamba2(Mixer):
             raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_groups ({n_groups})")
         self.d_model, self.n_heads, self.n_groups = d_model, n_heads, n_groups
         self.head_dim = head_dim or expand * d_model // n_heads
-        self.state_dim, self.chunk_size, self.short_conv = state_size, chunk_size, short_conv
+        self.state_size, self.chunk_size, self.short_conv = state_size, chunk_size, short_conv
         inner = n_heads * self.head_dim
         self.conv_dim = inner + 2 * n_groups * state_size
         self.in_proj = nn.Linear(d_model, inner + self.conv_dim + n_heads, bias=False)  # z, (x, B, C), dt
@@ -65,9 +65,9 @@ class Mamba2(Mixer):
         if self.conv is not None:
             xbc, cache = self.conv(xbc, conv_cache[0] if conv_cache is not None else None, mask)
             conv_cache = (cache,)
-        xs, B, C = xbc.split([self.n_heads * self.head_dim, *(2 * [self.n_groups * self.state_dim])], dim=-1)
+        xs, B, C = xbc.split([self.n_heads * self.head_dim, *(2 * [self.n_groups * self.state_size])], dim=-1)
         xs = split_heads(xs, self.head_dim)  # [B, T, H, P]
-        B, C = (repeat_heads(split_heads(t, self.state_dim), self.n_heads) for t in (B, C))  # [B, T, H, N]
+        B, C = (repeat_heads(split_heads(t, self.state_size), self.n_heads) for t in (B, C))  # [B, T, H, N]
         dt = zero_padding(time_step(dt, self.dt_bias), mask)  # [B, T, H]; dt = 0: no decay, no write at padding
         g = log_retention(self.A_log, dt)  # [B, T, H]
         # Decoding one token with a state uses the recurrent form by name; anything longer uses the chunk form.
@@ -80,6 +80,6 @@ class Mamba2(Mixer):
         y = self.norm(y, split_heads(z, self.head_dim))
         return self.out_proj(y.flatten(-2)), MemoryState(conv_cache, memory)
 
-    def state_size(self, seq_len: int) -> int:
+    def state_floats(self, seq_len: int) -> int:
         conv = self.conv_dim * (self.short_conv - 1) if self.conv is not None else 0
-        return self.n_heads * self.state_dim * self.head_dim + conv
+        return self.n_heads * self.state_size * self.head_dim + conv

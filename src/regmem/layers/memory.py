@@ -112,7 +112,7 @@ class MemoryMixer(Mixer):
         """Floats of the op state per sequence (subclasses with another state override this)."""
         return self.n_heads * self.key_dim * self.value_dim
 
-    def state_size(self, seq_len: int) -> int:
+    def state_floats(self, seq_len: int) -> int:
         conv = 0
         if self.convs is not None:
             conv = sum(c.conv.in_channels for c in self.convs if isinstance(c, ShortConvolution))

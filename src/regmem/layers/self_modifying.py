@@ -116,7 +116,7 @@ class SelfModifyingTitans(Mixer):
                              "independent": bool(rows)})  # each needs only the previous states
         return rows
 
-    def state_size(self, seq_len: int) -> int:
+    def state_floats(self, seq_len: int) -> int:
         per_memory = sum(
             p.shape[-1] * (2 + int(self.config.momentum)) + 1 for p in self.memory_init.values())  # per head
         conv = self.in_proj.out_features * (self.short_conv - 1) if self.conv is not None else 0

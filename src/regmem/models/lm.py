@@ -59,8 +59,8 @@ class Block(nn.Module):
             x = x + self.ffn(self.ffn_norm(x))
         return x, state
 
-    def state_size(self, seq_len: int) -> int:
-        return self.mixer.state_size(seq_len) + (self.ffn.state_size() if isinstance(self.ffn, CMS) else 0)
+    def state_floats(self, seq_len: int) -> int:
+        return self.mixer.state_floats(seq_len) + (self.ffn.state_floats() if isinstance(self.ffn, CMS) else 0)
 
 
 class LM(nn.Module):
@@ -110,9 +110,9 @@ class LM(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def state_size(self, seq_len: int) -> int:
+    def state_floats(self, seq_len: int) -> int:
         """Floats of decoding state per sequence after `seq_len` tokens, summed over layers."""
-        return sum(block.state_size(seq_len) for block in self.blocks)
+        return sum(block.state_floats(seq_len) for block in self.blocks)
 
     def save_pretrained(self, directory: str | Path) -> None:
         directory = Path(directory)

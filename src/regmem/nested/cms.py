@@ -180,7 +180,7 @@ class CMS(nn.Module):
         self.value = nn.Parameter(torch.eye(D).repeat(k, 1, 1)) if self.config.objective == "value" else None
         self.mix = nn.Parameter(torch.ones(k)) if self.config.variant == "independent" else None
 
-    def state_size(self) -> int:
+    def state_floats(self) -> int:
         """Floats of decoding state per sequence: every level's weights, and its gradient accumulator if it
         updates (constant in the context length)."""
         per_level = self.gate.shape[1] * self.gate.shape[2] * 3

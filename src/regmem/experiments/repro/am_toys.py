@@ -112,5 +112,5 @@ def train_toy(run: Run, preset: Preset, *, budget: ToyBudget) -> dict:
     final_len = task.config.seq_len if hasattr(task.config, "seq_len") else None
     return {"score": metrics["accuracy"], **metrics, "train_len": final_len, "solved_at": solved_at,
             "final_loss": loss, "final_batch_accuracy": acc, "parameters": sum(p.numel() for p in model.parameters()),
-            "state_floats": model.state_size(eval_task.config.seq_len), "train_seconds": seconds,
+            "state_floats": model.state_floats(eval_task.config.seq_len), "train_seconds": seconds,
             "tokens_per_second": budget.steps * budget.batch_size * eval_task.config.seq_len / seconds}
