@@ -136,4 +136,4 @@ def test_a_repro_record_needs_a_default_and_a_quick_variant():
 
     with pytest.raises(ValueError, match="missing \\['quick'\\]"):
         Repro("x", "help", {"default": ttr_online.OnlineSettings()}, ttr_online.run, ttr_online.format_report,
-              ttr_online.write_outputs)
+              ttr_online.plot_curves)

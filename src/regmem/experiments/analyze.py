@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from regmem.analysis import capacity, snr
-from regmem.experiments.plots import plt
+from regmem.experiments.plots import plt, save_figure
 
 # The grid of kernels, N, d_k and tau whose Monte-Carlo values the analysis was first checked on (d_v = 32).
 GRID = (
@@ -177,9 +177,7 @@ def plot_snr(result: dict, path: Path) -> None:
         ax.set_ylabel("SNR^-1")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def analyze_snr(out_dir: str | Path = "results/analyze-snr", *, trials: int | None = None, seed: int = 0,

@@ -13,6 +13,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 from regmem.experiments.protocol import higher_is_better  # noqa: E402
 
 
+def save_figure(fig, path: Path, *, dpi: int | None = None) -> None:
+    """Lays out, writes and closes a figure (every plot of the experiments ends here)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+
+
 def plot_results(path: Path, task_name: str, field: str | None, summaries) -> None:
     """Score against the swept value per mixer, or a bar chart without a sweep; the mean over seeds at each
     mixer's best learning rate, error bars from the min to the max over those seeds."""
@@ -43,9 +50,7 @@ def plot_results(path: Path, task_name: str, field: str | None, summaries) -> No
         ax.set_ylim(0, 1.02)
     ax.set_title(f"{task_name}: {metric} by mixer")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 class HeatCell(NamedTuple):
@@ -79,6 +84,4 @@ def plot_heatmap(path: Path, tasks: list[str], mixers: list[str], cell: dict, ti
     ax.set_xticks(range(len(tasks)), labels, rotation=45, ha="right", fontsize=7)
     ax.set_yticks(range(len(mixers)), mixers, fontsize=8)
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)

@@ -21,17 +21,12 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from regmem.analysis import reachability_construction  # noqa: E402
-from regmem.experiments.protocol import RunStore, execute, run_grid, summarize  # noqa: E402
-from regmem.experiments.repro.am_toys import ToyBudget, arm, toy_preset, train_toy  # noqa: E402
-from regmem.experiments.repro.outputs import write_report  # noqa: E402
-from regmem.experiments.repro.record import Repro  # noqa: E402
-from regmem.tasks.dag import DAGReachabilityConfig, sample_graphs  # noqa: E402
+from regmem.analysis import reachability_construction
+from regmem.experiments.plots import plt, save_figure
+from regmem.experiments.protocol import RunStore, execute, run_grid, summarize
+from regmem.experiments.repro.am_toys import ToyBudget, arm, toy_preset, train_toy
+from regmem.experiments.repro.record import Repro
+from regmem.tasks.dag import DAGReachabilityConfig, sample_graphs
 
 _DF = {"rotary": False, "read_kernel": "softmax"}
 
@@ -129,8 +124,7 @@ def format_report(result: dict) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
-    paths = write_report(out_dir, "am-dag", result, format_report(result))
+def plot_dag(result: dict, path: Path) -> None:
     rows = result["rows"]
     fig, ax = plt.subplots(figsize=(7, 3.5))
     y = list(range(len(rows)))
@@ -144,10 +138,7 @@ def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
     ax.set_xlabel("label accuracy % (best lr, mean and range over seeds)")
     ax.set_title("DAG reachability (arXiv:2505.19488 Fig. 7)")
     ax.legend(loc="lower right", fontsize=7)
-    fig.tight_layout()
-    fig.savefig(paths["plot"], dpi=120)
-    plt.close(fig)
-    return paths
+    save_figure(fig, path, dpi=120)
 
 
 REPRO = Repro(
@@ -155,5 +146,5 @@ REPRO = Repro(
     help="Associative memory Fig. 7: DAG reachability, Transformer of 1 and 2 layers vs DeltaFormer and the "
          "hand-set layer (resumable; --full: depths 1/2/4, 2000 steps, 3 lrs, 3 seeds)",
     variants={"default": DAGSettings(), "quick": QUICK, "full": FULL},
-    run=run, format_report=format_report, write_outputs=write_outputs,
+    run=run, format_report=format_report, plot=plot_dag,
 )

@@ -31,7 +31,6 @@ from pathlib import Path
 
 from regmem.experiments.presets import Preset
 from regmem.experiments.protocol import RunStore, execute, higher_is_better, run_grid, summarize, train_run
-from regmem.experiments.repro.outputs import write_report
 from regmem.experiments.repro.record import Repro
 from regmem.experiments.runs import Run
 
@@ -222,10 +221,7 @@ def format_report(result: dict) -> str:
 
 def plot_heads(result: dict, path: Path) -> None:
     """One panel per task: the metric against n_heads (log 2 axis), one line per kernel, min-max error bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from regmem.experiments.plots import plt, save_figure
 
     s = result["settings"]
     fig, axes = plt.subplots(1, len(s["tasks"]), figsize=(5 * len(s["tasks"]), 4), dpi=120, squeeze=False)
@@ -245,15 +241,8 @@ def plot_heads(result: dict, path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.suptitle("arXiv:2505.19488 Fig. 2: heads vs kernel")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)
 
-
-def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
-    paths = write_report(out_dir, "am-heads", result, format_report(result))
-    plot_heads(result, paths["plot"])
-    return paths
 
 
 REPRO = Repro(
@@ -261,5 +250,5 @@ REPRO = Repro(
     help="Associative memory Fig. 2: softmax vs linear attention x 1-8 heads at fixed width, on MQAR and byte "
          "text (resumable; --full: wider models, 3 seeds)",
     variants={"default": HeadsSettings(), "quick": QUICK, "full": FULL},
-    run=run, format_report=format_report, write_outputs=write_outputs,
+    run=run, format_report=format_report, plot=plot_heads,
 )

@@ -30,7 +30,6 @@ from regmem.analysis.swap_construction import (
     exchange_tokens,
     random_swaps,
 )
-from regmem.experiments.repro.outputs import write_report
 from regmem.experiments.repro.record import Repro
 
 KERNELS = ("linear", "round")
@@ -157,10 +156,7 @@ def format_report(result: dict) -> str:
 
 
 def plot_stress(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from regmem.experiments.plots import plt, save_figure
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2), dpi=120)
     for family, style in (("structured", "-"), ("gaussian", ":")):
@@ -176,15 +172,8 @@ def plot_stress(result: dict, path: Path) -> None:
     ax.set_title(f"Swap tracking, d = {result['settings']['key_dim']}: linear vs rounding kernel")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)
 
-
-def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
-    paths = write_report(out_dir, "am-stress", result, format_report(result))
-    plot_stress(result, paths["plot"])
-    return paths
 
 
 REPRO = Repro(
@@ -192,5 +181,5 @@ REPRO = Repro(
     help="Associative memory (arXiv:2505.19488) Fig. 5: Theorem 1's hand-set swap tracking, linear vs round kernel "
          "at d = 128 (about 20 s)",
     variants={"default": StressSettings(), "quick": QUICK},
-    run=run, format_report=format_report, write_outputs=write_outputs,
+    run=run, format_report=format_report, plot=plot_stress,
 )

@@ -26,15 +26,10 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from regmem.experiments.protocol import RunStore, execute, run_grid, summarize  # noqa: E402
-from regmem.experiments.repro.am_toys import ToyBudget, arm, toy_preset, train_toy  # noqa: E402
-from regmem.experiments.repro.outputs import write_report  # noqa: E402
-from regmem.experiments.repro.record import Repro  # noqa: E402
+from regmem.experiments.plots import plt, save_figure
+from regmem.experiments.protocol import RunStore, execute, run_grid, summarize
+from regmem.experiments.repro.am_toys import ToyBudget, arm, toy_preset, train_toy
+from regmem.experiments.repro.record import Repro
 
 _DF = {"n_kv_heads": 1, "rotary": False, "bias": True, "read_kernel": "softmax"}  # Listing 2's DeltaAttention
 _ATTN = {"n_kv_heads": 1, "rotary": False}
@@ -215,8 +210,7 @@ def _softmax_vs_exp(mean: dict) -> str:
     return f"- kappa_1 = softmax vs exp: {100 * pick['softmax']:.1f} vs {100 * pick['exp']:.1f} %{listing}."
 
 
-def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
-    paths = write_report(out_dir, "am-swap", result, format_report(result))
+def plot_swap(result: dict, path: Path) -> None:
     figures = result["figures"]
     fig, axes = plt.subplots(1, len(figures), figsize=(6 * len(figures), 4.5), squeeze=False)
     for ax, (figure, rows) in zip(axes[0], figures.items(), strict=True):
@@ -230,10 +224,7 @@ def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
         ax.set_xlabel("token accuracy % (best lr, mean and range over seeds)")
         ax.set_title(f"Fig. {figure}")
         ax.legend(loc="lower right", fontsize=7)
-    fig.tight_layout()
-    fig.savefig(paths["plot"], dpi=120)
-    plt.close(fig)
-    return paths
+    save_figure(fig, path, dpi=120)
 
 
 REPRO = Repro(
@@ -241,5 +232,5 @@ REPRO = Repro(
     help="Associative memory Figs. 4 (default), 6 and 8 (--set figures=4,6,8): one-layer DeltaFormer vs "
          "Transformer on 5-element swaps (resumable; --full: 4000 steps, 3 lrs, 3 seeds)",
     variants={"default": SwapSettings(), "quick": QUICK, "full": FULL},
-    run=run, format_report=format_report, write_outputs=write_outputs,
+    run=run, format_report=format_report, plot=plot_swap,
 )

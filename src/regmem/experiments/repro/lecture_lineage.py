@@ -21,7 +21,6 @@ from pathlib import Path
 
 from regmem.experiments.presets import PRESETS
 from regmem.experiments.protocol import RunStore, execute, run_grid, summarize
-from regmem.experiments.repro.outputs import write_report
 from regmem.experiments.repro.record import Repro
 
 ROWS = {  # mixer -> (the method, state representation and update logic as the lecture's table gives them)
@@ -96,10 +95,7 @@ def format_report(result: dict) -> str:
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from regmem.experiments.plots import plt, save_figure
 
     cells = result["cells"]
     fig, ax = plt.subplots(figsize=(5.5, 3.8), dpi=120)
@@ -113,15 +109,8 @@ def plot(result: dict, path: Path) -> None:
     ax.set_ylabel("MQAR accuracy (best lr, min-max over seeds)")
     ax.set_title("The recurrent hierarchy at equal memory")
     ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)
 
-
-def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
-    paths = write_report(out_dir, "lecture-lineage", result, format_report(result))
-    plot(result, paths["plot"])
-    return paths
 
 
 REPRO = Repro(
@@ -129,5 +118,5 @@ REPRO = Repro(
     help="Morrill, 'Continual Learning & Memory Models' (COMS6998 slides, 2026), 'State Space Model Lineage': "
          "Mamba / DeltaNet / TTT on MQAR at equal memory, 3 mixers x 2 lrs x 2 seeds (12 runs; resumable)",
     variants={"default": LineageSettings(), "quick": QUICK},
-    run=run, format_report=format_report, write_outputs=write_outputs,
+    run=run, format_report=format_report, plot=plot,
 )

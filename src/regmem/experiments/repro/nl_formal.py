@@ -28,7 +28,6 @@ import torch
 from regmem.experiments.plots import HeatCell, plot_heatmap
 from regmem.experiments.presets import Preset
 from regmem.experiments.protocol import RunStore, execute, run_grid, summarize, train_run
-from regmem.experiments.repro.outputs import write_report
 from regmem.experiments.repro.record import Repro
 from regmem.tasks import TASKS
 from regmem.tasks.formal_languages import FormalLanguageConfig
@@ -184,14 +183,12 @@ def findings(result: dict, languages: list[str]) -> list[str]:
     return out
 
 
-def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
-    paths = write_report(out_dir, "nl-formal-languages", result, format_report(result))
+def plot_languages(result: dict, path: Path) -> None:
     columns = [f"{t} B{i}" for t in result["settings"]["languages"] for i in (0, 1)]
     cells = {(f"{c['task']} B{i}", c["mixer"]): HeatCell(c[f"bin{i}"]["mean"], "string_accuracy")
              for c in result["cells"] for i in (0, 1)}
-    plot_heatmap(paths["plot"], columns, list(result["settings"]["mixers"]), cells,
+    plot_heatmap(path, columns, list(result["settings"]["mixers"]), cells,
                  title="Formal languages (Nested Learning Table 5): string accuracy")
-    return paths
 
 
 REPRO = Repro(
@@ -200,5 +197,5 @@ REPRO = Repro(
          "CMS, Bin 0 and Bin 1 (about 15 min on 2 cores; resumable; --full: lr grid of 3, 3 seeds, 1000 steps, "
          "Hope's mini-batch 2, hours)",
     variants={"default": FormalSettings(), "quick": QUICK, "full": FULL},
-    run=run, format_report=format_report, write_outputs=write_outputs,
+    run=run, format_report=format_report, plot=plot_languages,
 )

@@ -22,7 +22,6 @@ from pathlib import Path
 from regmem.experiments.plots import HeatCell, plot_heatmap
 from regmem.experiments.presets import Preset
 from regmem.experiments.protocol import RunStore, execute, run_grid, summarize
-from regmem.experiments.repro.outputs import write_report
 from regmem.experiments.repro.record import Repro
 
 # Table 4 of the paper (accuracy %), columns in TASK_ORDER minus noisy recall.
@@ -151,13 +150,11 @@ def findings(result: dict, tasks: list[str]) -> list[str]:
     return out
 
 
-def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
-    paths = write_report(out_dir, "nl-mad", result, format_report(result))
+def plot_mad(result: dict, path: Path) -> None:
     tasks = [t for t in TASK_ORDER if t in result["settings"]["tasks"]]
     cells = {(c["task"], c["mixer"]): HeatCell(c["mean"], c["metric"]) for c in result["cells"]}
-    plot_heatmap(paths["plot"], tasks, list(result["settings"]["mixers"]), cells,
+    plot_heatmap(path, tasks, list(result["settings"]["mixers"]), cells,
                  title="MAD at CPU scale (Nested Learning Table 4's tasks)")
-    return paths
 
 
 REPRO = Repro(
@@ -166,5 +163,5 @@ REPRO = Repro(
          "lr grid of 4 x 2 seeds (240 runs, about 2 h 15 min of one CPU thread; resumable; --set "
          "mixers=attn,linear splits it)",
     variants={"default": MADSettings(), "quick": QUICK},
-    run=run, format_report=format_report, write_outputs=write_outputs,
+    run=run, format_report=format_report, plot=plot_mad,
 )

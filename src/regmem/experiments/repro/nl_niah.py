@@ -19,7 +19,6 @@ from pathlib import Path
 
 from regmem.experiments.niah import run_niah
 from regmem.experiments.presets import PRESETS
-from regmem.experiments.repro.outputs import write_report
 from regmem.experiments.repro.record import Repro
 
 VARIANTS = ("niah_single", "niah_multikey", "niah_multivalue")
@@ -109,12 +108,6 @@ def findings(result: dict, lengths: list[int]) -> list[str]:
     return out
 
 
-def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
-    paths = write_report(out_dir, "nl-niah", result, format_report(result))
-    del paths["plot"]  # the heat maps live with each variant's runs
-    paths.update({variant: Path(run["dir"]) / "niah.png" for variant, run in result["runs"].items()})
-    return paths
-
 
 def _length_mean(run: dict, mixer: str, i: int) -> float:
     """A mixer's accuracy at the i-th length: the mean over seeds of each seed's mean over depths."""
@@ -122,10 +115,15 @@ def _length_mean(run: dict, mixer: str, i: int) -> float:
     return sum(seed[i] for seed in seeds) / len(seeds)
 
 
+def heat_maps(result: dict, path: Path) -> dict[str, Path]:
+    """Each variant's heat map, drawn with its runs (experiments/niah.py); nothing is drawn at `path`."""
+    return {variant: Path(run["dir"]) / "niah.png" for variant, run in result["runs"].items()}
+
+
 REPRO = Repro(
     name="nl-niah",
     help="Nested Learning Table 1's pattern: needle-in-a-haystack heat maps at 1x/2x/4x the training length, 3 "
          "variants x 4 mixers x 2 lrs x 2 seeds (48 runs, about 30 min of one thread; resumable)",
     variants={"default": NIAHSettings(), "quick": QUICK},
-    run=run, format_report=format_report, write_outputs=write_outputs,
+    run=run, format_report=format_report, plot=heat_maps,
 )

@@ -29,7 +29,6 @@ from pathlib import Path
 import torch
 
 from regmem.experiments.repro.nl_optimizers_real import plot_real, real_claims, real_report_lines, run_real
-from regmem.experiments.repro.outputs import write_report
 from regmem.experiments.repro.record import Repro
 from regmem.optim import M3, DeepMomentum, DeltaMomentum, ValueMomentum
 
@@ -366,10 +365,7 @@ def format_report(result: dict) -> str:
 
 
 def plot_toys(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from regmem.experiments.plots import plt, save_figure
 
     s = result["settings"]
     fig, grid = plt.subplots(2, 3, figsize=(15, 8.4), dpi=90)
@@ -408,15 +404,8 @@ def plot_toys(result: dict, path: Path) -> None:
     plot_real(grid[1], result["real"])
     for ax in grid.flat:
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)
 
-
-def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
-    paths = write_report(out_dir, "nl-optimizers", result, format_report(result))
-    plot_toys(result, paths["plot"])
-    return paths
 
 
 REPRO = Repro(
@@ -425,5 +414,5 @@ REPRO = Repro(
          "orthogonal tasks, AdamW / Muon / M3 / delta / deep momentum on digits and byte text (about 3 min on 2 "
          "cores)",
     variants={"default": OptimizerToySettings(), "quick": QUICK},
-    run=run, format_report=format_report, write_outputs=write_outputs,
+    run=run, format_report=format_report, plot=plot_toys,
 )

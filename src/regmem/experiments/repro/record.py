@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from regmem.experiments.repro.outputs import write_report
+
 REQUIRED_VARIANTS = ("default", "quick")  # "full" (hours of CPU) where a reproduction has one
 
 
@@ -21,16 +23,17 @@ class Repro:
 
     `variants` maps "default", "quick" (a seconds-long smoke run for tests, not a reproduction) and optionally
     "full" to instances of one frozen settings dataclass. `run(settings, out_dir, *, log=print, progress=True)`
-    returns a JSON-able result (runs it stores for resuming go under `out_dir`); `write_outputs(result, out_dir)`
-    writes `<name>.md` (the report `format_report(result)` returns: the paper's claim beside ours), `<name>.json`
-    and the plots, and returns their paths by kind."""
+    returns a JSON-able result (runs it stores for resuming go under `out_dir`); `format_report(result)` is the
+    paper's claim beside ours; `plot(result, path)` draws the figure at `path` and returns None, or returns the
+    figures the runs drew themselves (by name) and draws none.
+    `write_outputs(result, out_dir)` writes `<name>.md`, `<name>.json` and `<name>.png` and returns their paths."""
 
     name: str  # the command-line name, e.g. "ttr-mqar"
     help: str  # one line: paper, figure or table, what runs and roughly how long
     variants: Mapping[str, Any]
     run: Callable[..., dict]
     format_report: Callable[[dict], str]
-    write_outputs: Callable[[dict, Path], dict[str, Path]]
+    plot: Callable[[dict, Path], dict[str, Path] | None]
 
     def __post_init__(self):
         missing = [v for v in REQUIRED_VARIANTS if v not in self.variants]
@@ -39,6 +42,15 @@ class Repro:
         kinds = {type(settings) for settings in self.variants.values()}
         if len(kinds) != 1 or not dataclasses.is_dataclass(next(iter(kinds))):
             raise ValueError(f"{self.name}: every variant must be an instance of one settings dataclass, got {kinds}")
+
+    def write_outputs(self, result: dict, out_dir: Path) -> dict[str, Path]:
+        """Writes the report, the result and the plot under `out_dir`; returns their paths by kind."""
+        paths = write_report(out_dir, self.name, result, self.format_report(result))
+        figures = self.plot(result, paths["plot"])
+        if figures is not None:
+            del paths["plot"]
+            paths.update(figures)
+        return paths
 
     def settings(self, variant: str = "default", overrides: Mapping[str, object] | None = None):
         """The variant's settings with the fields in `overrides` replaced (values as `--set` gives them: a tuple

@@ -20,7 +20,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from regmem.experiments.presets import Preset
-from regmem.experiments.repro.outputs import write_report
 from regmem.experiments.repro.record import Repro
 from regmem.experiments.runs import Run, train_and_evaluate
 
@@ -97,10 +96,7 @@ def format_report(result: dict) -> str:
 
 
 def plot_rows(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from regmem.experiments.plots import plt, save_figure
 
     fig, ax = plt.subplots(figsize=(5.5, 4), dpi=120)
     labels = [f"P={r['pairs']}\nT={r['seq_len']}" for r in result["rows"] if r["mixer"] == result["rows"][0]["mixer"]]
@@ -115,15 +111,8 @@ def plot_rows(result: dict, path: Path) -> None:
     ax.set_title(f"TTR Fig. 3: one layer + key conv, d_model {result['settings']['d_model']}")
     ax.legend(loc="lower left")
     ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)
 
-
-def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
-    paths = write_report(out_dir, "ttr-mqar", result, format_report(result))
-    plot_rows(result, paths["plot"])
-    return paths
 
 
 REPRO = Repro(
@@ -131,5 +120,5 @@ REPRO = Repro(
     help="Test-time regression Fig. 3: one layer + key conv on MQAR, linear attention vs RLS at P <= d_model and "
          "P > d_model (about 8 minutes; --full: the paper's d_model 64, P 64/128, hours)",
     variants={"default": MQARSettings(), "quick": QUICK, "full": FULL},
-    run=run, format_report=format_report, write_outputs=write_outputs,
+    run=run, format_report=format_report, plot=plot_rows,
 )

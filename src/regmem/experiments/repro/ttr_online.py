@@ -23,7 +23,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from regmem.experiments.repro.outputs import write_report
 from regmem.experiments.repro.record import Repro
 from regmem.ops import least_squares, linear_attn, local_linear_attn, softmax_attn
 from regmem.tasks.online_regression import OnlineRegressionConfig, switching_keys
@@ -136,10 +135,7 @@ def format_report(result: dict) -> str:
 
 
 def plot_curves(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from regmem.experiments.plots import plt, save_figure
 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     for name, curve in result["curves"].items():
@@ -152,15 +148,8 @@ def plot_curves(result: dict, path: Path) -> None:
     ax.set_title("TTR Fig. 2: one-step-ahead loss of parameter-free memories")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)
 
-
-def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
-    paths = write_report(out_dir, "ttr-online-regression", result, format_report(result))
-    plot_curves(result, paths["plot"])
-    return paths
 
 
 def _jsonable(settings: OnlineSettings) -> dict:
@@ -172,5 +161,5 @@ REPRO = Repro(
     help="Test-time regression (arXiv:2501.12352) Fig. 2: parameter-free online regression over a switching key "
          "process, seven memories (seconds)",
     variants={"default": OnlineSettings(), "quick": OnlineSettings(num_sequences=2)},
-    run=run, format_report=format_report, write_outputs=write_outputs,
+    run=run, format_report=format_report, plot=plot_curves,
 )
