@@ -24,7 +24,7 @@ from pathlib import Path
 from regmem.analysis import reachability_construction
 from regmem.experiments.plots import plt, save_figure
 from regmem.experiments.protocol import RunStore, execute, run_grid, summarize
-from regmem.experiments.repro.am_toys import ToyBudget, arm, toy_preset, train_toy
+from regmem.experiments.repro.am_toys import ToyBudget, arm, arm_bars, toy_preset, train_toy
 from regmem.experiments.repro.record import Repro
 from regmem.tasks.dag import DAGReachabilityConfig, sample_graphs
 
@@ -127,15 +127,8 @@ def format_report(result: dict) -> str:
 def plot_dag(result: dict, path: Path) -> None:
     rows = result["rows"]
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    y = list(range(len(rows)))
-    ax.barh(y, [100 * r["mean"] for r in rows],
-            xerr=[[100 * (r["mean"] - r["low"]) for r in rows], [100 * (r["high"] - r["mean"]) for r in rows]])
-    ax.set_yticks(y, [r["arm"] for r in rows], fontsize=8)
-    ax.invert_yaxis()
-    ax.axvline(50, color="grey", linestyle=":", label="chance (balanced labels)")
+    arm_bars(ax, rows, metric="label accuracy", chance=0.5, chance_label="chance (balanced labels)")
     ax.axvline(100 * min(result["handset"]), color="green", linestyle="--", label="hand-set construction")
-    ax.set_xlim(0, 100)
-    ax.set_xlabel("label accuracy % (best lr, mean and range over seeds)")
     ax.set_title("DAG reachability (arXiv:2505.19488 Fig. 7)")
     ax.legend(loc="lower right", fontsize=7)
     save_figure(fig, path, dpi=120)

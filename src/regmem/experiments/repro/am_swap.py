@@ -28,7 +28,7 @@ from pathlib import Path
 
 from regmem.experiments.plots import plt, save_figure
 from regmem.experiments.protocol import RunStore, execute, run_grid, summarize
-from regmem.experiments.repro.am_toys import ToyBudget, arm, toy_preset, train_toy
+from regmem.experiments.repro.am_toys import ToyBudget, arm, arm_bars, toy_preset, train_toy
 from regmem.experiments.repro.record import Repro
 
 _DF = {"n_kv_heads": 1, "rotary": False, "bias": True, "read_kernel": "softmax"}  # Listing 2's DeltaAttention
@@ -214,14 +214,7 @@ def plot_swap(result: dict, path: Path) -> None:
     figures = result["figures"]
     fig, axes = plt.subplots(1, len(figures), figsize=(6 * len(figures), 4.5), squeeze=False)
     for ax, (figure, rows) in zip(axes[0], figures.items(), strict=True):
-        y = range(len(rows))
-        ax.barh(list(y), [100 * r["mean"] for r in rows],
-                xerr=[[100 * (r["mean"] - r["low"]) for r in rows], [100 * (r["high"] - r["mean"]) for r in rows]])
-        ax.set_yticks(list(y), [r["arm"] for r in rows], fontsize=7)
-        ax.invert_yaxis()
-        ax.axvline(20, color="grey", linestyle=":", label="chance (1/5)")
-        ax.set_xlim(0, 100)
-        ax.set_xlabel("token accuracy % (best lr, mean and range over seeds)")
+        arm_bars(ax, rows, metric="token accuracy", chance=0.2, chance_label="chance (1/5)", fontsize=7)
         ax.set_title(f"Fig. {figure}")
         ax.legend(loc="lower right", fontsize=7)
     save_figure(fig, path, dpi=120)

@@ -114,3 +114,16 @@ def train_toy(run: Run, preset: Preset, *, budget: ToyBudget) -> dict:
             "final_loss": loss, "final_batch_accuracy": acc, "parameters": sum(p.numel() for p in model.parameters()),
             "state_floats": model.state_floats(eval_task.config.seq_len), "train_seconds": seconds,
             "tokens_per_second": budget.steps * budget.batch_size * eval_task.config.seq_len / seconds}
+
+
+def arm_bars(ax, rows: list[dict], *, metric: str, chance: float, chance_label: str, fontsize: int = 8) -> None:
+    """One horizontal bar per arm: its mean accuracy (%) at its best lr, the bar's whiskers the range over seeds,
+    and a dotted line at chance. rows: {"arm", "mean", "low", "high"} each."""
+    y = list(range(len(rows)))
+    ax.barh(y, [100 * r["mean"] for r in rows],
+            xerr=[[100 * (r["mean"] - r["low"]) for r in rows], [100 * (r["high"] - r["mean"]) for r in rows]])
+    ax.set_yticks(y, [r["arm"] for r in rows], fontsize=fontsize)
+    ax.invert_yaxis()
+    ax.axvline(100 * chance, color="grey", linestyle=":", label=chance_label)
+    ax.set_xlim(0, 100)
+    ax.set_xlabel(f"{metric} % (best lr, mean and range over seeds)")
