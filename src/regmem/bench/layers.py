@@ -49,9 +49,9 @@ def _titans_pytorch(batch_size: int | None) -> Callable:
 
 
 def _cms(d_model: int, heads: int):
-    from regmem.nested import CMS, CMSConfig
+    from regmem.nested import CMS
 
-    return CMS(d_model, CMSConfig(chunk_sizes=(16, 64, 256)))
+    return CMS(d_model)  # CMSConfig's default levels
 
 
 class _FFN(torch.nn.Module):
