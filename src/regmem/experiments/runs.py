@@ -23,6 +23,7 @@ from regmem.experiments.presets import Preset
 from regmem.models import LM, LMConfig
 from regmem.tasks import TASKS
 from regmem.train import TrainConfig, Trainer, distributed
+from regmem.train.config import OptimizerName
 from regmem.train.optimizers import OPTIMIZERS
 
 
@@ -61,7 +62,7 @@ def build_model(mixer: str, preset: Preset, vocab_size: int, *, seed: int) -> LM
 def build_train_config(
     preset: Preset, *, seed: int, progress: bool, steps: int | None = None, lr: float | None = None,
     batch_size: int | None = None, out_dir: str | None = None, checkpoint_every: int | None = None,
-    optimizer: str = "adamw",
+    optimizer: OptimizerName = "adamw",
 ) -> TrainConfig:
     """The preset's budget; steps, lr and batch_size override it where given (warm-up and logging follow steps)."""
     steps = preset.steps if steps is None else steps
@@ -89,7 +90,7 @@ class Run:
     setting: dict = field(default_factory=dict)  # task-config fields over the preset's, e.g. num_kv_pairs
     steps: int | None = None  # optimiser steps; None: the preset's
     batch_size: int | None = None  # global batch; None: the preset's
-    optimizer: str = "adamw"  # a name of regmem.train.optimizers.OPTIMIZERS
+    optimizer: OptimizerName = "adamw"  # a name of regmem.train.optimizers.OPTIMIZERS
 
     def __post_init__(self):
         for name in ("lr", "steps", "batch_size"):
