@@ -244,7 +244,6 @@ def plot_heads(result: dict, path: Path) -> None:
     save_figure(fig, path)
 
 
-
 REPRO = Repro(
     name="am-heads",
     help="Associative memory Fig. 2: softmax vs linear attention x 1-8 heads at fixed width, on MQAR and byte "

@@ -175,7 +175,6 @@ def plot_stress(result: dict, path: Path) -> None:
     save_figure(fig, path)
 
 
-
 REPRO = Repro(
     name="am-stress",
     help="Associative memory (arXiv:2505.19488) Fig. 5: Theorem 1's hand-set swap tracking, linear vs round kernel "

@@ -112,7 +112,6 @@ def plot(result: dict, path: Path) -> None:
     save_figure(fig, path)
 
 
-
 REPRO = Repro(
     name="lecture-lineage",
     help="Morrill, 'Continual Learning & Memory Models' (COMS6998 slides, 2026), 'State Space Model Lineage': "

@@ -108,7 +108,6 @@ def findings(result: dict, lengths: list[int]) -> list[str]:
     return out
 
 
-
 def _length_mean(run: dict, mixer: str, i: int) -> float:
     """A mixer's accuracy at the i-th length: the mean over seeds of each seed's mean over depths."""
     seeds = run["seed_means"][mixer]

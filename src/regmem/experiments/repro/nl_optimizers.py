@@ -407,7 +407,6 @@ def plot_toys(result: dict, path: Path) -> None:
     save_figure(fig, path)
 
 
-
 REPRO = Repro(
     name="nl-optimizers",
     help="Nested Learning Fig. 4, Sec. 4.3 and Figs. 11-12: delta vs standard momentum on psi, forgetting across "

@@ -114,7 +114,6 @@ def plot_rows(result: dict, path: Path) -> None:
     save_figure(fig, path)
 
 
-
 REPRO = Repro(
     name="ttr-mqar",
     help="Test-time regression Fig. 3: one layer + key conv on MQAR, linear attention vs RLS at P <= d_model and "

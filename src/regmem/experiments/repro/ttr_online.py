@@ -151,7 +151,6 @@ def plot_curves(result: dict, path: Path) -> None:
     save_figure(fig, path)
 
 
-
 def _jsonable(settings: OnlineSettings) -> dict:
     return asdict(settings)
 
