@@ -67,7 +67,8 @@ def _ops(args) -> None:
             load_fla_file("ops/gated_delta_rule/naive.py")
         except ImportError as err:
             args.parser.error(f"argument --ops: {err}")
-    torch.set_num_threads(args.threads or torch.get_num_threads())
+    if args.threads is not None:  # else torch's own: setting it, even unchanged, changes MKL's threading
+        torch.set_num_threads(args.threads)
     result = run(
         args.ops, args.forms, args.seq_lens, batch=args.batch, heads=args.heads, head_dim=args.head_dim,
         chunk_size=args.chunk_size, dtype=DTYPES[args.dtype], min_run_time=args.min_run_time, memory=args.memory,
@@ -103,7 +104,8 @@ def _add_decode(kinds) -> None:
 def _decode(args) -> None:
     from regmem.bench import decode_table, run_decode
 
-    torch.set_num_threads(args.threads or torch.get_num_threads())
+    if args.threads is not None:  # else torch's own: setting it, even unchanged, changes MKL's threading
+        torch.set_num_threads(args.threads)
     result = run_decode(args.ops, args.context_lens, batch=args.batch, heads=args.heads, head_dim=args.head_dim,
                         dtype=DTYPES[args.dtype], min_run_time=args.min_run_time)
     _write(result, decode_table(result), args.out_dir, "decode")
@@ -138,7 +140,8 @@ def _layers(args) -> None:
     if external and importlib.util.find_spec("titans_pytorch") is None:
         args.parser.error(f"argument --layers: {', '.join(external)} need titans-pytorch: pip install "
                           "'regmem[bench]'")
-    torch.set_num_threads(args.threads or torch.get_num_threads())
+    if args.threads is not None:  # else torch's own: setting it, even unchanged, changes MKL's threading
+        torch.set_num_threads(args.threads)
     result = run_layers(args.layers, args.seq_lens, batch=args.batch, heads=args.heads, head_dim=args.head_dim,
                         min_run_time=args.min_run_time, passes=args.passes)
     _write(result, layers_table(result), args.out_dir, "layers")
