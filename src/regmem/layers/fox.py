@@ -12,9 +12,9 @@ normaliser. Per head h:
 
 so the decay is an additive bias on the scores: the full forward is torch's scaled_dot_product_attention with the
 float mask D (`regmem.ops.common.decay.segsum`, which sums exactly the gates each entry spans). This materialises a
-[B, H, T, S] bias, O(T^2) memory per head like any masked SDPA call; a fused kernel is out of scope here. It is the
-one mixer whose forward ends in a torch kernel rather than a regmem op: no op computes softmax attention with a
-forget gate (the `softmax_attn` op has no score bias), and the layer needs nothing beyond SDPA's float mask.
+[B, H, T, S] bias, O(T^2) memory per head like any masked SDPA call; a fused kernel is out of scope here. Like
+`SoftmaxAttention` (attention.py says why) its forward ends in SDPA, not in a regmem op: no op computes softmax
+attention with a forget gate, and the layer needs nothing beyond SDPA's float mask.
 
 Decoding: the KV cache also keeps, per key i and head, its log decay to the newest token, sum_{j=i+1}^{t} log
 alpha_j; a new chunk adds its own gates to it (never a difference of two long cumulative sums, for float32
@@ -42,10 +42,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from regmem.layers.attention import AttentionState, SoftmaxAttention
-from regmem.layers.base import check_mixer_input, repeat_heads
+from regmem.layers.base import check_mixer_input
 from regmem.ops.common import zero_padding
 from regmem.ops.common.decay import segsum
-from regmem.ops.nonparametric.similarity import allowed_pairs
 
 
 class ForgettingKVCache(NamedTuple):
@@ -97,7 +96,7 @@ class ForgettingAttention(SoftmaxAttention):
         mask = given_mask if given_mask is not None else torch.ones(B, T, dtype=torch.bool, device=x.device)
         if past is not None:
             k, v, mask = torch.cat([past.k, k], 1), torch.cat([past.v, v], 1), torch.cat([past.mask, mask], 1)
-        o = self._attend_decayed(q, k, v, mask, offset, log_decay)
+        o = self._attend(q, k, v, mask, offset, plain=False, log_decay=log_decay)
         cache = ForgettingKVCache(k, v, mask, log_decay[:, :, -1].transpose(1, 2))  # decay to the newest token
         return self._output(o), AttentionState(conv_cache, cache)
 
@@ -107,15 +106,6 @@ class ForgettingAttention(SoftmaxAttention):
         dtype = torch.promote_types(x.dtype, torch.float32)
         logits = self.f_proj(x).to(dtype) + self.f_bias.to(dtype)  # [B, T, H]
         return zero_padding(F.logsigmoid(logits), mask)
-
-    def _attend_decayed(self, q, k, v, key_mask, offset, log_decay):
-        """q: [B, T, H, D]; k, v: [B, S, H_kv, D] (the cache's `offset` pairs, then the new ones); key_mask: [B, S];
-        log_decay: [B, H, T, S], the bias D. SDPA with D as a float mask (-inf where a pair is not allowed)."""
-        q, k, scale = self._scaled(q, k)
-        q, k, v = (t.transpose(1, 2) for t in (q, repeat_heads(k, self.n_heads), repeat_heads(v, self.n_heads)))
-        allowed = allowed_pairs(q.shape[2], k.shape[2], offset, key_mask, device=q.device)  # [B, 1, T, S]
-        bias = log_decay.to(q.dtype).masked_fill(~allowed, float("-inf"))  # [B, H, T, S]
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale).transpose(1, 2)  # [B, T, H, D]
 
     @staticmethod
     def _log_decay(log_f: torch.Tensor, past: ForgettingKVCache | None) -> torch.Tensor:

@@ -85,9 +85,10 @@ def softmax_chunk_core(q, k, v, *, initial_state, scale, bandwidth, qk_norm, key
     # the fused kernels need one head dim for q, k and v (else SDPA falls back to its slow math path):
     # zero columns change no logit and add output columns that are dropped
     V, D = vh.shape[-1], max(qh.shape[-1], vh.shape[-1])
-    qh = F.pad(qh, (0, D - qh.shape[-1]))  # [B, H, T, D]
-    kh = F.pad(kh, (0, D - kh.shape[-1]))  # [B, H, S + T, D]
-    vh = F.pad(vh, (0, D - V))  # [B, H, S + T, D]
+    if qh.shape[-1] != D or V != D:  # F.pad copies even when it adds nothing
+        qh = F.pad(qh, (0, D - qh.shape[-1]))  # [B, H, T, D]
+        kh = F.pad(kh, (0, D - kh.shape[-1]))  # [B, H, S + T, D]
+        vh = F.pad(vh, (0, D - V))  # [B, H, S + T, D]
     if offset == 0 and key_mask is None:
         o = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, scale=scale)  # [B, H, T, D]
     else:
