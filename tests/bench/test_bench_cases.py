@@ -50,3 +50,9 @@ def test_bench_modules_import_each_other_without_a_cycle():
 
     cycles = [name for name in graph if name != "__init__" and reaches(name, name)]
     assert not cycles, f"bench modules on an import cycle: {cycles}"
+
+
+def test_the_optimiser_bench_builds_exactly_the_optimisers_it_lists():
+    from regmem.bench.optim import OPTIMIZERS, _optimizers
+
+    assert tuple(_optimizers()) == OPTIMIZERS

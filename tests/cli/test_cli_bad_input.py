@@ -38,7 +38,7 @@ CASES = {
         (["bench", "snr", "--kernels", "gauss", "--out-dir", "{out}"], "argument --kernels: unknown 'gauss'"),
         (["bench", "snr", "--trials", "0", "--out-dir", "{out}"], "argument --trials: must be > 0"),
         (["bench", "optim", "--models", "nosuch", "--out-dir", "{out}"], "argument --models: unknown 'nosuch'"),
-        (["bench", "optim", "--optimizers", "lion", "--out-dir", "{out}"], "argument --optimizers: optimizers must"),
+        (["bench", "optim", "--optimizers", "lion", "--out-dir", "{out}"], "argument --optimizers: unknown 'lion'"),
     ],
     "compare": [
         (["compare", "mqar", "--mixers", "nosuch", "--out-dir", "{out}"], "argument --mixers: unknown mixer 'nosuch'"),

@@ -59,9 +59,9 @@ class _FFN(torch.nn.Module):
 
     def __init__(self, d_model: int, heads: int):
         super().__init__()
-        from regmem.models import SwiGLU
+        from regmem.models import SwiGLU, SwiGLUConfig
 
-        self.ffn = SwiGLU(d_model, round(8 / 3 * d_model))
+        self.ffn = SwiGLU(d_model, SwiGLUConfig().hidden(d_model))
 
     def forward(self, x, state=None):
         return self.ffn(x), None

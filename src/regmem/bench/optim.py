@@ -34,10 +34,14 @@ def mlp_model() -> nn.Module:
 MODELS: dict[str, Callable[[], nn.Module]] = {"lm-4x256": lm_model, "mlp-1M": mlp_model}
 
 
+OPTIMIZERS = ("sgd_momentum", "delta_momentum", "deep_momentum", "adamw", "muon", "muon_memory", "muon_memory_fp32",
+              "m3")  # the names `_optimizers` builds (their classes are imported on first use)
+
+
 def _optimizers() -> dict[str, Callable[[list], torch.optim.Optimizer]]:
     from regmem.optim import M3, DeepMomentum, DeltaMomentum, MuonMemory
 
-    return {
+    builders = {
         "sgd_momentum": lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9),
         "delta_momentum": lambda ps: DeltaMomentum(ps, lr=0.01, momentum=0.9),
         "deep_momentum": lambda ps: DeepMomentum(ps, lr=0.01, momentum=0.9),
@@ -48,6 +52,7 @@ def _optimizers() -> dict[str, Callable[[list], torch.optim.Optimizer]]:
         "muon_memory_fp32": lambda ps: MuonMemory(ps, lr=0.02, ns_dtype=None),
         "m3": lambda ps: M3(ps, lr=0.02),
     }
+    return builders
 
 
 PAIRS = (("m3", "muon", 2.0), ("m3", "muon_memory_fp32", 2.0), ("delta_momentum", "sgd_momentum", 1.5),

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
 ArgumentTypeError = argparse.ArgumentTypeError
-PRESET_HELP = "tiny | quick | small (derived from d_model) | quick-mlp (quick with two blocks of mixer + SwiGLU)"
+
+
+def preset_help() -> str:
+    from regmem.experiments.presets import PRESETS
+
+    return f"a preset of the model and budget ({', '.join(PRESETS)}; experiments/presets.py)"
 
 
 def mixers_help(what: str) -> str:
@@ -88,21 +92,19 @@ def names_among(known: Iterable[str]) -> Callable[[str], list[str]]:
 
 
 def mixer_name(text: str) -> str:
-    """A mixer of regmem.layers.MIXERS or a recipe:<weights>/<regressor>/<solver> point that builds: checked by
-    building it at a tiny size (the global RNG is left as it was)."""
-    import torch
-
-    from regmem.layers import MIXERS, build_mixer
+    """A mixer of regmem.layers.MIXERS or a recipe:<weights>/<regressor>/<solver> point that builds (checked
+    without building it)."""
+    from regmem.layers import MIXERS, check_builds, is_mixer_name
+    from regmem.layers.engine import parse_recipe_name
 
     if text in MIXERS:
         return text
-    if not text.startswith("recipe:"):
+    if not is_mixer_name(text):
         raise ArgumentTypeError(f"unknown mixer {text!r}; known: {', '.join(MIXERS)}, or "
                                 "recipe:<weights>/<regressor>/<solver> (see `regmem recipes`)")
     try:
-        with torch.random.fork_rng(devices=[]):
-            build_mixer(text, 8, 2)
-    except (ValueError, TypeError) as err:
+        check_builds(parse_recipe_name(text))
+    except ValueError as err:
         raise ArgumentTypeError(f"mixer {text!r}: {err}") from None
     return text
 
@@ -124,12 +126,6 @@ def preset_name(text: str) -> str:
 
     if text not in PRESETS:
         raise ArgumentTypeError(f"unknown preset {text!r}; known: {', '.join(PRESETS)}")
-    return text
-
-
-def existing_dir(text: str) -> str:
-    if not Path(text).is_dir():
-        raise ArgumentTypeError(f"no directory {text!r}")
     return text
 
 

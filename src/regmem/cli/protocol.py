@@ -7,13 +7,13 @@ import argparse
 from pathlib import Path
 
 from regmem.cli.args import (
-    PRESET_HELP,
     ArgumentTypeError,
     int_list,
     mixer_list,
     mixers_help,
     positive_float_list,
     positive_int,
+    preset_help,
     preset_name,
     task_help,
     task_name,
@@ -44,7 +44,7 @@ def run_directory_list(text: str) -> list[str]:
 def _add_protocol_options(parser: argparse.ArgumentParser) -> None:
     from regmem.experiments.protocol import LR_GRID, SEEDS
 
-    parser.add_argument("--preset", type=preset_name, default="quick", help=PRESET_HELP)
+    parser.add_argument("--preset", type=preset_name, default="quick", help=preset_help())
     parser.add_argument("--seeds", type=int_list, default=list(SEEDS),
                         help="comma-separated seeds of data, init and data order; the leaderboard shows their mean "
                              f"and min-max (default: {','.join(map(str, SEEDS))})")

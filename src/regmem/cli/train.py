@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from regmem.cli.args import (
-    PRESET_HELP,
     assignment,
     mixer_name,
     mixers_help,
     positive_float,
     positive_int,
+    preset_help,
     preset_name,
     task_help,
     task_name,
@@ -23,7 +23,7 @@ def add_train(commands) -> None:
     parser = commands.add_parser("train", help="train one mixer on a task (runs under torchrun as well)")
     parser.add_argument("task", type=task_name, help=task_help())
     parser.add_argument("--mixer", required=True, type=mixer_name, help=mixers_help("mixer name"))
-    parser.add_argument("--preset", type=preset_name, default="quick", help=PRESET_HELP)
+    parser.add_argument("--preset", type=preset_name, default="quick", help=preset_help())
     parser.add_argument("--set", dest="task_field", type=assignment, action="append", default=[], metavar="FIELD=VALUE",
                         help="task field override, repeatable, e.g. --set num_kv_pairs=16")
     parser.add_argument("--steps", type=positive_int, default=None, help="optimiser steps (default: the preset's)")

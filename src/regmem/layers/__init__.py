@@ -19,7 +19,7 @@ from regmem.layers.mamba2 import Mamba2
 from regmem.layers.memory import MemoryMixer, MemoryState
 from regmem.layers.mesa import RLS, Mesa
 from regmem.layers.norm import GatedRMSNorm, l2_normalize
-from regmem.layers.registry import MIXERS, build_mixer, build_recipe, how_it_builds, is_mixer_name, named_mixer
+from regmem.layers.registry import MIXERS, build_mixer, check_builds, how_it_builds, is_mixer_name, named_mixer
 from regmem.layers.retnet import RetNet
 from regmem.layers.rotary import RotaryEmbedding
 from regmem.layers.self_modifying import SelfModifyingTitans
@@ -65,7 +65,7 @@ __all__ = [
     "ShortConvolution",
     "SoftmaxAttention",
     "build_mixer",
-    "build_recipe",
+    "check_builds",
     "how_it_builds",
     "is_mixer_name",
     "named_mixer",

@@ -30,8 +30,7 @@ class EngineMixer(DeepMemoryMixer):
     """The test-time-training engine at an arbitrary point of the design space (module docstring)."""
 
     def __init__(self, d_model: int, n_heads: int, *, recipe: Recipe, inner_lr: float | None = None, **kwargs):
-        if not engine_builds(recipe):
-            raise ValueError(f"recipe {recipe} is not a point the engine builds (module docstring)")
+        check_engine_builds(recipe)
         head_dim = kwargs.get("head_dim") or d_model // n_heads
         regressor, solver = recipe.regressor.kind, recipe.solver.kind
         if regressor == "mlp":
@@ -56,6 +55,14 @@ def engine_builds(recipe: Recipe) -> bool:
     return (recipe.weights.kind == "uniform" and recipe.regressor.kind in ("linear", "mlp")
             and recipe.regressor.feature_map is None and recipe.solver.kind in ENGINE_SOLVERS
             and recipe.solver.steps == 1)
+
+
+def check_engine_builds(recipe: Recipe) -> None:
+    """ValueError saying what the engine takes, unless it expresses `recipe`."""
+    if not engine_builds(recipe):
+        raise ValueError(
+            f"{recipe} does not build: no named mixer sits there, and the engine takes weights 'uniform', a 'linear' "
+            f"or 'mlp' regressor and a solver in {sorted(ENGINE_SOLVERS)} (one step)")
 
 
 def parse_recipe_name(name: str) -> Recipe:

@@ -15,7 +15,7 @@ from regmem.layers.deep_memory import TTTMLP, TitansMLP, TTTLinear
 from regmem.layers.delta_product import DeltaProduct
 from regmem.layers.deltaformer import DeltaFormer
 from regmem.layers.deltanet import NLMS, DeltaNet, GatedDeltaNet, Longhorn
-from regmem.layers.engine import ENGINE_SOLVERS, PREFIX, EngineMixer, engine_builds, parse_recipe_name
+from regmem.layers.engine import PREFIX, EngineMixer, check_engine_builds, engine_builds, parse_recipe_name
 from regmem.layers.fox import ForgettingAttention
 from regmem.layers.gla import GLA
 from regmem.layers.hla import AHLA, HLA
@@ -79,25 +79,23 @@ def how_it_builds(recipe: Recipe) -> str:
     return "engine" if engine_builds(recipe) else "-"
 
 
-def build_recipe(recipe: Recipe, d_model: int, n_heads: int, **kwargs) -> Mixer:
-    """The mixer at `recipe` (module docstring); kwargs go to its constructor. ValueError where nothing builds."""
-    name = named_mixer(recipe)
-    if name is not None:
-        return MIXERS[name](d_model, n_heads, **kwargs)
-    if not engine_builds(recipe):
-        raise ValueError(
-            f"{recipe} does not build: no named mixer sits there, and the engine takes weights 'uniform', a 'linear' "
-            f"or 'mlp' regressor and a solver in {sorted(ENGINE_SOLVERS)} (one step)")
-    return EngineMixer(d_model, n_heads, recipe=recipe, **kwargs)
+def check_builds(recipe: Recipe) -> None:
+    """ValueError unless a mixer builds at `recipe` (a named mixer sits there or the engine expresses it); nothing is
+    built to find out."""
+    if named_mixer(recipe) is None:
+        check_engine_builds(recipe)
 
 
 def build_mixer(name: str | Recipe, d_model: int, n_heads: int, **kwargs) -> Mixer:
     """The mixer `name` names: a key of MIXERS, a 'recipe:<weights>/<regressor>/<solver>' name, or a `Recipe`;
     kwargs go to its constructor."""
+    if isinstance(name, str) and name.startswith(PREFIX):
+        name = parse_recipe_name(name)
     if isinstance(name, Recipe):
-        return build_recipe(name, d_model, n_heads, **kwargs)
-    if name.startswith(PREFIX):
-        return build_recipe(parse_recipe_name(name), d_model, n_heads, **kwargs)
+        named = named_mixer(name)
+        if named is None:
+            return EngineMixer(d_model, n_heads, recipe=name, **kwargs)  # ValueError where the engine cannot
+        name = named
     if name not in MIXERS:
         raise ValueError(f"mixer must be one of {sorted(MIXERS)} or 'recipe:<weights>/<regressor>/<solver>', "
                          f"got {name!r}")
