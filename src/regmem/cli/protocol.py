@@ -11,6 +11,8 @@ from regmem.cli.args import (
     int_list,
     mixer_list,
     mixers_help,
+    name_list,
+    names_among,
     positive_float_list,
     positive_int,
     preset_help,
@@ -24,18 +26,15 @@ def task_or_group_list(text: str) -> list[str]:
     """Comma-separated task names and groups (regmem.tasks.TASK_GROUPS), kept as given."""
     from regmem.tasks import TASK_GROUPS, TASKS
 
-    names = [x for x in text.split(",") if x]
-    unknown = [n for n in names if n not in TASKS and n not in TASK_GROUPS]
-    if not names or unknown:
-        raise ArgumentTypeError(f"unknown {', '.join(map(repr, unknown)) or repr(text)}; tasks: {', '.join(TASKS)}; "
-                                f"groups: {', '.join(TASK_GROUPS)}")
-    return names
+    return names_among([*TASKS, *TASK_GROUPS])(text)
 
 
 def run_directory_list(text: str) -> list[str]:
-    """Comma-separated run directories, each holding the runs/ of an earlier sweep."""
-    dirs = [x for x in text.split(",") if x]
-    missing = [d for d in dirs if not (Path(d) / "runs").is_dir()]
+    """Comma-separated run directories, each holding the runs/ of an earlier sweep (checked as RunStore does)."""
+    from regmem.experiments.protocol import missing_run_dirs
+
+    dirs = name_list(text)
+    missing = missing_run_dirs(dirs)
     if missing:
         raise ArgumentTypeError(f"no runs/ directory in {', '.join(missing)}")
     return dirs

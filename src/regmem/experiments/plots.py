@@ -14,7 +14,8 @@ from regmem.experiments.protocol import higher_is_better  # noqa: E402
 
 
 def save_figure(fig, path: Path, *, dpi: int | None = None) -> None:
-    """Lays out, writes and closes a figure (every plot of the experiments ends here)."""
+    """Lays out, writes and closes a figure (the plots of the experiments end here, but for the NIAH heat maps,
+    whose colour bar sets its own layout)."""
     fig.tight_layout()
     fig.savefig(path, dpi=dpi)
     plt.close(fig)

@@ -61,6 +61,11 @@ def run_grid(tasks: Iterable[str], mixers: Iterable[str], settings: Iterable[dic
     return runs
 
 
+def missing_run_dirs(run_dirs: Iterable[str | Path]) -> list[str]:
+    """The directories among `run_dirs` that hold no runs/ of finished runs."""
+    return [str(d) for d in run_dirs if not (Path(d) / "runs").is_dir()]
+
+
 class RunStore:
     """Finished runs as `<run_dir>/runs/<key>.json`: {"spec": ..., "result": ...}.
 
@@ -71,8 +76,9 @@ class RunStore:
         self.dir = Path(run_dir) / "runs"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.preset = preset
+        reuse = list(reuse)
         self.reuse = [Path(d) / "runs" for d in reuse]
-        missing = [str(d) for d in self.reuse if not d.is_dir()]
+        missing = missing_run_dirs(reuse)
         if missing:
             raise ValueError(f"reuse: no runs/ directory in {', '.join(missing)}")
 

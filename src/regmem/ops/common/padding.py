@@ -24,7 +24,9 @@ named function here (mask: [B, T] bool, True on real tokens):
    (nested/cms.py) and the LSTM (layers/lstm.py).
 
 The short convolutions' decode caches end at each row's last real token, `real_end(mask)` (layers/conv.py).
-The softmax-attention family takes padding through its op's `key_mask` instead (a padded key gets no weight).
+The softmax-attention family masks padded keys instead (a padded key gets no weight): the ops' `key_mask`, and for
+the `attn` and `fox` mixers, which end in SDPA, the same `allowed_pairs` mask (regmem/ops/nonparametric/
+similarity.py).
 """
 
 from __future__ import annotations
