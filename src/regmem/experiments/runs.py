@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import get_args
 
 import torch
 
@@ -24,7 +25,8 @@ from regmem.models import LM, LMConfig
 from regmem.tasks import TASKS
 from regmem.train import TrainConfig, Trainer, distributed
 from regmem.train.config import OptimizerName
-from regmem.train.optimizers import OPTIMIZERS
+
+BUDGET_FIELDS = ("steps", "batch_size", "optimizer")  # a run's fields that override the preset's budget
 
 
 def build_task(task_name: str, preset: Preset, overrides: dict):
@@ -97,12 +99,12 @@ class Run:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be positive, got {value!r}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.optimizer not in get_args(OptimizerName):  # TrainConfig's check, before any run of a grid trains
+            raise ValueError(f"optimizer must be one of {get_args(OptimizerName)}, got {self.optimizer!r}")
 
     def budget_overrides(self) -> dict:
         """steps, batch_size and optimizer where they differ from their defaults (the preset's, AdamW)."""
-        defaults = {"steps": None, "batch_size": None, "optimizer": "adamw"}
+        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name in BUDGET_FIELDS}
         return {name: getattr(self, name) for name, default in defaults.items() if getattr(self, name) != default}
 
     def to_dict(self) -> dict:
