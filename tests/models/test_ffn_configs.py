@@ -105,3 +105,12 @@ def test_old_flat_dicts_with_some_keys_take_the_defaults_and_keep_their_checks(t
     (tmp_path / "bad" / "config.json").write_text(json.dumps({**flat, "moe_topk": 1}))
     with pytest.raises(ValueError, match="moe_topk"):
         LM.from_pretrained(tmp_path / "bad")
+
+
+def test_an_old_flat_config_keeps_loading_with_options_of_mixers_no_layer_uses():
+    """The flat format accepted mixer_kwargs of mixers no layer used (nothing read them); a new config rejects them."""
+    flat = {"vocab_size": 10, "mixer": "gla", "ffn": "swiglu", "ffn_expansion": 4.0,
+            "mixer_kwargs": {"gla": {"expand_v": 2.0}, "attn": {"qk_norm": True}}}
+    assert LMConfig.from_dict(flat).mixer_kwargs == {"gla": {"expand_v": 2.0}}
+    with pytest.raises(ValueError, match="no layer uses"):
+        LMConfig(vocab_size=10, mixer="gla", mixer_kwargs={"attn": {"qk_norm": True}})

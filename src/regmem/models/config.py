@@ -114,4 +114,7 @@ def _from_flat(d: dict) -> dict:
         levels = len(options.get("chunk_sizes", CMSConfig.chunk_sizes))
         if flat.get("cms_levels", levels) != levels:
             raise ValueError(f"cms_chunk_sizes lists {levels} levels but cms_levels = {flat['cms_levels']}")
+    if isinstance(rest.get("mixer_kwargs"), dict):  # the flat format kept options of mixers no layer used
+        layers = set(LMConfig(**{**rest, "mixer_kwargs": {}, "ffn": "none"}).layer_mixers())
+        rest = {**rest, "mixer_kwargs": {k: v for k, v in rest["mixer_kwargs"].items() if k in layers}}
     return {**rest, "ffn": config_class(**options)}
