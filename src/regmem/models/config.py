@@ -58,10 +58,7 @@ class LMConfig:
 
     def layer_mixers(self) -> list[str]:
         """The mixer name of each layer."""
-        names = list(self.mixer) if isinstance(self.mixer, tuple) else self.mixer.split(",")
-        if isinstance(self.mixer, tuple) and len(names) != self.n_layers:
-            raise ValueError(f"mixer lists {len(names)} layers but n_layers = {self.n_layers}")
-        return [names[i % len(names)] for i in range(self.n_layers)]
+        return layer_mixers(self.mixer, self.n_layers)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -82,6 +79,14 @@ class LMConfig:
         if isinstance(d.get("ffn"), dict):
             d = {**d, "ffn": ffn_from_dict(d["ffn"])}
         return cls(**d)
+
+
+def layer_mixers(mixer: str | tuple[str, ...] | list[str], n_layers: int) -> list[str]:
+    """The mixer name of each of `n_layers` layers: one name, a comma pattern repeated, or one name per layer."""
+    names = list(mixer) if isinstance(mixer, tuple | list) else mixer.split(",")
+    if isinstance(mixer, tuple | list) and len(names) != n_layers:
+        raise ValueError(f"mixer lists {len(names)} layers but n_layers = {n_layers}")
+    return [names[i % len(names)] for i in range(n_layers)]
 
 
 # The flat FFN fields of LMConfig's JSON before the typed FFN configs: each old key and the field it became, in the
@@ -115,6 +120,6 @@ def _from_flat(d: dict) -> dict:
         if flat.get("cms_levels", levels) != levels:
             raise ValueError(f"cms_chunk_sizes lists {levels} levels but cms_levels = {flat['cms_levels']}")
     if isinstance(rest.get("mixer_kwargs"), dict):  # the flat format kept options of mixers no layer used
-        layers = set(LMConfig(**{**rest, "mixer_kwargs": {}, "ffn": "none"}).layer_mixers())
+        layers = set(layer_mixers(rest.get("mixer", LMConfig.mixer), rest.get("n_layers", LMConfig.n_layers)))
         rest = {**rest, "mixer_kwargs": {k: v for k, v in rest["mixer_kwargs"].items() if k in layers}}
     return {**rest, "ffn": config_class(**options)}
