@@ -9,7 +9,7 @@ import torch
 
 import regmem.bench
 from regmem.bench.cases import ALL_CASES, Shape, case_inputs
-from regmem.ops.examples import EXAMPLES, VARIANTS
+from regmem.ops.examples import EXAMPLES, VARIANTS, example_of
 
 
 @pytest.mark.parametrize("name", sorted(ALL_CASES))
@@ -17,7 +17,7 @@ def test_every_case_runs_on_its_examples_inputs(name):
     case = ALL_CASES[name]
     shape = Shape(B=2, T=5, H=3, K=4, V=4, chunk_size=4)
     tokens, options = case_inputs(case, shape, torch.float32, torch.Generator().manual_seed(0))
-    example = EXAMPLES[case.example] if case.example in EXAMPLES else VARIANTS[case.example][1]
+    _, example = example_of(case.example)
     expected, example_options, _ = example.make(2, 5, 3, 4, 4, torch.float32, torch.Generator().manual_seed(0))
     assert set(tokens) == set(case.tokens or expected)
     for token_name, t in tokens.items():
@@ -28,7 +28,7 @@ def test_every_case_runs_on_its_examples_inputs(name):
 
 def test_example_inputs_are_made_on_the_generators_device():
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    for example in [*EXAMPLES.values(), *(example for _, example in VARIANTS.values())]:
+    for _, example in map(example_of, [*EXAMPLES, *VARIANTS]):
         tokens, options, state = example.make(1, 3, 2, 4, 4, torch.float32, torch.Generator(device).manual_seed(0))
         tensors = [*tokens.values(), *(v for v in options.values() if isinstance(v, torch.Tensor))]
         tensors += [state] if isinstance(state, torch.Tensor) else [s for s in state or () if torch.is_tensor(s)]

@@ -4,17 +4,14 @@ are causal, every ablation switch changes the computation, and with every projec
 memory it reduces to known linear memories (spec claim: static memories + linear memory + no DGD = gated linear
 attention; + l2 = a decoupled gated delta rule). The mixer contract is in tests/layers/test_mixers.py."""
 
-from typing import get_args
-
 import pytest
 import torch
 import torch.nn.functional as F
 
 from helpers import assert_close
 from regmem.nested import OuterParams, SelfModifyingConfig, initial_state, self_modifying_titans
-from regmem.nested.self_modifying import Activation, Loss, _read
+from regmem.nested.self_modifying import _read
 from regmem.ops import InnerModel, gated_linear_attn, momentum_delta_rule
-from regmem.ops.ttt.model import ACTIVATIONS, LOSSES
 
 B, T, H, d = 2, 11, 2, 4
 
@@ -147,8 +144,7 @@ def test_bad_configuration_raises_value_error_naming_it(bad, field):
         SelfModifyingConfig(**bad)
 
 
-def test_choices_are_the_engines_and_static_accepts_any_collection():
-    assert get_args(Activation) == ACTIVATIONS and get_args(Loss) == LOSSES
+def test_static_accepts_any_collection_and_the_main_memory_has_its_own_mini_batch():
     assert SelfModifyingConfig(static=("k", "v")).static == frozenset({"k", "v"})
     assert SelfModifyingConfig(mini_batch=4).mini_batch_of("memory") == 4
     assert SelfModifyingConfig(mini_batch=4, mini_batch_memory=8).mini_batch_of("memory") == 8

@@ -23,14 +23,14 @@ from helpers import (
     flatten_state,
 )
 from regmem.ops import OPS, Op
-from regmem.ops.examples import EXAMPLES, VARIANTS
+from regmem.ops.examples import EXAMPLES, VARIANTS, example_of
 
-CASES = {name: (name, example) for name, example in EXAMPLES.items()} | VARIANTS
+CASES = [*EXAMPLES, *VARIANTS]  # labels of example_of
 B, H, K, V = 2, 2, 6, 5
 
 
 def _example(case, T, *, dtype=torch.float64, B=B, seed=0):
-    name, example = CASES[case]
+    name, example = example_of(case)
     T = min(T, example.max_len or T)
     tokens, options, state = example.make(B, T, H, K, V, dtype, torch.Generator().manual_seed(seed))
     return partial(OPS[name], **options), tokens, state
@@ -65,6 +65,21 @@ def test_every_op_has_an_example():
     assert set(EXAMPLES) == set(OPS), "add an Example to regmem/ops/examples.py for every op of OPS"
 
 
+def test_example_of_finds_ops_and_variants_and_rejects_other_labels():
+    assert example_of("ttt") == ("ttt", EXAMPLES["ttt"])
+    assert example_of("gated_delta_rule(diagonal g)") == VARIANTS["gated_delta_rule(diagonal g)"]
+    with pytest.raises(ValueError, match="label must be"):
+        example_of("gated_delta_rule(scalar g)")
+
+
+@pytest.mark.parametrize(("label", "gate_shape"), [
+    ("delta_rule", None), ("gated_delta_rule", (B, 3, H)), ("gated_delta_rule(diagonal g)", (B, 3, H, K)),
+])
+def test_delta_rule_examples_have_the_gate_their_label_names(label, gate_shape):
+    tokens, _, _ = example_of(label)[1].make(B, 3, H, K, V, torch.float64, torch.Generator().manual_seed(0))
+    assert (tuple(tokens["g"].shape) if "g" in tokens else None) == gate_shape
+
+
 @pytest.mark.parametrize("name", list(OPS))
 def test_op_has_three_forms_and_defaults_to_chunk(name):
     op = OPS[name]
@@ -82,26 +97,26 @@ def test_op_has_three_forms_and_defaults_to_chunk(name):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", CASES)
 def test_forms_match_reference_with_grads(case, dtype):
     op, tokens, state = _example(case, 37, dtype=dtype)
     assert_forms_agree(op, {**tokens, "initial_state": state}, chunk_size=16)
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", CASES)
 def test_split_and_carry_equals_one_call(case):
     op, tokens, _ = _example(case, 23)
     T = next(iter(tokens.values())).shape[1]
     assert_split_equals_one_call(partial(op, chunk_size=8), tokens, [c for c in (1, 5, 11, 17) if c < T])
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", CASES)
 def test_prefill_then_recurrent_steps_equals_one_call(case):
     op, tokens, state = _example(case, 21)
     assert_decoding_equals_full(op, tokens, prefill=13, initial_state=state, chunk_size=8)
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", CASES)
 def test_cu_seqlens_equals_one_call_per_sequence(case):
     lengths = [3, 0, 9, 1]
     op, tokens, state = _example(case, sum(lengths), B=1)
@@ -114,7 +129,7 @@ def test_cu_seqlens_equals_one_call_per_sequence(case):
     assert_cu_seqlens_equals_per_sequence(op, tokens, lengths, states, f"{case}: ")
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", CASES)
 def test_bf16_inputs_give_a_bf16_output_and_a_float32_state(case):
     op, tokens, state = _example(case, 9)
     bf16 = {n: t.to(torch.bfloat16) for n, t in tokens.items()}

@@ -1,13 +1,25 @@
 """Feature maps: their kernels, their dimensions, and their use inside linear attention."""
 
 import math
+from typing import get_args
 
 import pytest
 import torch
 
 from helpers import assert_close, random_qkv
 from regmem.ops import linear_attn
-from regmem.ops.feature_maps import DPFP, FEATURE_MAPS, RandomFeatures, Taylor2, resolve_feature_map
+from regmem.ops.feature_maps import (
+    DPFP,
+    FEATURE_MAPS,
+    FeatureMapName,
+    RandomFeatures,
+    Taylor2,
+    resolve_feature_map,
+)
+
+
+def test_feature_maps_has_one_entry_per_name_of_feature_map_name():
+    assert tuple(FEATURE_MAPS) == get_args(FeatureMapName)
 
 
 @pytest.mark.parametrize("name", sorted(FEATURE_MAPS))

@@ -36,11 +36,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
 Objective = Callable[[torch.Tensor], torch.Tensor]
+Version = Literal["corrected", "paper"]  # an objective of Table 2 made exact, or as printed (module docstring)
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,7 @@ def deltanet_steps(keys: torch.Tensor, values: torch.Tensor, beta: torch.Tensor 
 
 
 def deltanet_momentum_steps(keys: torch.Tensor, values: torch.Tensor, momentum: torch.Tensor,
-                            *, objective: Literal["corrected", "paper"] = "corrected") -> list[MemoryStep]:
+                            *, objective: Version = "corrected") -> list[MemoryStep]:
     """DeltaNet + momentum (Table 2 row 4, eqs. 72-76): A = I, B = I - k_t k_t^T,
     C_t = eta_t C_{t-1} + v_t k_t^T = sum_{i<=t} (prod_{j=i+1}^t eta_j) v_i k_i^T (C_0 = 0, so eta_1 is unused).
 
@@ -245,8 +246,8 @@ def deltanet_momentum_steps(keys: torch.Tensor, values: torch.Tensor, momentum: 
     (eq. 76 as printed, which does not give the update)."""
     T, K, V = _check_pairs(keys, values)
     _check_per_token("momentum", momentum, T, 0.0, 1.0)
-    if objective not in ("corrected", "paper"):
-        raise ValueError(f"objective must be 'corrected' or 'paper', got {objective!r}")
+    if objective not in get_args(Version):
+        raise ValueError(f"objective must be one of {get_args(Version)}, got {objective!r}")
     eye_v, eye_k = _eye(V, keys), _eye(K, keys)
     steps, weights, C = [], keys.new_zeros(0), keys.new_zeros(V, K)
     for t in range(T):
@@ -279,7 +280,7 @@ def normalized_softmax_steps(features: torch.Tensor, values: torch.Tensor) -> li
 
 
 def gated_softmax_steps(features: torch.Tensor, values: torch.Tensor, retention: torch.Tensor,
-                        *, objective: Literal["corrected", "paper"] = "corrected") -> list[MemoryStep]:
+                        *, objective: Version = "corrected") -> list[MemoryStep]:
     """Gated softmax attention, FoX (Table 2 row 7, eq. 81): A = (t-1)/t diag(lambda_t) on the value dimension,
     B = I, C = 1/t v_t phi(k_t)^T.
 
@@ -287,8 +288,8 @@ def gated_softmax_steps(features: torch.Tensor, values: torch.Tensor, retention:
     (exact) or "paper" (Table 2 as printed, which does not give the update)."""
     T, m, V = _check_pairs(features, values, "features")
     lam = _value_retention(retention, T, V)  # [T, V]
-    if objective not in ("corrected", "paper"):
-        raise ValueError(f"objective must be 'corrected' or 'paper', got {objective!r}")
+    if objective not in get_args(Version):
+        raise ValueError(f"objective must be one of {get_args(Version)}, got {objective!r}")
     L = gated_softmax_objective if objective == "corrected" else paper_gated_softmax_objective
     eye_m = _eye(m, features)
     return [MemoryStep((t - 1) / t * torch.diag(l), eye_m, _write(v, f) / t,

@@ -40,7 +40,7 @@ from regmem.ops import (
     softmax_attn,
     ttt,
 )
-from regmem.ops.examples import EXAMPLES, VARIANTS
+from regmem.ops.examples import example_of
 from regmem.ops.ttt import InnerModel, TTTState
 
 
@@ -69,7 +69,7 @@ class OpCase:
 def case_inputs(case: OpCase, shape: Shape, dtype: torch.dtype, gen: torch.Generator):
     """The case's inputs at `shape` in `dtype`, on `gen`'s device: (tokens, options), the per-token tensors
     [B, T, ...] by argument name and the op's other arguments."""
-    example = EXAMPLES[case.example] if case.example in EXAMPLES else VARIANTS[case.example][1]
+    _, example = example_of(case.example)
     tokens, options, _ = example.make(shape.B, shape.T, shape.H, shape.K, shape.V, dtype, gen)
     if case.tokens is not None:
         tokens = {name: tokens[name] for name in case.tokens}

@@ -15,7 +15,7 @@ import torch
 
 from regmem.ops import OPS, gated_linear_attn
 from regmem.ops.common import segsum
-from regmem.ops.examples import EXAMPLES, VARIANTS, Example
+from regmem.ops.examples import VARIANTS, Example, example_of
 from regmem.recipe import get
 
 ERROR_SHAPE = {"B": 1, "H": 2, "K": 16, "V": 16}  # float64 comparison against the reference form
@@ -84,13 +84,13 @@ def _gd_step_identity(gen: torch.Generator) -> float:
 
 def showcase(seq_len: int = 2048) -> None:
     gen = torch.Generator().manual_seed(0)
-    cases = {name: (name, EXAMPLES[name]) for name in OPS} | VARIANTS
     print(f"regmem showcase: the {len(OPS)} ops of regmem.ops (and {len(VARIANTS)} variants) in three forms "
           "(reference | recurrent | chunk)\n")
     print("| op | recipe (weights, regressor, solver) | max rel err recurrent | max rel err chunk | timed T "
           "| chunk fwd ms | recurrent fwd ms | speed-up |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
-    for label, (name, example) in cases.items():
+    for label in [*OPS, *VARIANTS]:
+        name, example = example_of(label)
         print(_row(label, name, example, seq_len, gen), flush=True)
     print(f"\nerrors: max |form - reference| / max |reference|, float64, T <= {ERROR_LEN}, B=1, H=2, K=V=16, outputs "
           "and final states;\ntimes: float32 forward, B=1, H=4, K=V=64, T = timed T (capped where the "

@@ -37,9 +37,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from regmem.layers.memory import MemoryMixer
-from regmem.nested.self_modifying import Loss
 from regmem.ops import InnerModel, TTTState, ttt
 from regmem.ops.common import permute_time, real_first_order, restore_time
+from regmem.ops.ttt.model import Loss
 
 
 class DeepMemoryMixer(MemoryMixer):

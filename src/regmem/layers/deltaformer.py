@@ -36,9 +36,7 @@ from regmem.layers.base import Mixer, check_mixer_input, split_heads
 from regmem.layers.conv import ShortConvolution
 from regmem.layers.rotary import RotaryEmbedding
 from regmem.ops import KUState, deltaformer
-from regmem.ops.common import check_score_kernel, score_kernel
-
-ScoreKernel = Literal["linear", "relu", "exp", "solu", "round", "softmax"]  # SCORE_KERNELS of regmem.ops.common
+from regmem.ops.common import ScoreKernel, check_score_kernel, score_kernel
 
 
 class DeltaFormerState(NamedTuple):

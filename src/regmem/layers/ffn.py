@@ -33,7 +33,7 @@ Shapes: x [..., d_model] -> [..., d_model]; these FFNs act on each token alone a
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -42,8 +42,8 @@ from torch import nn
 from regmem.ops.common.kernels import score_kernel
 
 Activation = Literal["relu", "solu"]
-ACTIVATIONS = ("relu", "solu")
-EXPERTS = ("relu", "swiglu")
+Expert = Literal["relu", "swiglu"]
+ACTIVATIONS, EXPERTS = get_args(Activation), get_args(Expert)
 
 
 def _check_positive(name: str, value: int) -> None:
@@ -92,7 +92,7 @@ class MoEFFN(nn.Module):
     (module docstring). Expert e owns hidden units [e * expert_hidden, (e + 1) * expert_hidden)."""
 
     def __init__(self, d_model: int, expert_hidden: int, n_experts: int, top_k: int, *,
-                 expert: Literal["relu", "swiglu"] = "relu", activation: Activation = "relu",
+                 expert: Expert = "relu", activation: Activation = "relu",
                  temperature: float | None = None):  # tau of "solu" relu-experts; None means sqrt(d_model)
         super().__init__()
         for name, value in (("d_model", d_model), ("expert_hidden", expert_hidden), ("n_experts", n_experts),

@@ -8,15 +8,11 @@ TransNormer), as the TTR paper and fla's LinearAttention do.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
 
 from regmem.layers.memory import MemoryMixer
 from regmem.ops import linear_attn
 from regmem.ops.common import zero_padding
-from regmem.ops.feature_maps import resolve_feature_map
-
-# The names of regmem.ops.feature_maps.FEATURE_MAPS (None is the identity; any token-wise callable works too).
-FeatureMapName = Literal["identity", "elu_plus_one", "relu", "cosine", "taylor2", "dpfp", "random_features"]
+from regmem.ops.feature_maps import FeatureMapName, resolve_feature_map
 
 
 class LinearAttention(MemoryMixer):

@@ -18,7 +18,7 @@ unpadded run.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import get_args
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +30,7 @@ from regmem.layers.gates import dt_bias_parameter, dt_log_range
 from regmem.layers.memory import MemoryState
 from regmem.ops import selective_scan
 from regmem.ops.common import zero_padding
+from regmem.ops.ssm.api import Discretization
 
 
 class Mamba(Mixer):
@@ -43,7 +44,7 @@ class Mamba(Mixer):
         expand: int = 2,  # d_inner = expand * d_model
         dt_rank: int | None = None,  # None means ceil(d_model / 16)
         short_conv: int = 4,  # kernel of the causal depthwise conv on x; 0 = off
-        discretization: Literal["zoh", "simple"] = "zoh",  # "zoh" (exact) | "simple" (Mamba's Bbar = delta B)
+        discretization: Discretization = "zoh",  # "zoh" (exact) | "simple" (Mamba's Bbar = delta B)
         chunk_size: int = 64,
         dt_range: tuple[float, float] = (1e-3, 1e-1),
     ):
@@ -51,8 +52,8 @@ class Mamba(Mixer):
         self.d_model, self.state_size, self.chunk_size, self.short_conv = d_model, state_size, chunk_size, short_conv
         self.d_inner = expand * d_model
         self.dt_rank = dt_rank or math.ceil(d_model / 16)
-        if discretization not in ("zoh", "simple"):
-            raise ValueError(f"discretization must be 'zoh' or 'simple', got {discretization!r}")
+        if discretization not in get_args(Discretization):
+            raise ValueError(f"discretization must be one of {get_args(Discretization)}, got {discretization!r}")
         self.discretization = discretization
         self.in_proj = nn.Linear(d_model, 2 * self.d_inner, bias=False)  # x, z
         self.conv = ShortConvolution(self.d_inner, short_conv) if short_conv else None

@@ -20,7 +20,7 @@ Padding: a padded token gets k = 0 and log-gate 0, so it leaves R and S unchange
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import get_args
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +30,7 @@ from regmem.layers.gates import a_log_parameter, dt_bias_parameter, log_retentio
 from regmem.layers.memory import MemoryMixer
 from regmem.ops import least_squares
 from regmem.ops.common import zero_padding
+from regmem.ops.regression.chunk import Solver
 
 RIDGE_FLOOR = 0.25  # MesaNet: lambda = softplus(p) + 0.25 keeps the system well conditioned
 
@@ -38,14 +39,14 @@ class Mesa(MemoryMixer):
     recipe_name = "mesa"
 
     def __init__(self, d_model: int, n_heads: int, *, decay: bool = True, write_gate: bool = True,
-                 ridge_init: float = 1.0, solver: Literal["cholesky", "cg"] = "cholesky",
+                 ridge_init: float = 1.0, solver: Solver = "cholesky",
                  cg_steps: int | None = None,  # solver="cg" only; None: the op's default (ops/regression/chunk.py)
                  qk_norm: bool = True,
                  **memory_kwargs):
         super().__init__(d_model, n_heads, qk_norm=qk_norm, **memory_kwargs)
         if not ridge_init > RIDGE_FLOOR:
             raise ValueError(f"ridge_init must be > {RIDGE_FLOOR} (the ridge floor), got {ridge_init}")
-        if solver not in ("cholesky", "cg"):
+        if solver not in get_args(Solver):
             raise ValueError(f"solver must be 'cholesky' (exact) or 'cg' (MesaNet's CG), got {solver!r}")
         if cg_steps is not None and solver != "cg":
             raise ValueError(f"cg_steps applies to solver='cg', got cg_steps={cg_steps} with solver={solver!r}")

@@ -22,7 +22,7 @@ from typing import ClassVar, Literal
 import torch.nn.functional as F
 from torch import nn
 
-from regmem.layers.ffn import ACTIVATIONS, EXPERTS, Activation, MemoryFFN, MoEFFN, MultiHeadFFN
+from regmem.layers.ffn import ACTIVATIONS, EXPERTS, Activation, Expert, MemoryFFN, MoEFFN, MultiHeadFFN
 from regmem.nested import CMS, CMSConfig
 
 FFNKind = Literal["swiglu", "cms", "none", "relu", "moe", "multihead"]
@@ -121,7 +121,7 @@ class MoEConfig(_MemoryKernel):
     kind: ClassVar[Literal["moe"]] = "moe"
     experts: int = 4  # the m slots split into 4 experts
     top_k: int = 2  # experts each token is routed to
-    expert: Literal["relu", "swiglu"] = "relu"  # eq. 24's memories; "swiglu": eq. 28's gated experts
+    expert: Expert = "relu"  # eq. 24's memories; "swiglu": eq. 28's gated experts
 
     def __post_init__(self):
         super().__post_init__()

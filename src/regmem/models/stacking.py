@@ -14,7 +14,7 @@ chunk ends (updates only act after a boundary).
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
@@ -23,16 +23,18 @@ from regmem.models.lm import LM
 from regmem.nested import CMSConfig
 from regmem.nested.cms import Objective, Variant
 
+Extra = Literal["zero", "copy"]  # how the levels after the first start (module docstring)
+
 
 def stack_levels(model: LM, chunk_sizes: tuple[int, ...], lr: float | tuple[float, ...] = CMSConfig.lr, *,
                  variant: Variant = CMSConfig.variant, objective: Objective = CMSConfig.objective,
-                 extra: Literal["zero", "copy"] = "zero") -> LM:
+                 extra: Extra = "zero") -> LM:
     """A new LM: `model`'s weights, every SwiGLU FFN replaced by a CMS seeded from it (module docstring). lr,
     variant and objective are CMSConfig's fields (and defaults); the levels are as wide as the SwiGLU."""
     if not isinstance(model.config.ffn, SwiGLUConfig):
         raise ValueError(f"model must have SwiGLU FFNs to stack levels from, got ffn={model.config.ffn!r}")
-    if extra not in ("zero", "copy"):
-        raise ValueError(f"extra must be 'zero' or 'copy', got {extra!r}")
+    if extra not in get_args(Extra):
+        raise ValueError(f"extra must be one of {get_args(Extra)}, got {extra!r}")
     cms = CMSConfig(chunk_sizes=tuple(chunk_sizes), lr=lr, hidden=model.config.ffn.hidden(model.config.d_model),
                     variant=variant, objective=objective)
     config = dataclasses.replace(model.config, ffn=cms)
@@ -48,7 +50,7 @@ def stack_levels(model: LM, chunk_sizes: tuple[int, ...], lr: float | tuple[floa
     return stacked
 
 
-def _seed_cms(ffn: SwiGLU, norm: torch.nn.RMSNorm, cms, extra: str) -> None:
+def _seed_cms(ffn: SwiGLU, norm: torch.nn.RMSNorm, cms, extra: Extra) -> None:
     hidden = ffn.down.in_features
     gate, up = ffn.gate_up.weight[:hidden].T, ffn.gate_up.weight[hidden:].T  # [D, F] each
     for level in range(cms.config.levels):

@@ -19,12 +19,13 @@ Legend: B batch, T time, D_in input width, D_out output width.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import get_args
 
 import torch
 from torch import nn
 
 from regmem.ops import linear_attn
+from regmem.ops.common import Mode
 
 
 class LinearAttentionPP(nn.Module):
@@ -39,10 +40,9 @@ class LinearAttentionPP(nn.Module):
         with torch.no_grad():  # small writes at the start: the block begins as the MLP it extends
             self.v_proj.weight.mul_(write_scale)
 
-    def forward(self, u: torch.Tensor, state: torch.Tensor | None = None, *,
-                mode: Literal["reference", "recurrent", "chunk"] = "chunk"):
-        if mode not in ("reference", "recurrent", "chunk"):  # checked here too: without updates no op reads it
-            raise ValueError(f"mode must be 'reference', 'recurrent' or 'chunk', got {mode!r}")
+    def forward(self, u: torch.Tensor, state: torch.Tensor | None = None, *, mode: Mode = "chunk"):
+        if mode not in get_args(Mode):  # checked here too: without updates no op reads it
+            raise ValueError(f"mode must be one of {get_args(Mode)}, got {mode!r}")
         if u.ndim != 3 or u.shape[-1] != self.weight.shape[0]:
             raise ValueError(f"u must have shape [B, T, d_in={self.weight.shape[0]}], got {list(u.shape)}")
         B = u.shape[0]

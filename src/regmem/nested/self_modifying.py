@@ -39,15 +39,13 @@ import torch
 import torch.nn.functional as F
 
 from regmem.ops import InnerModel, TTTState, ttt
-from regmem.ops.common import shared_offset
+from regmem.ops.common import Mode, shared_offset
+from regmem.ops.ttt.model import Activation, Loss
 from regmem.ops.ttt.state import start_anchor
 
 MEMORIES = ("k", "v", "q", "eta", "alpha", "memory")
 StaticMemory = Literal["k", "v", "q", "eta", "alpha"]  # every memory but the main one can be static
-Activation = Literal["gelu", "silu", "relu", "tanh", "identity"]  # regmem.ops.ttt's InnerModel activations
-Loss = Literal["l2", "dot", "huber", "lp"]  # regmem.ops.ttt's inner losses
 Read = Literal["anchor", "updated"]
-Mode = Literal["reference", "recurrent", "chunk"]  # the engine's forms
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ norm ~1), step sizes in [0, 1], log gates in [-1, 0] with exact zeros, ridges >=
 a kernel, ...), and a state of N = B sequences (None for the ops whose state is a KV cache, which grows with T).
 The sizes and the dtype are the caller's, and the tensors are made on the generator's device (`torch.Generator(
 device=...)`), so the tests, `regmem showcase` and the benchmarks (`regmem bench ops`, `regmem bench decode`: the
-cases of regmem/bench/cases.py) build their inputs here, at any size.
+cases of regmem/bench/cases.py) build their inputs here, at any size. `VARIANTS` adds labelled examples worth
+showing on their own; `example_of(label)` finds the op and example of an op name or such a label.
 
 Legend: B batch, T time, H heads, K key dim, V value dim.
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -83,11 +84,15 @@ def _gated(B, T, H, K, V, dtype, gen) -> Made:
     return tokens, {}, _kv_state(gen, dtype, B, H, K, V)
 
 
-def _delta(B, T, H, K, V, dtype, gen, *, gated=False, extra=None) -> Made:
-    """gated: False, True (a scalar log gate [B, T, H]) or "diagonal" ([B, T, H, K])."""
+_DeltaGate = Literal["none", "scalar", "diagonal"]  # the log gate of a delta rule: none, [B, T, H] or [B, T, H, K]
+
+
+def _delta(B, T, H, K, V, dtype, gen, *, gate: _DeltaGate = "none", extra=None) -> Made:
+    if gate not in get_args(_DeltaGate):
+        raise ValueError(f"gate must be one of {get_args(_DeltaGate)}, got {gate!r}")
     tokens = _qkv(B, T, H, K, V, dtype, gen)
-    if gated:
-        tokens["g"] = _log_gate(gen, dtype, B, T, H, *((K,) if gated == "diagonal" else ()))
+    if gate != "none":
+        tokens["g"] = _log_gate(gen, dtype, B, T, H, *((K,) if gate == "diagonal" else ()))
     extra = {"beta": _rand} if extra is None else extra
     tokens |= {name: make(gen, dtype, B, T, H) for name, make in extra.items()}
     return tokens, {}, _kv_state(gen, dtype, B, H, K, V)
@@ -203,7 +208,7 @@ EXAMPLES: dict[str, Example] = {
     "linear_attn": Example(_linear, recipe="linear_attn"),
     "gated_linear_attn": Example(_gated, recipe="gla"),
     "delta_rule": Example(_delta, recipe="deltanet"),
-    "gated_delta_rule": Example(lambda *a: _delta(*a, gated=True), recipe="gated_deltanet"),
+    "gated_delta_rule": Example(lambda *a: _delta(*a, gate="scalar"), recipe="gated_deltanet"),
     "longhorn": Example(lambda *a: _delta(*a, extra={"delta": _rand}), recipe="longhorn"),
     "nlms": Example(lambda *a: _delta(*a, extra={}), recipe="nlms"),
     "leaky_lms": Example(lambda *a: _delta(*a, extra={"beta": _half_rand, "lam": _half_rand}), recipe="leaky_lms"),
@@ -244,9 +249,18 @@ def _hla2_normalized(B, T, H, K, V, dtype, gen) -> Made:
 VARIANTS: dict[str, tuple[str, Example]] = {
     "linear_attn(elu+1, normalize)": ("linear_attn", Example(_linear_normalized, recipe="normalized_linear_attn")),
     "gated_linear_attn(scalar g)": ("gated_linear_attn", Example(_gated_scalar, recipe="mamba2")),
-    "gated_delta_rule(diagonal g)": ("gated_delta_rule", Example(lambda *a: _delta(*a, gated="diagonal"))),
+    "gated_delta_rule(diagonal g)": ("gated_delta_rule", Example(lambda *a: _delta(*a, gate="diagonal"))),
     "hla2(normalize)": ("hla2", Example(_hla2_normalized, recipe="hla2")),
     "ttt(TTT-MLP)": ("ttt", Example(_ttt(InnerModel((8,), "gelu", bias=True, residual=True, layer_norm=True),
                                          momentum=False, square=True), max_len=24, recipe="ttt_mlp")),
     "ttt(linear, huber)": ("ttt", Example(_ttt(InnerModel(), loss="huber", loss_param=0.5), max_len=24)),
 }
+
+
+def example_of(label: str) -> tuple[str, Example]:
+    """(op name, example) of `label`: an op of EXAMPLES, or a label of VARIANTS."""
+    if label in EXAMPLES:
+        return label, EXAMPLES[label]
+    if label in VARIANTS:
+        return VARIANTS[label]
+    raise ValueError(f"label must be an op of EXAMPLES or a label of VARIANTS, got {label!r}")

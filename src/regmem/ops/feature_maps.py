@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -162,7 +163,9 @@ def draw_projection(head_dim: int, num_features: int, *, seed: int, orthogonal: 
     return W * norms
 
 
-FEATURE_MAPS: dict[str, Callable[[int], FeatureMap]] = {
+FeatureMapName = Literal["identity", "elu_plus_one", "relu", "cosine", "taylor2", "dpfp", "random_features"]
+# name -> the map for head dim K, keyed by the names of FeatureMapName in its order (tests/ops/test_feature_maps.py)
+FEATURE_MAPS: dict[FeatureMapName, Callable[[int], FeatureMap]] = {
     "identity": lambda K: Identity(),
     "elu_plus_one": lambda K: EluPlusOne(),
     "relu": lambda K: Relu(),
@@ -173,7 +176,7 @@ FEATURE_MAPS: dict[str, Callable[[int], FeatureMap]] = {
 }
 
 
-def resolve_feature_map(feature_map: str | FeatureMap | Callable | None, head_dim: int) -> Callable:
+def resolve_feature_map(feature_map: FeatureMapName | FeatureMap | Callable | None, head_dim: int) -> Callable:
     """None means identity; a name from FEATURE_MAPS; or any token-wise callable."""
     if feature_map is None:
         return Identity()

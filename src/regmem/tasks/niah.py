@@ -51,7 +51,7 @@ and the tail `2 3 1` (QUERY, key 3, IS) asks for key 3: the target at IS is its 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, get_args
 
 import torch
 
@@ -59,14 +59,15 @@ from regmem.tasks.base import IGNORE_INDEX, LengthTask, accuracy, check_int, mak
 
 NEEDLE, IS, QUERY = 0, 1, 2  # marker tokens
 NUM_MARKERS = 3
-VARIANTS = ("single", "multikey", "multivalue")
+Variant = Literal["single", "multikey", "multivalue"]  # RULER single_1, multikey_1, multivalue
+VARIANTS = get_args(Variant)
 
 
 @dataclass(frozen=True)
 class NIAHConfig:
     """One NIAH setting (module docstring); the defaults are the single-needle task at T = 128 over 67 tokens."""
 
-    variant: Literal["single", "multikey", "multivalue"] = "single"  # RULER single_1, multikey_1, multivalue
+    variant: Variant = "single"
     seq_len: int = 128  # T, tokens per sequence: haystack plus tail
     num_needles: int = 1  # M: 1 for "single"; "multikey": needles with distinct keys; "multivalue": values
     key_len: int = 2  # K, tokens per key (RULER's keys are two words, "adjective-noun")
@@ -276,7 +277,7 @@ class SingleNIAH(LengthTask):
 class MultikeyNIAHConfig(NIAHConfig):
     """NIAHConfig with the multi-key defaults: four needles with distinct keys, one queried (RULER multikey_1)."""
 
-    variant: Literal["single", "multikey", "multivalue"] = "multikey"
+    variant: Variant = "multikey"
     num_needles: int = 4  # RULER's multikey_1: 4 keys, 1 queried
 
 
@@ -284,7 +285,7 @@ class MultikeyNIAHConfig(NIAHConfig):
 class MultivalueNIAHConfig(NIAHConfig):
     """NIAHConfig with the multi-value defaults: one key with four values, all asked for (RULER multivalue)."""
 
-    variant: Literal["single", "multikey", "multivalue"] = "multivalue"
+    variant: Variant = "multivalue"
     num_needles: int = 4  # RULER's multivalue: 4 values of one key
 
 

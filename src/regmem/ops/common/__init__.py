@@ -3,13 +3,14 @@ how a padded batch reaches an op (padding.py)."""
 
 from regmem.ops.common.chunking import merge_chunks, pad_time, split_chunks
 from regmem.ops.common.decay import segsum, suffix_exclusive
-from regmem.ops.common.kernels import SCORE_KERNELS, check_score_kernel, round_ste, score_kernel
+from regmem.ops.common.kernels import SCORE_KERNELS, ScoreKernel, check_score_kernel, round_ste, score_kernel
 from regmem.ops.common.op import Call, Op, compute_dtype, map_state, op, scaled_queries
 from regmem.ops.common.padding import permute_time, real_end, real_first_order, restore_time, zero_padding
 from regmem.ops.common.scan import associative_scan, map_fields
 from regmem.ops.common.scores import decayed_scores
 from regmem.ops.common.validate import (
     MODES,
+    Mode,
     check_at_least,
     check_at_most,
     check_chunk_size,
@@ -36,8 +37,10 @@ __all__ = [
     "MODES",
     "SCORE_KERNELS",
     "Call",
+    "Mode",
     "Op",
     "Packing",
+    "ScoreKernel",
     "associative_scan",
     "check_at_least",
     "check_at_most",

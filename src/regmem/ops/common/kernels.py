@@ -18,9 +18,12 @@ Shapes: any; `score_kernel(name, s, mask)` keeps the shape of s, mask broadcasts
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 
-SCORE_KERNELS = ("linear", "relu", "exp", "solu", "round", "softmax")
+ScoreKernel = Literal["linear", "relu", "exp", "solu", "round", "softmax"]
+SCORE_KERNELS = get_args(ScoreKernel)
 
 
 class _RoundSTE(torch.autograd.Function):
@@ -40,7 +43,7 @@ def round_ste(x: torch.Tensor, decimals: int = 0) -> torch.Tensor:
     return _RoundSTE.apply(x, decimals)
 
 
-def check_score_kernel(argument: str, name: str, decimals: int = 0) -> None:
+def check_score_kernel(argument: str, name: ScoreKernel, decimals: int = 0) -> None:
     """Raises ValueError naming `argument` unless `name` is one of SCORE_KERNELS and `decimals` a non-negative int."""
     if name not in SCORE_KERNELS:
         raise ValueError(f"{argument} must be one of {SCORE_KERNELS}, got {name!r}")
@@ -48,7 +51,7 @@ def check_score_kernel(argument: str, name: str, decimals: int = 0) -> None:
         raise ValueError(f"decimals must be a non-negative int, got {decimals!r}")
 
 
-def score_kernel(name: str, scores: torch.Tensor, mask: torch.Tensor | None = None, *,
+def score_kernel(name: ScoreKernel, scores: torch.Tensor, mask: torch.Tensor | None = None, *,
                  decimals: int = 0) -> torch.Tensor:
     """kappa applied to `scores` [..., Tq, Tk] (already scaled dot products); entries where `mask` is False are 0.
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from regmem.ops.common.validate import MODES, check_chunk_size
+from regmem.ops.common.validate import MODES, Mode, check_chunk_size
 from regmem.ops.common.varlen import Packing
 
 
@@ -97,7 +97,7 @@ class Op:
     def __repr__(self) -> str:
         return f"<op {self.__module__}.{self.__name__}>"
 
-    def __call__(self, *args, mode: str = "chunk", chunk_size: int = 64, output_final_state: bool = False,
+    def __call__(self, *args, mode: Mode = "chunk", chunk_size: int = 64, output_final_state: bool = False,
                  backend: str = "torch", **kwargs):
         core = self._core(mode, backend)
         check_chunk_size(chunk_size)

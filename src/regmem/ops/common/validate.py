@@ -16,10 +16,12 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Sequence
+from typing import Literal, get_args
 
 import torch
 
-MODES = ("reference", "recurrent", "chunk")
+Mode = Literal["reference", "recurrent", "chunk"]  # the forms of every op
+MODES = get_args(Mode)
 _SETTINGS = {"1": True, "0": False, "cpu": None}
 _env = os.environ.get("REGMEM_VALUE_CHECKS", "cpu").lower()
 if _env not in _SETTINGS:

@@ -18,6 +18,8 @@ Legend: B batch, T time, H heads, F feature dim, V value dim, N chunks, C chunk 
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 from einops import rearrange
 
@@ -25,14 +27,17 @@ from regmem.ops.common import merge_chunks, segsum, split_chunks, suffix_exclusi
 from regmem.ops.linear_attn.chunk import gla_chunk_core
 from regmem.ops.regression.state import LeastSquaresState, ridge_matrix
 
+Solver = Literal["cholesky", "cg"]  # exact | MesaNet's conjugate gradient (ls_chunk_core)
+SOLVERS = get_args(Solver)
 
-def ls_chunk_core(q, k, v, g, *, ridge, initial_state, chunk_size, solver="cholesky", cg_steps=30):
+
+def ls_chunk_core(q, k, v, g, *, ridge, initial_state, chunk_size, solver: Solver = "cholesky", cg_steps=30):
     """q, k: [B, T, H, F] (phi applied, q scaled); v: [B, T, H, V]; g: None or [B, T, H]; ridge: [H, F];
     initial_state: LeastSquaresState of R [B, H, F, F], S [B, H, F, V] or None; solver: "cholesky" (exact) or
     "cg" (cg_steps of conjugate gradient, MesaNet's approximate solver, R_t never formed).
     Returns o: [B, T, H, V] and the LeastSquaresState after the last token."""
-    if solver not in ("cholesky", "cg"):
-        raise ValueError(f"solver must be 'cholesky' or 'cg', got {solver!r}")
+    if solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
     if isinstance(cg_steps, bool) or not isinstance(cg_steps, int) or cg_steps < 0:
         raise ValueError(f"cg_steps must be an int >= 0, got {cg_steps!r}")
     B, T, H, F = q.shape

@@ -12,6 +12,8 @@ state h: [Nseq, D, N]; Nseq = B, or the number of sequences with `cu_seqlens` (t
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 
 from regmem.ops.common import (
@@ -29,7 +31,8 @@ from regmem.ops.linear_attn.chunk import gla_chunk_core
 from regmem.ops.linear_attn.recurrent import gla_recurrent_core
 from regmem.ops.ssm.reference import selective_scan_reference_core
 
-DISCRETIZATIONS = ("zoh", "simple")
+Discretization = Literal["zoh", "simple"]  # exact zero-order hold | Mamba's Bbar = delta B
+DISCRETIZATIONS = get_args(Discretization)
 
 
 def zoh_input_weight(delta: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
@@ -44,7 +47,8 @@ def zoh_input_weight(delta: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
 
 
 @op(reference=selective_scan_reference_core, recurrent=gla_recurrent_core, chunk=gla_chunk_core)
-def selective_scan(x, delta, A, B, C, D=None, *, discretization="zoh", initial_state=None, cu_seqlens=None):
+def selective_scan(x, delta, A, B, C, D=None, *, discretization: Discretization = "zoh", initial_state=None,
+                   cu_seqlens=None):
     """Mamba-1's selective scan (Gu & Dao, arXiv:2312.00752, Sec. 3.2, Algorithm 2):
 
         h_t = exp(delta_t A) ⊙ h_{t-1} + Bbar_t ⊙ x_t,    y_t = C_t^T h_t (+ D ⊙ x_t)

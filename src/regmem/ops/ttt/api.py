@@ -29,14 +29,14 @@ from regmem.ops.common import (
     op,
 )
 from regmem.ops.ttt.chunk import ttt_chunk_core
-from regmem.ops.ttt.model import InnerModel, check_loss
+from regmem.ops.ttt.model import InnerModel, Loss, check_loss
 from regmem.ops.ttt.recurrent import ttt_recurrent_core
 from regmem.ops.ttt.reference import ttt_reference_core
 from regmem.ops.ttt.state import TTTState
 
 
 @op(reference=ttt_reference_core, recurrent=ttt_recurrent_core, chunk=ttt_chunk_core)
-def ttt(q, k, v, beta, g=None, log_eta=None, *, model: InnerModel | None = None, loss: str = "l2",
+def ttt(q, k, v, beta, g=None, log_eta=None, *, model: InnerModel | None = None, loss: Loss = "l2",
         loss_param: float | None = None, dgd: bool = False, ln_weight=None, ln_bias=None, scale=None,
         initial_state=None, cu_seqlens=None, token_mask=None, mini_batch: int = 16):
     """Test-time training of a small regressor f_theta (model.py) on the stream of (k_t, v_t), read at q_t.

@@ -29,16 +29,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
 
-ACTIVATIONS = ("gelu", "silu", "relu", "tanh", "identity")
-LOSSES = ("l2", "dot", "huber", "lp")
+Activation = Literal["gelu", "silu", "relu", "tanh", "identity"]
+Loss = Literal["l2", "dot", "huber", "lp"]  # the inner losses (module docstring)
+ACTIVATIONS, LOSSES = get_args(Activation), get_args(Loss)
 LN_EPS = 1e-6
 
 
-def activation(name: str, h: torch.Tensor) -> torch.Tensor:
+def activation(name: Activation, h: torch.Tensor) -> torch.Tensor:
     if name == "gelu":
         return F.gelu(h)
     if name == "silu":
@@ -50,7 +52,7 @@ def activation(name: str, h: torch.Tensor) -> torch.Tensor:
     return h
 
 
-def activation_grad(name: str, h: torch.Tensor) -> torch.Tensor:
+def activation_grad(name: Activation, h: torch.Tensor) -> torch.Tensor:
     """d act / d h, written out (the recurrent and chunk forms do not call autograd inside the forward)."""
     if name == "gelu":  # exact GELU: h Phi(h), derivative Phi(h) + h phi(h)
         return 0.5 * (1.0 + torch.erf(h * 2**-0.5)) + h * torch.exp(-0.5 * h * h) / math.sqrt(2 * math.pi)
@@ -71,7 +73,7 @@ class InnerModel:
     ...  (needs K == V); `layer_norm`: a layer norm on the last layer's output, with per-head outer parameters."""
 
     hidden: tuple[int, ...] = ()
-    activation: str = "gelu"
+    activation: Activation = "gelu"
     bias: bool = False
     residual: bool = False
     layer_norm: bool = False
@@ -178,7 +180,7 @@ def layer_norm_backward(h: torch.Tensor, dy: torch.Tensor, ln: tuple | None) -> 
     return rstd * (gx - gx.mean(-1, keepdim=True) - xhat * (gx * xhat).mean(-1, keepdim=True))
 
 
-def check_loss(loss: str, loss_param: float | None) -> None:
+def check_loss(loss: Loss, loss_param: float | None) -> None:
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
     if loss == "huber" and (loss_param is None or loss_param <= 0):
@@ -187,7 +189,7 @@ def check_loss(loss: str, loss_param: float | None) -> None:
         raise ValueError(f"loss_param (the exponent p) must be >= 1 for loss='lp', got {loss_param!r}")
 
 
-def inner_loss(loss: str, y: torch.Tensor, v: torch.Tensor, loss_param: float | None) -> torch.Tensor:
+def inner_loss(loss: Loss, y: torch.Tensor, v: torch.Tensor, loss_param: float | None) -> torch.Tensor:
     """The literal inner loss of each token: y, v [..., V] -> [...] (the reference form differentiates this)."""
     if loss == "dot":
         return -(y * v).sum(-1)
@@ -199,7 +201,7 @@ def inner_loss(loss: str, y: torch.Tensor, v: torch.Tensor, loss_param: float | 
     return r.abs().pow(loss_param).sum(-1) / loss_param
 
 
-def loss_grad(loss: str, y: torch.Tensor, v: torch.Tensor, loss_param: float | None) -> torch.Tensor:
+def loss_grad(loss: Loss, y: torch.Tensor, v: torch.Tensor, loss_param: float | None) -> torch.Tensor:
     """d inner_loss / d y, written out: [..., V]."""
     if loss == "dot":
         return -v
