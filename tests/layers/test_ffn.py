@@ -192,11 +192,15 @@ def test_bad_config_values_raise_naming_the_field(build, field):
     (lambda: MemoryFFN(D, 0), "hidden"),
     (lambda: MemoryFFN(D, M, activation="gelu"), "activation"),
     (lambda: MemoryFFN(D, M, activation="solu", temperature=-1.0), "temperature"),
+    (lambda: MemoryFFN(D, M, activation="relu", temperature=2.0), "temperature"),  # tau is solu's alone
+    (lambda: MultiHeadFFN(D, M, 2, temperature=2.0), "temperature"),
+    (lambda: MoEFFN(D, 4, 2, 1, temperature=2.0), "temperature"),
     (lambda: MoEFFN(D, 4, 2, 3), "top_k"),
     (lambda: MoEFFN(D, 4, 2, 1, expert="gelu"), "expert"),
     (lambda: MoEFFN(D, 4, 2, 1, expert="swiglu", activation="solu"), "activation"),
     (lambda: MultiHeadFFN(D, M, 3), "n_heads"),
-], ids=["hidden", "activation", "temperature", "top_k", "expert", "swiglu-activation", "n_heads"])
+], ids=["hidden", "activation", "temperature", "relu-temperature", "multihead-relu-temperature",
+        "moe-relu-temperature", "top_k", "expert", "swiglu-activation", "n_heads"])
 def test_bad_layer_arguments_raise_naming_them(build, argument):
     with pytest.raises(ValueError, match=rf"^{argument} "):
         build()

@@ -107,6 +107,14 @@ def test_the_layers_defaults_are_their_configs():
     assert SelfModifyingConfig().read == "updated" and SelfModifyingConfig().normalize_v  # the trained defaults
 
 
+@pytest.mark.parametrize("name", ["hope", "hope_attention"])
+def test_each_cms_option_is_that_field_of_the_cms_config(name):
+    """The JSON form of mixer_kwargs ({"hope": {"cms_chunk_sizes": [2, 8], ...}}: lists for tuples) included."""
+    options = {"chunk_sizes": [2, 8], "lr": [0.1, 0.0], "hidden": 12, "variant": "nested", "objective": "reconstruct"}
+    mixer = build_mixer(name, D, H, **{f"cms_{field}": value for field, value in options.items()})
+    assert mixer.cms.config == CMSConfig(**options)
+
+
 @pytest.mark.parametrize("name,options,match", [
     ("self_modifying_titans", {"chunk_size": 64}, "chunk_size"),  # was accepted and dropped
     ("hope", {"mini_batch": 2, "chunk_sizes": (2,)}, "chunk_sizes"),

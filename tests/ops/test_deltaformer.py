@@ -189,6 +189,7 @@ def test_forms_agree_over_shapes_and_kernels(B, T, H, R, G, K, V, C, erase, read
     ({"erase_kernel": "sigmoid"}, "erase_kernel"),
     ({"read_kernel": "cosine"}, "read_kernel"),
     ({"decimals": -1}, "decimals"),
+    ({"decimals": 2}, "decimals applies"),  # the default softmax kernels read no decimals
     ({"q": torch.zeros(2, 23, 3, 5, dtype=f64)}, "multiple"),
     ({"w": torch.zeros(2, 23, 2, 4, dtype=f64)}, "w"),
     ({"alpha": torch.zeros(2, 23, 3, dtype=f64)}, "alpha"),

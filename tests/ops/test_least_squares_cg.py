@@ -32,15 +32,26 @@ def test_cg_error_shrinks_with_the_number_of_steps():
     assert errors[-1] < 1e-2 * errors[0]  # half of F = 16 steps: two orders of magnitude on this well-posed system
 
 
-@pytest.mark.parametrize(("override", "name"), [
-    ({"solver": "lu"}, "solver"),
-    ({"cg_steps": -1}, "cg_steps"),
-    ({"cg_steps": 2.5}, "cg_steps"),
-])
-def test_bad_solver_arguments_raise(override, name):
+@pytest.mark.parametrize(("override", "match"), [
+    ({"solver": "lu"}, "^solver must"),
+    ({"solver": "cg", "cg_steps": -1}, "^cg_steps must"),
+    ({"solver": "cg", "cg_steps": 2.5}, "^cg_steps must"),
+    ({"cg_steps": 10}, "^cg_steps applies"),  # the default exact solver has no steps
+    ({"solver": "cholesky", "cg_steps": 0}, "^cg_steps applies"),
+], ids=["solver", "negative-steps", "float-steps", "steps-default-solver", "steps-cholesky"])
+def test_bad_solver_arguments_raise_naming_them(override, match):
     inputs = ls_inputs(1, 5, 1, 3, 2, with_state=False)
-    with pytest.raises(ValueError, match=name):
+    with pytest.raises(ValueError, match=match):
         least_squares.chunk(**inputs, **override)
+
+
+def test_cg_steps_none_means_30():
+    """A system CG has not solved in 30 steps (K = 40 > 30, ridge 0.01), so 29, 30 and 31 steps differ."""
+    inputs = {**ls_inputs(1, 80, 1, 40, 2), "ridge": 1e-2}
+    default, _ = least_squares.chunk(**inputs, chunk_size=16, solver="cg")
+    steps = {n: least_squares.chunk(**inputs, chunk_size=16, solver="cg", cg_steps=n)[0] for n in (29, 30, 31)}
+    assert torch.equal(default, steps[30])
+    assert not torch.equal(default, steps[29]) and not torch.equal(default, steps[31])
 
 
 def test_cg_handles_an_exactly_solved_system():

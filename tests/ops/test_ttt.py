@@ -219,12 +219,15 @@ def test_dgd_step_batches_over_leading_dims_with_per_row_step_sizes(shape):
         assert grad.abs().max() < 1e-12
 
 
-def test_dgd_step_rejects_mismatched_statistics():
-    W = torch.zeros(4, 3)
-    with pytest.raises(ValueError, match="moment"):
-        dgd_step(W, torch.zeros(4, 3), torch.zeros(3, 3), 0.1)
-    with pytest.raises(ValueError, match="grad"):
-        dgd_step(W, torch.zeros(3, 4), torch.zeros(4, 4), 0.1)
+@pytest.mark.parametrize(("W", "grad", "moment", "argument"), [
+    (torch.zeros(4, 3), torch.zeros(4, 3), torch.zeros(3, 3), "moment"),
+    (torch.zeros(4, 3), torch.zeros(3, 4), torch.zeros(4, 4), "grad"),
+    (torch.zeros(4), torch.zeros(4), torch.zeros(4, 4), "W"),  # a vector is no layer: ValueError, not IndexError
+    (torch.zeros(()), torch.zeros(()), torch.zeros(()), "W"),
+], ids=["moment", "grad", "W-1d", "W-0d"])
+def test_dgd_step_rejects_mismatched_statistics_naming_the_argument(W, grad, moment, argument):
+    with pytest.raises(ValueError, match=f"^{argument} must"):
+        dgd_step(W, grad, moment, 0.1)
 
 
 @pytest.mark.parametrize(("loss", "param"), [("l2", None), ("dot", None), ("huber", 0.3), ("lp", 1.5), ("lp", 3.0)])

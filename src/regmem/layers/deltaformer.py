@@ -36,7 +36,8 @@ from regmem.layers.base import Mixer, check_mixer_input, split_heads
 from regmem.layers.conv import ShortConvolution
 from regmem.layers.rotary import RotaryEmbedding
 from regmem.ops import KUState, deltaformer
-from regmem.ops.common import ScoreKernel, check_score_kernel, score_kernel
+from regmem.ops.common import ScoreKernel, score_kernel
+from regmem.ops.deltaformer import check_kernels
 
 
 class DeltaFormerState(NamedTuple):
@@ -72,11 +73,7 @@ class DeltaFormer(Mixer):
         n_kv_heads = n_kv_heads or n_heads
         if n_heads % n_kv_heads:
             raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
-        check_score_kernel("erase_kernel", erase_kernel, decimals)
-        check_score_kernel("read_kernel", read_kernel, decimals)
-        if decimals and "round" not in (erase_kernel, read_kernel):
-            raise ValueError(f"decimals applies to a 'round' kernel, got decimals={decimals} with erase_kernel="
-                             f"{erase_kernel!r}, read_kernel={read_kernel!r}")
+        check_kernels(erase_kernel, read_kernel, decimals)  # the op's rule, at construction (fails at build time)
         if beta not in ("scalar", "token"):
             raise ValueError(f"beta must be 'scalar' or 'token', got {beta!r}")
         if listing2_softmax and erase_kernel != "softmax":

@@ -46,16 +46,42 @@ Expert = Literal["relu", "swiglu"]
 ACTIVATIONS, EXPERTS = get_args(Activation), get_args(Expert)
 
 
-def _check_positive(name: str, value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+# The argument checks, one function per rule, shared with the configs of regmem/models/ffn.py: each raises
+# ValueError naming the argument (`name` where the caller's argument or config field has another name).
+
+def check_positive(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-def _check_activation(activation: str, temperature: float | None) -> None:
+def check_activation(activation: str, temperature: float | None) -> None:
+    """`activation` names a kernel; `temperature` is > 0, and set only for "solu" (it is eq. 16's tau)."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
     if temperature is not None and not temperature > 0:
         raise ValueError(f"temperature must be > 0 or None, got {temperature!r}")
+    if temperature is not None and activation != "solu":
+        raise ValueError(f"temperature applies to activation='solu', got temperature={temperature!r} with "
+                         f"activation={activation!r}")
+
+
+def check_top_k(top_k: int, n_experts: int, *, experts_name: str = "n_experts") -> None:
+    if top_k > n_experts:
+        raise ValueError(f"top_k must be <= {experts_name} = {n_experts}, got {top_k}")
+
+
+def check_expert(expert: str, activation: str) -> None:
+    """`expert` names an expert kind; swiglu experts have no kernel, so `activation` stays "relu"."""
+    if expert not in EXPERTS:
+        raise ValueError(f"expert must be one of {EXPERTS}, got {expert!r}")
+    if expert == "swiglu" and activation != "relu":
+        raise ValueError(f"activation must be 'relu' with expert='swiglu' (the kernel is that of relu experts), "
+                         f"got {activation!r}")
+
+
+def check_heads_divide(n_heads: int, d_model: int, *, name: str = "n_heads") -> None:
+    if d_model % n_heads:
+        raise ValueError(f"{name} must divide d_model = {d_model}, got {n_heads}")
 
 
 def memory_kernel(scores: torch.Tensor, activation: Activation, temperature: float) -> torch.Tensor:
@@ -72,9 +98,9 @@ class MemoryFFN(nn.Module):
     def __init__(self, d_model: int, hidden: int, *, activation: Activation = "relu",
                  temperature: float | None = None):  # tau of "solu"; None means sqrt(d_model)
         super().__init__()
-        _check_positive("d_model", d_model)
-        _check_positive("hidden", hidden)
-        _check_activation(activation, temperature)
+        check_positive("d_model", d_model)
+        check_positive("hidden", hidden)
+        check_activation(activation, temperature)
         self.activation, self.temperature = activation, temperature or math.sqrt(d_model)
         self.up = nn.Linear(d_model, hidden, bias=False)  # W_K
         self.down = nn.Linear(hidden, d_model, bias=False)  # W_V^T
@@ -97,14 +123,10 @@ class MoEFFN(nn.Module):
         super().__init__()
         for name, value in (("d_model", d_model), ("expert_hidden", expert_hidden), ("n_experts", n_experts),
                             ("top_k", top_k)):
-            _check_positive(name, value)
-        if top_k > n_experts:
-            raise ValueError(f"top_k must be <= n_experts = {n_experts}, got {top_k}")
-        if expert not in EXPERTS:
-            raise ValueError(f"expert must be one of {EXPERTS}, got {expert!r}")
-        _check_activation(activation, temperature)
-        if expert == "swiglu" and activation != "relu":
-            raise ValueError(f"activation applies to relu experts only, got {activation!r} with swiglu experts")
+            check_positive(name, value)
+        check_top_k(top_k, n_experts)
+        check_expert(expert, activation)
+        check_activation(activation, temperature)
         self.n_experts, self.top_k, self.expert = n_experts, top_k, expert
         self.activation, self.temperature = activation, temperature or math.sqrt(d_model)
         hidden = n_experts * expert_hidden
@@ -138,10 +160,9 @@ class MultiHeadFFN(nn.Module):
                  temperature: float | None = None):  # tau of "solu"; None means sqrt(d_model / n_heads)
         super().__init__()
         for name, value in (("d_model", d_model), ("hidden", hidden), ("n_heads", n_heads)):
-            _check_positive(name, value)
-        if d_model % n_heads:
-            raise ValueError(f"n_heads must divide d_model = {d_model}, got {n_heads}")
-        _check_activation(activation, temperature)
+            check_positive(name, value)
+        check_heads_divide(n_heads, d_model)
+        check_activation(activation, temperature)
         self.n_heads, self.head_dim = n_heads, d_model // n_heads
         self.activation, self.temperature = activation, temperature or math.sqrt(self.head_dim)
         self.up = nn.Linear(d_model, hidden, bias=False)  # W_K

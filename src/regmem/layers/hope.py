@@ -32,11 +32,19 @@ class HopeState(NamedTuple):
 
 
 class _ThenCMS:
-    """Runs the mixer it is mixed into, then a CMS on its output (eq. 97)."""
+    """Runs the mixer it is mixed into, then a CMS on its output (eq. 97). It takes the `cms` flag and the `cms_*`
+    options (each `cms_<field>` is that field of CMSConfig, whose default it reads) and hands every other option to
+    that mixer, which rejects the unknown ones."""
 
-    def _build_cms(self, d_model: int, cms: bool, config: CMSConfig):
+    def __init__(self, d_model: int, n_heads: int, *, cms: bool = True,
+                 cms_chunk_sizes: tuple[int, ...] = CMSConfig.chunk_sizes,
+                 cms_lr: float | tuple[float, ...] = CMSConfig.lr, cms_variant: Variant = CMSConfig.variant,
+                 cms_objective: Objective = CMSConfig.objective, cms_hidden: int = CMSConfig.hidden, **inner):
+        config = CMSConfig(chunk_sizes=cms_chunk_sizes, lr=cms_lr, hidden=cms_hidden, variant=cms_variant,
+                           objective=cms_objective)
         if not cms and config != CMSConfig():
             raise ValueError(f"the cms_* options apply only with cms=True, got cms=False and {config}")
+        super().__init__(d_model, n_heads, **inner)
         self.cms = CMS(d_model, config) if cms else None
 
     def forward(self, x, state=None, *, attention_mask=None):
@@ -52,32 +60,19 @@ class _ThenCMS:
 
 class Hope(_ThenCMS, SelfModifyingTitans):
     """Self-modifying Titans followed by a CMS (module docstring). The memories' mini-batch (the paper's chunk, 16
-    in Fig. 5) is `mini_batch`; state tracking needs small ones (Sec. 9.5). `memory`: SelfModifyingTitans'
-    options; each `cms_<field>` is that field of CMSConfig, whose default it reads."""
+    in Fig. 5) is `mini_batch`; state tracking needs small ones (Sec. 9.5). Options: `cms` and the `cms_*` ones of
+    _ThenCMS, the rest SelfModifyingTitans'."""
 
     recipe_name = "self_modifying_titans"
 
-    def __init__(self, d_model: int, n_heads: int, *, cms: bool = True,
-                 cms_chunk_sizes: tuple[int, ...] = CMSConfig.chunk_sizes,
-                 cms_lr: float | tuple[float, ...] = CMSConfig.lr, cms_variant: Variant = CMSConfig.variant,
-                 cms_objective: Objective = CMSConfig.objective, cms_hidden: int = CMSConfig.hidden, **memory):
-        SelfModifyingTitans.__init__(self, d_model, n_heads, **memory)
-        self._build_cms(d_model, cms, CMSConfig(chunk_sizes=cms_chunk_sizes, lr=cms_lr, hidden=cms_hidden,
-                                                variant=cms_variant, objective=cms_objective))
-
 
 class HopeAttention(_ThenCMS, SoftmaxAttention):
-    """Softmax attention followed by a CMS (module docstring); attention's options pass through. Like Hope it has
-    the short causal convolution of window 4 by default (Sec. 8.3's "local convolutions"; `short_conv=0` removes it,
-    and then one layer cannot find the token before a key: on MQAR it scored 0.145 without, attention 0.994 with)."""
+    """Softmax attention followed by a CMS (module docstring); options: `cms` and the `cms_*` ones of _ThenCMS, the
+    rest SoftmaxAttention's. Like Hope it has the short causal convolution of window 4 by default (Sec. 8.3's "local
+    convolutions"; `short_conv=0` removes it, and then one layer cannot find the token before a key: on MQAR it
+    scored 0.145 without, attention 0.994 with)."""
 
     recipe_name = "softmax_attn"
 
-    def __init__(self, d_model: int, n_heads: int, *, cms: bool = True,
-                 cms_chunk_sizes: tuple[int, ...] = CMSConfig.chunk_sizes,
-                 cms_lr: float | tuple[float, ...] = CMSConfig.lr, cms_variant: Variant = CMSConfig.variant,
-                 cms_objective: Objective = CMSConfig.objective, cms_hidden: int = CMSConfig.hidden,
-                 short_conv: int = 4, **attention):
-        SoftmaxAttention.__init__(self, d_model, n_heads, short_conv=short_conv, **attention)
-        self._build_cms(d_model, cms, CMSConfig(chunk_sizes=cms_chunk_sizes, lr=cms_lr, hidden=cms_hidden,
-                                                variant=cms_variant, objective=cms_objective))
+    def __init__(self, d_model: int, n_heads: int, *, short_conv: int = 4, **options):
+        super().__init__(d_model, n_heads, short_conv=short_conv, **options)

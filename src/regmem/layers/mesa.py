@@ -20,7 +20,6 @@ Padding: a padded token gets k = 0 and log-gate 0, so it leaves R and S unchange
 from __future__ import annotations
 
 import math
-from typing import get_args
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +29,7 @@ from regmem.layers.gates import a_log_parameter, dt_bias_parameter, log_retentio
 from regmem.layers.memory import MemoryMixer
 from regmem.ops import least_squares
 from regmem.ops.common import zero_padding
+from regmem.ops.regression import check_solver
 from regmem.ops.regression.chunk import Solver
 
 RIDGE_FLOOR = 0.25  # MesaNet: lambda = softplus(p) + 0.25 keeps the system well conditioned
@@ -46,11 +46,8 @@ class Mesa(MemoryMixer):
         super().__init__(d_model, n_heads, qk_norm=qk_norm, **memory_kwargs)
         if not ridge_init > RIDGE_FLOOR:
             raise ValueError(f"ridge_init must be > {RIDGE_FLOOR} (the ridge floor), got {ridge_init}")
-        if solver not in get_args(Solver):
-            raise ValueError(f"solver must be 'cholesky' (exact) or 'cg' (MesaNet's CG), got {solver!r}")
-        if cg_steps is not None and solver != "cg":
-            raise ValueError(f"cg_steps applies to solver='cg', got cg_steps={cg_steps} with solver={solver!r}")
-        self.solver, self.cg_options = solver, {} if cg_steps is None else {"cg_steps": cg_steps}
+        check_solver(solver, cg_steps)  # the op's rule, at construction: a bad option fails when the model is built
+        self.solver, self.cg_steps = solver, cg_steps
         self.recipe_name = "mesa" if decay else "least_squares"
         self.a_proj = nn.Linear(d_model, n_heads, bias=False) if decay else None
         if decay:
@@ -71,12 +68,10 @@ class Mesa(MemoryMixer):
             g = log_retention(self.A_log, time_step(self.a_proj(x), self.dt_bias))  # [B, T, H]
             g = zero_padding(g, mask)
         k = zero_padding(k, mask)
-        if mode == "chunk" and self.solver == "cg":  # approximate: cg_steps of conjugate gradient per token
-            return least_squares.chunk(q, k, v, g, ridge=self.ridge(), scale=1.0, initial_state=memory,
-                                       output_final_state=True, chunk_size=self.chunk_size, solver="cg",
-                                       **self.cg_options)
+        # the chunk form trains with the solver (cg: approximate, cg_steps per token); decoding is exact
+        solver = {"solver": self.solver, "cg_steps": self.cg_steps} if mode == "chunk" else {}
         return least_squares(q, k, v, g, ridge=self.ridge(), scale=1.0, initial_state=memory,
-                             output_final_state=True, mode=mode, chunk_size=self.chunk_size)
+                             output_final_state=True, mode=mode, chunk_size=self.chunk_size, **solver)
 
     def memory_floats(self) -> int:
         return self.n_heads * self.key_dim * (self.key_dim + self.value_dim)  # R and S

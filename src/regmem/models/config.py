@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from regmem.layers import MIXERS, is_mixer_name
+from regmem.layers.ffn import check_heads_divide
 from regmem.models.ffn import (
     FFNConfig,
     FFNKind,
@@ -50,8 +51,8 @@ class LMConfig:
             raise ValueError(f"mixer_kwargs has options for mixers no layer uses: {sorted(unused)} (layers: "
                              f"{sorted(set(self.layer_mixers()))})")
         object.__setattr__(self, "ffn", resolve_ffn(self.ffn))
-        if isinstance(self.ffn, MultiHeadFFNConfig) and self.d_model % self.ffn.heads:
-            raise ValueError(f"ffn.heads must divide d_model = {self.d_model}, got {self.ffn.heads}")
+        if isinstance(self.ffn, MultiHeadFFNConfig):
+            check_heads_divide(self.ffn.heads, self.d_model, name="ffn.heads")
         for name in ("vocab_size", "d_model", "n_layers", "n_heads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

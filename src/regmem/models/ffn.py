@@ -22,7 +22,17 @@ from typing import ClassVar, Literal
 import torch.nn.functional as F
 from torch import nn
 
-from regmem.layers.ffn import ACTIVATIONS, EXPERTS, Activation, Expert, MemoryFFN, MoEFFN, MultiHeadFFN
+from regmem.layers.ffn import (
+    Activation,
+    Expert,
+    MemoryFFN,
+    MoEFFN,
+    MultiHeadFFN,
+    check_activation,
+    check_expert,
+    check_positive,
+    check_top_k,
+)
 from regmem.nested import CMS, CMSConfig
 
 FFNKind = Literal["swiglu", "cms", "none", "relu", "moe", "multihead"]
@@ -37,11 +47,6 @@ class SwiGLU(nn.Module):
     def forward(self, x):
         gate, up = self.gate_up(x).chunk(2, dim=-1)  # [..., hidden] each
         return self.down(F.silu(gate) * up)
-
-
-def _check_positive(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,13 +85,7 @@ class _MemoryKernel(_Expansion):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
-        if self.temperature is not None and not self.temperature > 0:
-            raise ValueError(f"temperature must be > 0 or None, got {self.temperature!r}")
-        if self.temperature is not None and self.activation != "solu":
-            raise ValueError(f"temperature applies to activation='solu', got temperature={self.temperature} with "
-                             f"activation={self.activation!r}")
+        check_activation(self.activation, self.temperature)
 
     def memory_width(self, d_model: int) -> int:
         """m, the memory slots (of all heads or experts together)."""
@@ -109,7 +108,7 @@ class MultiHeadFFNConfig(_MemoryKernel):
 
     def __post_init__(self):
         super().__post_init__()
-        _check_positive("heads", self.heads)
+        check_positive("heads", self.heads)  # that heads divides d_model is LMConfig's check
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,15 +124,10 @@ class MoEConfig(_MemoryKernel):
 
     def __post_init__(self):
         super().__post_init__()
-        _check_positive("experts", self.experts)
-        _check_positive("top_k", self.top_k)
-        if self.top_k > self.experts:
-            raise ValueError(f"top_k must be <= experts = {self.experts}, got {self.top_k}")
-        if self.expert not in EXPERTS:
-            raise ValueError(f"expert must be one of {EXPERTS}, got {self.expert!r}")
-        if self.expert == "swiglu" and self.activation != "relu":
-            raise ValueError(f"activation must be 'relu' with expert='swiglu' (the kernel is that of relu experts), "
-                             f"got {self.activation!r}")
+        check_positive("experts", self.experts)
+        check_positive("top_k", self.top_k)
+        check_top_k(self.top_k, self.experts, experts_name="experts")
+        check_expert(self.expert, self.activation)
 
     def expert_width(self, d_model: int) -> int:
         width = self.memory_width(d_model) if self.expert == "relu" else SwiGLUConfig(

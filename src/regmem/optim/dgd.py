@@ -1,24 +1,12 @@
 """Delta Gradient Descent, DGD (Behrouz et al., *Nested Learning: The Illusion of Deep Learning Architectures*,
-arXiv:2512.24695, Sec. 4.5 eqs. 54-57 and Appendix C).
+arXiv:2512.24695, Sec. 4.5 eqs. 54-57 and Appendix C), as a torch.optim optimizer for the weights of linear layers.
 
-A linear layer y = W x trained by GD is a memory that maps its input x_t to the value u_t = -dL/dy_t with the
-dot-product objective (eqs. 54-55); its update ignores the current state. DGD uses the l2 regression objective
-with the proximal retention term instead (eq. 56):
-
-    W_{t+1} = argmin_W  1/2 ||W x_t - u_t||^2 + 1/(2 eta) ||W - W_t||_F^2,         u_t = -dL/dy_t.
-
-Stationarity gives W (x x^T + I / eta) = W_t / eta - dL/dy x^T, and Sherman-Morrison gives the closed form (eq. 57)
-
-    W_{t+1} = W_t (I - eta' x x^T) - eta' dL/dy x^T,        eta' = eta / (1 + eta ||x||^2).
-
-The paper prints eta' = eta / (1 + eta), i.e. assumes ||x|| = 1; the ||x||^2 here is exact for every x.
-
-Batches. With N inputs X [N, K] and output gradients dY [N, V], the sum of the per-sample objectives has the
-minimiser W_{t+1} = (W_t - eta G) (I + eta X^T X)^{-1}, where G = dY^T X is exactly autograd's weight gradient:
-a GD step followed by a data-dependent decay (I + eta C)^{-1} along the inputs' directions (C = X^T X). `DGD` applies
-this with a strength `delta` on the quadratic (delta) term: delta = 0 is plain SGD, delta = 1 is eq. 56. The step
-itself is `regmem.ops.dgd_step`, the one implementation of DGD's closed form, shared with the test-time-training
-engine's package (regmem/ops/ttt/dgd.py); it takes the row layout W = weight^T.
+DGD trains a linear layer on an l2 regression objective with a proximal term (eq. 56) instead of GD's dot-product
+objective: its exact minimiser over the inputs seen since the last step is a GD step followed by a decay along
+those inputs' directions (the `DGD` docstring gives the step in torch.nn.Linear's layout). The objective, its batched
+solution, eq. 57 as the one-input case and the paper's erratum are derived in ops/ttt/DERIVATION.md §5. The step is
+`regmem.ops.dgd_step`, the one implementation, shared with the test-time-training engine; it takes the row layout
+W = weight^T.
 """
 
 from __future__ import annotations
@@ -60,7 +48,7 @@ def dgd_minimiser(
 
 
 class DGD(Optimizer):
-    """Delta Gradient Descent on the weights of linear layers (eqs. 56-57; batch form in the module docstring).
+    """Delta Gradient Descent on the weights of linear layers (eqs. 56-57; ops/ttt/DERIVATION.md §5).
 
     For a weight whose layer is registered with `track_inputs`, the step is
 

@@ -75,8 +75,7 @@ def deltaformer(q, k, v, w=None, alpha=None, beta=None, *, erase_weights=None, e
 
     """
     B, T, H, K, V, G, Hq = _check_inputs(q, k, v, w, alpha, beta)
-    check_score_kernel("erase_kernel", erase_kernel, decimals)
-    check_score_kernel("read_kernel", read_kernel, decimals)
+    check_kernels(erase_kernel, read_kernel, decimals)
     check_scale(scale)
     dtype = compute_dtype(q)
     _check_cache(initial_state, B, H, K, V, q)
@@ -100,6 +99,17 @@ def deltaformer(q, k, v, w=None, alpha=None, beta=None, *, erase_weights=None, e
     options = {"erase_weights": erase_weights, "erase_kernel": erase_kernel, "read_kernel": read_kernel,
                "scale": K ** -0.5 if scale is None else float(scale), "decimals": decimals, "key_mask": key_mask}
     return Call(tokens, q.dtype, initial_state, options=options, cu_seqlens=cu_seqlens)
+
+
+def check_kernels(erase_kernel: str, read_kernel: str, decimals: int) -> None:
+    """The kernel options of `deltaformer` (also checked by the DeltaFormer layer at construction): both kernels
+    from SCORE_KERNELS, `decimals` a non-negative int, and nonzero only when a kernel is "round", the one that
+    reads it."""
+    check_score_kernel("erase_kernel", erase_kernel, decimals)
+    check_score_kernel("read_kernel", read_kernel, decimals)
+    if decimals and "round" not in (erase_kernel, read_kernel):
+        raise ValueError(f"decimals applies to a 'round' kernel, got decimals={decimals} with erase_kernel="
+                         f"{erase_kernel!r}, read_kernel={read_kernel!r}")
 
 
 def _check_inputs(q, k, v, w, alpha, beta):

@@ -2,6 +2,7 @@
 chunk."""
 
 from regmem.ops.regression.api import least_squares
+from regmem.ops.regression.chunk import check_solver
 from regmem.ops.regression.state import LeastSquaresState
 
-__all__ = ["LeastSquaresState", "least_squares"]
+__all__ = ["LeastSquaresState", "check_solver", "least_squares"]

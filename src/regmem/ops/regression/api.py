@@ -66,7 +66,7 @@ def least_squares(q, k, v, g=None, *, ridge=1.0, feature_map=None, scale=None, i
             conjugate gradient (MesaNet; start x_0 = q / (diag(R_t) + ridge)), applying R_t chunkwise without
             forming it: memory O(B H T F + B H (T / C) F^2), approximate (exact after F steps in exact arithmetic);
             gradients run through the iterations.
-        cg_steps: chunk form with solver="cg" only: the number of iterations (an int >= 0).
+        cg_steps: chunk form with solver="cg" only: the number of iterations (an int >= 0), or None for 30.
 
     Returns:
         o: [B, T, H, V] in the input dtype, and the final LeastSquaresState or None.

@@ -29,24 +29,34 @@ from regmem.ops.regression.state import LeastSquaresState, ridge_matrix
 
 Solver = Literal["cholesky", "cg"]  # exact | MesaNet's conjugate gradient (ls_chunk_core)
 SOLVERS = get_args(Solver)
+CG_STEPS = 30  # conjugate-gradient iterations of solver="cg" when cg_steps is None
 
 
-def ls_chunk_core(q, k, v, g, *, ridge, initial_state, chunk_size, solver: Solver = "cholesky", cg_steps=30):
+def check_solver(solver: Solver, cg_steps: int | None) -> None:
+    """The chunk form's solver options (also checked by the Mesa layer at construction): `solver` one of SOLVERS,
+    and `cg_steps` None or, with solver="cg" only, an int >= 0."""
+    if solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {SOLVERS} (exact, or MesaNet's conjugate gradient), got {solver!r}")
+    if cg_steps is not None and solver != "cg":
+        raise ValueError(f"cg_steps applies to solver='cg', got cg_steps={cg_steps!r} with solver={solver!r}")
+    if cg_steps is not None and (isinstance(cg_steps, bool) or not isinstance(cg_steps, int) or cg_steps < 0):
+        raise ValueError(f"cg_steps must be an int >= 0 or None, got {cg_steps!r}")
+
+
+def ls_chunk_core(q, k, v, g, *, ridge, initial_state, chunk_size, solver: Solver = "cholesky", cg_steps=None):
     """q, k: [B, T, H, F] (phi applied, q scaled); v: [B, T, H, V]; g: None or [B, T, H]; ridge: [H, F];
     initial_state: LeastSquaresState of R [B, H, F, F], S [B, H, F, V] or None; solver: "cholesky" (exact) or
-    "cg" (cg_steps of conjugate gradient, MesaNet's approximate solver, R_t never formed).
+    "cg" (cg_steps of conjugate gradient, MesaNet's approximate solver, R_t never formed; None: CG_STEPS).
     Returns o: [B, T, H, V] and the LeastSquaresState after the last token."""
-    if solver not in SOLVERS:
-        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
-    if isinstance(cg_steps, bool) or not isinstance(cg_steps, int) or cg_steps < 0:
-        raise ValueError(f"cg_steps must be an int >= 0, got {cg_steps!r}")
+    check_solver(solver, cg_steps)
     B, T, H, F = q.shape
     V = v.shape[-1]
     R0, S0 = initial_state if initial_state is not None else (q.new_zeros(B, H, F, F), q.new_zeros(B, H, F, V))
     if T == 0:
         return v.new_zeros(B, 0, H, V), LeastSquaresState(R0, S0)
     if solver == "cg":
-        z, R_T = conjugate_gradient(q, k, g, R0, ridge, chunk_size, cg_steps)  # [B, T, H, F], [B, H, F, F]
+        steps = CG_STEPS if cg_steps is None else cg_steps
+        z, R_T = conjugate_gradient(q, k, g, R0, ridge, chunk_size, steps)  # [B, T, H, F], [B, H, F, F]
         o, S_T = gla_chunk_core(z, k, v, g, initial_state=S0, chunk_size=chunk_size)
         return o, LeastSquaresState(R_T, S_T)
     # Step 1: the weighted key covariance R_t of every token.
