@@ -26,7 +26,7 @@ paper's toy runs; the default is the normalised kernel of eq. 94.
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import torch
 from einops import rearrange
@@ -38,6 +38,8 @@ from regmem.layers.rotary import RotaryEmbedding
 from regmem.ops import KUState, deltaformer
 from regmem.ops.common import ScoreKernel, score_kernel
 from regmem.ops.deltaformer import check_kernels
+
+BetaKind = Literal["scalar", "token"]  # a learnable beta per head (Listing 2), or sigmoid(Linear(x_t)) per token
 
 
 class DeltaFormerState(NamedTuple):
@@ -61,7 +63,7 @@ class DeltaFormer(Mixer):
         erase_kernel: ScoreKernel = "softmax",  # kappa_1 (regmem.ops.common.kernels.SCORE_KERNELS)
         read_kernel: ScoreKernel = "softmax",  # kappa_2
         decimals: int = 0,  # places kept by a "round" kernel (Fig. 4 uses 2, Theorem 1 integers)
-        beta: Literal["scalar", "token"] = "scalar",  # learnable per-head beta (Listing 2) or sigmoid(Linear(x_t))
+        beta: BetaKind = "scalar",  # learnable per-head beta (Listing 2) or sigmoid(Linear(x_t))
         rotary: bool = True,  # RoPE on q, k and w; Listing 2 runs without (NoPE), the paper's text with
         rope_base: float = 10000.0,
         short_conv: int = 0,  # kernel of a causal depthwise conv on q, k, v, w; 0 = off
@@ -74,7 +76,7 @@ class DeltaFormer(Mixer):
         if n_heads % n_kv_heads:
             raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
         check_kernels(erase_kernel, read_kernel, decimals)  # the op's rule, at construction (fails at build time)
-        if beta not in ("scalar", "token"):
+        if beta not in get_args(BetaKind):
             raise ValueError(f"beta must be 'scalar' or 'token', got {beta!r}")
         if listing2_softmax and erase_kernel != "softmax":
             raise ValueError(f"listing2_softmax applies to erase_kernel='softmax', got {erase_kernel!r}")
