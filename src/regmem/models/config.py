@@ -39,17 +39,18 @@ class LMConfig:
     def __post_init__(self):
         if isinstance(self.mixer, list):
             object.__setattr__(self, "mixer", tuple(self.mixer))
-        for name in self.layer_mixers():
+        layers = self.layer_mixers()
+        for name in layers:
             if not is_mixer_name(name):
                 raise ValueError(f"mixer must name mixers from {sorted(MIXERS)} or 'recipe:<weights>/<regressor>/"
                                  f"<solver>', got {name!r}")
         unknown = set(self.mixer_kwargs) - set(MIXERS)
         if unknown:
             raise ValueError(f"mixer_kwargs keys must be mixer names from {sorted(MIXERS)}, got {sorted(unknown)}")
-        unused = set(self.mixer_kwargs) - set(self.layer_mixers())
+        unused = set(self.mixer_kwargs) - set(layers)
         if unused:
             raise ValueError(f"mixer_kwargs has options for mixers no layer uses: {sorted(unused)} (layers: "
-                             f"{sorted(set(self.layer_mixers()))})")
+                             f"{sorted(set(layers))})")
         object.__setattr__(self, "ffn", resolve_ffn(self.ffn))
         if isinstance(self.ffn, MultiHeadFFNConfig):
             check_heads_divide(self.ffn.heads, self.d_model, name="ffn.heads")
