@@ -201,6 +201,26 @@ def test_engine_dgd_on_a_linear_memory_is_the_explicit_dgd_step():
         assert_close(o[0, t, 0], q[0, t, 0] @ W, f"token {t}")
 
 
+@pytest.mark.parametrize("mini_batch", [1, 4])
+def test_engine_proximal_dgd_on_a_linear_memory_is_the_exact_dgd_step(mini_batch):
+    """step_rule="proximal": each token's update is `dgd_step(proximal=True)`, the exact minimiser of eq. 56 for
+    that token, at any ||k|| (here ~10); the explicit rule is not, and the two differ at this scale. With
+    mini-batches of 4 the gradient is taken at the mini-batch start, the DGD term at the current W."""
+    q, k, v, beta = _inputs(B=1, T=8, H=1, K=4, V=3)
+    k = 10 * k
+    o, _ = ttt(q, k, v, beta, dgd=True, step_rule="proximal", mini_batch=mini_batch, chunk_size=2)
+    explicit, _ = ttt(q, k, v, beta, dgd=True, mini_batch=mini_batch, chunk_size=2)
+    W = anchor = torch.zeros(4, 3, dtype=torch.float64)
+    for t in range(8):
+        kt, vt = k[0, t, 0], v[0, t, 0]
+        # DGD on the l2 loss: the delta term acts on W, the gradient at the anchor (eq. 88, TTT's mini-batches)
+        grad = torch.outer(kt, kt @ anchor - vt)
+        W = dgd_step(W, grad, torch.outer(kt, kt), beta[0, t, 0])
+        anchor = W if (t + 1) % mini_batch == 0 else anchor
+        assert_close(o[0, t, 0], q[0, t, 0] @ W, f"token {t}")
+    assert (o - explicit).abs().max() > 1.0
+
+
 @pytest.mark.parametrize("shape", [(2, 3), (2, 5, 3)], ids=["N2", "B2-N5"])
 def test_dgd_step_batches_over_leading_dims_with_per_row_step_sizes(shape):
     gen = torch.Generator().manual_seed(2)
@@ -239,17 +259,19 @@ def test_hand_derived_gradients_match_autograd_for_every_loss_and_activation(los
     model = InnerModel((5,), act, bias=True)
     state = _state(model, 2, 2, 4, 4, momentum=True)
     kw = {"model": model, "loss": loss, "loss_param": param, "dgd": True, "mini_batch": 2, "initial_state": state}
-    ref, _ = ttt(q, k, v, beta, g, log_eta, mode="reference", **kw)
-    for mode in ("recurrent", "chunk"):
-        o, _ = ttt(q, k, v, beta, g, log_eta, mode=mode, **kw)
-        assert_close(o, ref, f"{mode} o")
+    for step_rule in ("explicit", "proximal"):
+        ref, _ = ttt(q, k, v, beta, g, log_eta, mode="reference", step_rule=step_rule, **kw)
+        for mode in ("recurrent", "chunk"):
+            o, _ = ttt(q, k, v, beta, g, log_eta, mode=mode, step_rule=step_rule, **kw)
+            assert_close(o, ref, f"{mode} o, {step_rule}")
 
 
 @settings(max_examples=15, deadline=None)
 @given(B=st.integers(1, 2), T=st.integers(0, 19), H=st.integers(1, 2), K=st.integers(1, 5), V=st.integers(1, 4),
        depth=st.integers(1, 3), mini_batch=st.sampled_from([1, 2, 4, 8]), chunk_size=st.sampled_from([1, 2, 8]),
-       dgd=st.booleans(), momentum=st.booleans(), offset=st.integers(0, 7))
-def test_forms_agree_over_shapes(B, T, H, K, V, depth, mini_batch, chunk_size, dgd, momentum, offset):
+       dgd=st.booleans(), momentum=st.booleans(), offset=st.integers(0, 7),
+       step_rule=st.sampled_from(["explicit", "proximal"]))
+def test_forms_agree_over_shapes(B, T, H, K, V, depth, mini_batch, chunk_size, dgd, momentum, offset, step_rule):
     q, k, v, beta = _inputs(B, T, H, K, V, seed=T)
     g = random_log_gate(beta.shape, 0.5, seed=2)
     log_eta = random_log_gate(beta.shape, 1.0, seed=3) if momentum else None
@@ -259,7 +281,8 @@ def test_forms_agree_over_shapes(B, T, H, K, V, depth, mini_batch, chunk_size, d
     moved = 0.1 * torch.randn(state.params.shape, generator=gen, dtype=torch.float64)
     state = state._replace(anchor=state.params + moved,
                            offset=torch.full((B, H), float(offset % mini_batch), dtype=torch.float64))
-    kw = {"model": model, "dgd": dgd, "mini_batch": mini_batch, "initial_state": state, "output_final_state": True}
+    kw = {"model": model, "dgd": dgd, "mini_batch": mini_batch, "initial_state": state, "output_final_state": True,
+          "step_rule": step_rule}
     ref, s_ref = ttt(q, k, v, beta, g, log_eta, mode="reference", **kw)
     for mode in ("recurrent", "chunk"):
         o, s = ttt(q, k, v, beta, g, log_eta, mode=mode, chunk_size=chunk_size, **kw)
@@ -291,6 +314,7 @@ BAD = {
     "residual K != V": ({"v": torch.randn(1, 4, 1, 3), "model": InnerModel(residual=True)}, "residual"),
     "huber without delta": ({"loss": "huber"}, "loss_param"),
     "unknown loss": ({"loss": "l1"}, "loss"),
+    "unknown step rule": ({"step_rule": "implicit"}, "step_rule"),
     "layer norm params without layer norm": ({"ln_weight": torch.ones(1, 2), "ln_bias": torch.ones(1, 2)},
                                              "ln_weight"),
     "model type": ({"model": "mlp"}, "model"),

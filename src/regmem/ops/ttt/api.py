@@ -29,7 +29,7 @@ from regmem.ops.common import (
     op,
 )
 from regmem.ops.ttt.chunk import ttt_chunk_core
-from regmem.ops.ttt.model import InnerModel, Loss, check_loss
+from regmem.ops.ttt.model import STEP_RULES, InnerModel, Loss, StepRule, check_loss
 from regmem.ops.ttt.recurrent import ttt_recurrent_core
 from regmem.ops.ttt.reference import ttt_reference_core
 from regmem.ops.ttt.state import TTTState
@@ -37,8 +37,8 @@ from regmem.ops.ttt.state import TTTState
 
 @op(reference=ttt_reference_core, recurrent=ttt_recurrent_core, chunk=ttt_chunk_core)
 def ttt(q, k, v, beta, g=None, log_eta=None, *, model: InnerModel | None = None, loss: Loss = "l2",
-        loss_param: float | None = None, dgd: bool = False, ln_weight=None, ln_bias=None, scale=None,
-        initial_state=None, cu_seqlens=None, token_mask=None, mini_batch: int = 16):
+        loss_param: float | None = None, dgd: bool = False, step_rule: StepRule = "explicit", ln_weight=None,
+        ln_bias=None, scale=None, initial_state=None, cu_seqlens=None, token_mask=None, mini_batch: int = 16):
     """Test-time training of a small regressor f_theta (model.py) on the stream of (k_t, v_t), read at q_t.
 
     Per token (1-based t), with theta_{s(t)} the parameters at the start of the token's mini-batch of `mini_batch`
@@ -46,6 +46,7 @@ def ttt(q, k, v, beta, g=None, log_eta=None, *, model: InnerModel | None = None,
         G_t = grad_theta loss(f_theta(k_t), v_t) at theta_{s(t)}
         Pi_t = exp(log_eta_t) Pi_{t-1} - beta_t G_t                   (momentum; Pi_t = -beta_t G_t without it)
         W_{l,t} = (exp(g_t) I - rho_t x_l x_l^T) W_{l,t-1} + Pi_{l,t}   (rho_t = beta_t with dgd, else 0)
+    (with step_rule="proximal" every beta_t of layer l is beta_t / (1 + beta_t ||x_l||^2): model.step_sizes)
         o_t = f_{theta_t}(scale * q_t)
     - *Test-time regression* (arXiv:2501.12352, Sec. 3, eq. 8 with an MLP regressor and a streaming-SGD solver);
     - TTT-Linear / TTT-MLP (Sun et al., arXiv:2407.04620, Sec. 2.3-2.7): mini-batch inner GD, no decay/momentum;
@@ -67,6 +68,9 @@ def ttt(q, k, v, beta, g=None, log_eta=None, *, model: InnerModel | None = None,
         model: the inner model (`InnerModel`; None means the linear map k -> W^T k).
         loss: "l2" | "dot" | "huber" | "lp" (model.py); loss_param: the Huber delta or the exponent p.
         dgd: add Delta Gradient Descent's state-dependent decay -beta_t x_l x_l^T to every layer.
+        step_rule: "explicit" (every layer steps with beta_t, the papers' printed rule) or "proximal" (layer l steps
+            with beta_t / (1 + beta_t ||x_l||^2), x_l its input at the anchor: the exact proximal step of the l2 loss
+            and of DGD's eq. 56 for one input, which cannot expand whatever ||x_l||; model.step_sizes).
         ln_weight, ln_bias: [H, V] affine of the output layer norm when `model.layer_norm` (None: no affine).
         scale: multiplies q; None means 1 (a nonlinear memory is read at the query itself, so the K^-1/2 of
             attention scores that other ops default to has no meaning here).
@@ -91,6 +95,8 @@ def ttt(q, k, v, beta, g=None, log_eta=None, *, model: InnerModel | None = None,
     check_loss(loss, loss_param)
     if not isinstance(dgd, bool):
         raise ValueError(f"dgd must be a bool, got {dgd!r}")
+    if step_rule not in STEP_RULES:
+        raise ValueError(f"step_rule must be one of {STEP_RULES}, got {step_rule!r}")
     check_tensor("beta", beta, 3, "[B, T, H]")
     check_same_device(q=q, beta=beta, g=g, log_eta=log_eta)  # before any check that reads values
     check_token_scalar("beta", beta, B, T, H, low=0.0)
@@ -119,7 +125,8 @@ def ttt(q, k, v, beta, g=None, log_eta=None, *, model: InnerModel | None = None,
     q_read = q.to(dtype) * (1.0 if scale is None else scale)
     tokens = {"q": q_read, "k": k, "v": v, "beta": beta, "g": g, "log_eta": log_eta, "live": live}
     check_chunk_size(mini_batch, "mini_batch")
-    options = {"model": model, "loss": loss, "loss_param": loss_param, "dgd": dgd, "ln": ln, "mini_batch": mini_batch}
+    options = {"model": model, "loss": loss, "loss_param": loss_param, "dgd": dgd, "ln": ln, "mini_batch": mini_batch,
+               "step_rule": step_rule}
     return Call(tokens, q.dtype, initial_state, options, cu_seqlens=cu_seqlens)
 
 

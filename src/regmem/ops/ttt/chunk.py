@@ -36,12 +36,12 @@ import torch
 import torch.nn.functional as F
 
 from regmem.ops.common import merge_chunks, segsum, split_chunks, suffix_exclusive
-from regmem.ops.ttt.model import InnerModel, activation, layer_norm, loss_grad
+from regmem.ops.ttt.model import InnerModel, activation, layer_norm, layer_steps, loss_grad, norms_sq
 from regmem.ops.ttt.state import TTTState, start_anchor, zero_state
 
 
 def ttt_chunk_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: InnerModel, loss, loss_param, dgd, ln,
-                   mini_batch, chunk_size):
+                   mini_batch, chunk_size, step_rule):
     """Arguments and returns as `ttt_reference_core`; the mini-batch runs in blocks of min(chunk_size, mini_batch)
     tokens (both powers of two), the anchor moving only at mini-batch boundaries."""
     B, T, H, K = q.shape
@@ -71,6 +71,7 @@ def ttt_chunk_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: Inn
     outputs = []
     per_chunk = [x.unbind(2) for x in (qc, kc, vc, gates["beta"], gates["live"])]
     per_kernel = {n: x.unbind(2) for n, x in kern.items()}
+    mu_n = split_chunks(tokens["log_eta"], c).unbind(2) if with_momentum else None  # [B, H, c] per block
     for n, (q_n, k_n, v_n, eta_n, live_n) in enumerate(zip(*per_chunk, strict=True)):
         kn = {name: x[n] for name, x in per_kernel.items()}
         if n > 0 and n % (C // c) == 0:  # a mini-batch starts: its gradients are taken here
@@ -80,12 +81,15 @@ def ttt_chunk_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: Inn
             has_live = (live_n.sum(-1) > 0).unsqueeze(-1)  # [B, H, 1]
             final_anchor = torch.where(has_live, model.pack(anchor_w), final_anchor)
         y, trace = model.forward(anchor_w, k_n, ln)  # [B, H, c, V]
-        deltas = model.backward(anchor_w, trace, loss_grad(loss, y, v_n, loss_param), ln)
-        eta = eta_n.unsqueeze(-1)  # [B, H, c, 1]
+        dy = loss_grad(loss, y, v_n, loss_param)
+        deltas = model.backward(anchor_w, trace, dy, ln)
+        steps, rhos = layer_steps(step_rule, eta_n.unsqueeze(-1), *norms_sq(trace[0], deltas, dy),
+                                  mu_n[n].unsqueeze(-1) if with_momentum else None)  # each layer's, [B, H, c, 1]
         z = q_n
         new_w, new_p = [], []
-        for layer, (W0, P0, X, delta) in enumerate(zip(W_now, P_now, trace[0], deltas, strict=True)):
-            h, W_end, P_end = _layer(model.layer_input(z), W0, P0, X, -eta * delta, eta if dgd else None, kn)
+        layers = zip(W_now, P_now, trace[0], deltas, steps, rhos, strict=True)
+        for layer, (W0, P0, X, delta, eta, rho) in enumerate(layers):
+            h, W_end, P_end = _layer(model.layer_input(z), W0, P0, X, -eta * delta, rho if dgd else None, kn)
             new_w.append(W_end)
             new_p.append(P_end)
             z = activation(model.activation, h) if layer < model.depth - 1 else h

@@ -36,7 +36,9 @@ import torch.nn.functional as F
 
 Activation = Literal["gelu", "silu", "relu", "tanh", "identity"]
 Loss = Literal["l2", "dot", "huber", "lp"]  # the inner losses (module docstring)
-ACTIVATIONS, LOSSES = get_args(Activation), get_args(Loss)
+# "explicit": every layer steps with eta_t, as printed; "proximal": a step that cannot expand (layer_steps)
+StepRule = Literal["explicit", "proximal"]
+ACTIVATIONS, LOSSES, STEP_RULES = get_args(Activation), get_args(Loss), get_args(StepRule)
 LN_EPS = 1e-6
 
 
@@ -178,6 +180,42 @@ def layer_norm_backward(h: torch.Tensor, dy: torch.Tensor, ln: tuple | None) -> 
     xhat = (h - mu) * rstd
     gx = dy if ln is None else dy * ln[0]
     return rstd * (gx - gx.mean(-1, keepdim=True) - xhat * (gx * xhat).mean(-1, keepdim=True))
+
+
+def layer_steps(step_rule: StepRule, eta: torch.Tensor, x_sq: list[torch.Tensor], g_sq: list[torch.Tensor],
+                r_sq: torch.Tensor, log_mu: torch.Tensor | None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The step of each layer for one set of tokens. eta: [..., n, 1], the token's eta_t; x_sq, g_sq: per layer
+    [..., n, 1], ||x_l||^2 (the layer's input at the anchor, with the bias's 1) and ||G_l||_F^2 = ||x_l||^2
+    ||delta_l||^2 (its gradient); r_sq: [..., n, 1], ||dloss/dy||^2; log_mu: [..., n, 1] momentum log retention or
+    None. Returns (the steps that scale each layer's gradient, the steps rho of its DGD term).
+
+    "explicit" is the papers' printed rule: eta_t everywhere. "proximal" gives layer l
+        eta_l = eta_t / (1 + eta_t max(||x_l||^2, ||G_l||^2 / ||r||^2))
+    For the output layer (delta_L = r) this is eta_t / (1 + eta_t ||x_L||^2): W - eta_l x^T (x W - v) is the exact
+    minimiser of 1/2 ||x W - v||^2 + 1/(2 eta) ||W - W_0||^2 (the implicit step of the l2 loss), and with DGD
+    (I - eta_l x^T x)(W - ...) is the exact minimiser of Nested Learning's eq. 56 for one input (Sherman-Morrison;
+    DERIVATION.md §5, `dgd_step(proximal=True)`). On a hidden layer ||delta_l|| / ||r|| is the gain from its
+    pre-activation to the output along the residual, so eta_l is the same proximal step for the loss linearised in
+    that layer (normalised LMS per layer). Since eta_l ||x_l||^2 < 1, the transition I - eta_l x^T x has
+    eigenvalues in [0, 1] (DGD's term stays a contraction) whatever ||x||; the explicit step expands once
+    eta ||x||^2 > 2 (> 1 with DGD). With momentum the proximal rule feeds (1 - mu_t) eta_l G_l into it (an EMA,
+    whose accumulated step is at most one proximal step); the heavy-ball sum of the printed rule expanded on
+    switching inputs even with eta_l (tests/ops/test_ttt_stable.py)."""
+    if step_rule == "explicit":
+        return [eta] * len(x_sq), [eta] * len(x_sq)
+    tiny = torch.finfo(r_sq.dtype).tiny  # r = 0 means G = 0: the ratio is then 0
+    rhos = [eta / (1.0 + eta * torch.maximum(x2, g2 / (r_sq + tiny))) for x2, g2 in zip(x_sq, g_sq, strict=True)]
+    if log_mu is None:
+        return rhos, rhos
+    ema = -torch.expm1(log_mu)  # 1 - mu_t
+    return [ema * rho for rho in rhos], rhos
+
+
+def norms_sq(inputs: list[torch.Tensor], deltas: list[torch.Tensor], dy: torch.Tensor):
+    """||x_l||^2, ||G_l||^2 = ||x_l||^2 ||delta_l||^2 per layer and ||dy||^2, each [..., n, 1] (layer_steps)."""
+    x_sq = [x.pow(2).sum(-1, keepdim=True) for x in inputs]
+    g_sq = [x2 * d.pow(2).sum(-1, keepdim=True) for x2, d in zip(x_sq, deltas, strict=True)]
+    return x_sq, g_sq, dy.pow(2).sum(-1, keepdim=True)
 
 
 def check_loss(loss: Loss, loss_param: float | None) -> None:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import torch
 
-from regmem.ops.ttt.model import InnerModel, loss_grad
+from regmem.ops.ttt.model import InnerModel, layer_steps, loss_grad, norms_sq
 from regmem.ops.ttt.state import TTTState, start_anchor, zero_state
 
 
 def ttt_recurrent_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: InnerModel, loss, loss_param,
-                       dgd, ln, mini_batch):
+                       dgd, ln, mini_batch, step_rule):
     """Arguments and returns as `ttt_reference_core`."""
     B, T, H, K = q.shape
     V = v.shape[-1]
@@ -34,22 +34,25 @@ def ttt_recurrent_core(q, k, v, beta, g, log_eta, live, *, initial_state, model:
     for q_t, k_t, v_t, beta_t, g_t, log_mu, live_t in steps:
         anchor_w = model.unpack(anchor, K, V)
         y, trace = model.forward(anchor_w, k_t.unsqueeze(-2), ln)  # [B, H, 1, V]
-        deltas = model.backward(anchor_w, trace, loss_grad(loss, y, v_t.unsqueeze(-2), loss_param), ln)
-        eta = beta_t[..., None, None]  # [B, H, 1, 1]
+        dy = loss_grad(loss, y, v_t.unsqueeze(-2), loss_param)
+        deltas = model.backward(anchor_w, trace, dy, ln)
+        etas, rhos = layer_steps(step_rule, beta_t[..., None, None], *norms_sq(trace[0], deltas, dy),
+                                 log_mu[..., None, None] if with_momentum else None)  # per layer, [B, H, 1, 1]
         alpha = torch.exp(g_t)[..., None, None]
         mu = torch.exp(log_mu)[..., None, None] if with_momentum else None
         live_w = live_t[..., None, None]
         new_w, new_p = [], []
         P_w = model.unpack(momentum, K, V) if with_momentum else [None] * model.depth
-        for W, Pm, x_l, d_l in zip(model.unpack(theta, K, V), P_w, trace[0], deltas, strict=True):
-            update = -eta * (x_l.transpose(-1, -2) @ d_l)  # [B, H, d_in, d_out], -eta_t x_l^T delta_l
+        layers = zip(model.unpack(theta, K, V), P_w, trace[0], deltas, etas, rhos, strict=True)
+        for W, Pm, x_l, d_l, eta, rho in layers:
+            update = -eta * (x_l.transpose(-1, -2) @ d_l)  # [B, H, d_in, d_out], -eta_l x_l^T delta_l
             if with_momentum:
                 Pm = mu * Pm + update
                 new_p.append(Pm)
                 update = live_w * Pm
             W_next = alpha * W + update
             if dgd:
-                W_next = W_next - eta * x_l.transpose(-1, -2) @ (x_l @ W)
+                W_next = W_next - rho * x_l.transpose(-1, -2) @ (x_l @ W)
             new_w.append(W_next)
         theta = model.pack(new_w)
         if with_momentum:

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import torch
 
-from regmem.ops.ttt.model import InnerModel, inner_loss
+from regmem.ops.ttt.model import InnerModel, inner_loss, layer_steps
 from regmem.ops.ttt.state import TTTState, start_anchor, zero_state
 
 
 def ttt_reference_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: InnerModel, loss, loss_param,
-                       dgd, ln, mini_batch):
+                       dgd, ln, mini_batch, step_rule):
     """q, k: [B, T, H, K]; v: [B, T, H, V]; beta, g, live: [B, T, H]; log_eta: [B, T, H] or None (no momentum);
     initial_state: TTTState or None; ln: (gamma, beta) [H, V] or None. Returns o: [B, T, H, V], the TTTState."""
     B, T, H, K = q.shape
@@ -44,18 +44,26 @@ def ttt_reference_core(q, k, v, beta, g, log_eta, live, *, initial_state, model:
             return inner_loss(loss, y, v_t, loss_param).sum()  # the losses of different (b, h) do not interact
 
         grad = torch.func.grad(total_loss)(anchor)  # [B, H, P]
-        eta = beta[:, t, :, None]  # [B, H, 1]
+        y, (inputs, _) = model.forward(model.unpack(anchor, K, V), x_t, ln)  # layer inputs x_l, [B, H, 1, d]
+        dy = torch.func.grad(lambda y, v_t=v_t: inner_loss(loss, y, v_t, loss_param).sum())(y)  # dloss/df
+        grads = model.unpack(grad, K, V)
+        x_sq = [x.pow(2).sum(-1, keepdim=True) for x in inputs]
+        g_sq = [G.pow(2).sum((-2, -1))[..., None, None] for G in grads]
+        log_mu = log_eta[:, t, :, None, None] if log_eta is not None else None
+        etas, rhos = layer_steps(step_rule, beta[:, t, :, None, None], x_sq, g_sq, dy.pow(2).sum(-1, keepdim=True),
+                                 log_mu)  # each layer's steps, [B, H, 1, 1]
+        scaled = model.pack([eta * G for eta, G in zip(etas, grads, strict=True)])  # eta_l G_l
         if log_eta is not None:
-            momentum = torch.exp(log_eta[:, t, :, None]) * momentum - eta * grad
+            momentum = torch.exp(log_eta[:, t, :, None]) * momentum - scaled
             step = live[:, t, :, None] * momentum
         else:
-            step = -eta * grad
+            step = -scaled
         alpha = torch.exp(g[:, t])[..., None, None]  # [B, H, 1, 1]
-        _, (inputs, _) = model.forward(model.unpack(anchor, K, V), x_t, ln)  # layer inputs x_l, [B, H, 1, d]
-        rho = eta.unsqueeze(-1) if dgd else torch.zeros_like(alpha)
         new = []
-        for W, W_step, x_l in zip(model.unpack(theta, K, V), model.unpack(step, K, V), inputs, strict=True):
+        for W, W_step, x_l, rho in zip(model.unpack(theta, K, V), model.unpack(step, K, V), inputs, rhos,
+                                       strict=True):
             d = W.shape[-2]
+            rho = rho if dgd else torch.zeros_like(alpha)
             transition = alpha * eye[:d, :d] - rho * (x_l.transpose(-1, -2) @ x_l)  # [B, H, d, d]
             new.append(transition @ W + W_step)
         theta = model.pack(new)
