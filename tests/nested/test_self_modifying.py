@@ -113,8 +113,9 @@ STATIC = frozenset({"k", "v", "q", "eta", "alpha"})
 
 
 def test_static_projections_linear_memory_dot_loss_no_dgd_is_gated_linear_attention():
-    config = SelfModifyingConfig(static=STATIC, memory_model=InnerModel(), dgd=False, loss="dot", self_values=False,
-                                 read="updated", mini_batch=1, mini_batch_memory=1, normalize_v=False, eta_max=1.0)
+    config = SelfModifyingConfig(static=STATIC, memory_model=InnerModel(), dgd=False, step_rule="explicit", loss="dot",
+                                 self_values=False, read="updated", mini_batch=1, mini_batch_memory=1,
+                                 normalize_v=False, eta_max=1.0)
     params, x = _params(config), _x()
     params.init["memory"].zero_()
     y, _ = self_modifying_titans(x, config, params)
@@ -124,8 +125,9 @@ def test_static_projections_linear_memory_dot_loss_no_dgd_is_gated_linear_attent
 
 
 def test_with_the_l2_objective_it_is_the_decoupled_gated_delta_rule():
-    config = SelfModifyingConfig(static=STATIC, memory_model=InnerModel(), dgd=False, self_values=False,
-                                 read="updated", mini_batch=1, mini_batch_memory=1, normalize_v=False, eta_max=1.0)
+    config = SelfModifyingConfig(static=STATIC, memory_model=InnerModel(), dgd=False, step_rule="explicit",
+                                 self_values=False, read="updated", mini_batch=1, mini_batch_memory=1,
+                                 normalize_v=False, eta_max=1.0)
     params, x = _params(config), _x()
     params.init["memory"].zero_()
     y, _ = self_modifying_titans(x, config, params)

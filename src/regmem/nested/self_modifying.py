@@ -40,7 +40,8 @@ import torch.nn.functional as F
 
 from regmem.ops import InnerModel, TTTState, ttt
 from regmem.ops.common import Mode, shared_offset
-from regmem.ops.ttt.model import Activation, Loss
+from regmem.ops.ttt import ttt_mini_batch
+from regmem.ops.ttt.model import Activation, Loss, StepRule
 from regmem.ops.ttt.state import start_anchor
 
 MEMORIES = ("k", "v", "q", "eta", "alpha", "memory")
@@ -65,6 +66,7 @@ class SelfModifyingConfig:
     normalize_v: bool = True
     read: Read = "updated"  # the main memory after each token's update (TTT's convention); "anchor" is eq. 90
     loss: Loss = "l2"  # the inner objective of every memory (eq. 85: l2)
+    step_rule: StepRule = "proximal"  # "explicit" is eq. 88 as printed; "proximal" cannot expand (regmem.ops.ttt)
     eta_max: float = 0.05  # eta_t = eta_max * sigmoid(.); larger ones diverged (regmem/layers/self_modifying.py)
     mini_batch: int = 16  # tokens per mini-batch of every memory but the main one (Fig. 5's chunk of 16)
     mini_batch_memory: int | None = None  # the main memory's mini-batch; None means mini_batch
@@ -74,7 +76,7 @@ class SelfModifyingConfig:
         object.__setattr__(self, "static", frozenset(self.static))
         if not set(self.static) <= set(get_args(StaticMemory)):
             raise ValueError(f"static must name memories from {get_args(StaticMemory)}, got {sorted(self.static)}")
-        for name, choices in (("activation", Activation), ("read", Read), ("loss", Loss)):
+        for name, choices in (("activation", Activation), ("read", Read), ("loss", Loss), ("step_rule", StepRule)):
             if getattr(self, name) not in get_args(choices):
                 raise ValueError(f"{name} must be one of {get_args(choices)}, got {getattr(self, name)!r}")
         for name in ("mini_batch", "mini_batch_memory"):
@@ -167,7 +169,8 @@ def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: 
     while start < T:
         stop = min(T, start + (first if start == 0 else step))
         piece_mask = token_mask[:, start:stop] if token_mask is not None else None
-        y, state = _piece(x[:, start:stop], config, params, state, piece_mask, mode, step)
+        aligned = start > 0 or first == step  # the piece starts where a mini-batch of the step grid starts
+        y, state = _piece(x[:, start:stop], config, params, state, piece_mask, mode, step, aligned)
         ys.append(y)
         start = stop
     y = torch.cat(ys, dim=1) if ys else x.new_zeros(B, 0, H, d)
@@ -218,9 +221,11 @@ def _unstack(state: TTTState, G: int) -> list[TTTState]:
     return [TTTState(*parts) for parts in zip(*(field.chunk(G, dim=1) for field in state), strict=True)]
 
 
-def _piece(x, config, params, state, mask, mode, step):
+def _piece(x, config, params, state, mask, mode, step, aligned):
     """One piece inside one mini-batch of both grids: generate, read, update. Memories of one architecture and
-    mini-batch read and update as one stacked call (`_read_many`), so a piece costs a few calls, not six each."""
+    mini-batch read and update as one stacked call (`_read_many`), so a piece costs a few calls, not six each; a
+    piece that is exactly one of the group's mini-batches (aligned, unpadded, chunk form: every piece of training)
+    runs `ttt_mini_batch`, the chunk form's one block without its checks and realignment."""
     generated = [name for name in ("k", "v", "eta", "alpha") if getattr(state, name) is not None]
     generated += ["q"] if config.adaptive_q else []
     reads = _read_grouped(config, generated, state, x)
@@ -242,11 +247,17 @@ def _piece(x, config, params, state, mask, mode, step):
         G = len(group)
         heads = functools.partial(_repeat_heads, copies=G)
         reads_at = torch.cat([q if name == "memory" else k for name in group], dim=2)  # only memory's read is used
-        o, stacked = ttt(reads_at, heads(k), torch.cat([targets[name] for name in group], dim=2), heads(eta),
-                         heads(g), heads(log_mu), model=config.model(group[0], k.shape[-1]), loss=config.loss,
-                         dgd=config.dgd, mini_batch=config.mini_batch_of(group[0]),
-                         initial_state=_stack([state._asdict()[name] for name in group]), output_final_state=True,
-                         mode=mode, chunk_size=step, token_mask=mask)
+        model, mini_batch = config.model(group[0], k.shape[-1]), config.mini_batch_of(group[0])
+        args = (reads_at, heads(k), torch.cat([targets[name] for name in group], dim=2), heads(eta), heads(g),
+                heads(log_mu))
+        initial = _stack([state._asdict()[name] for name in group])
+        if aligned and mode == "chunk" and mask is None and x.shape[1] == mini_batch:
+            o, stacked = ttt_mini_batch(*args, initial, model=model, loss=config.loss, dgd=config.dgd,
+                                        step_rule=config.step_rule)
+        else:
+            o, stacked = ttt(*args, model=model, loss=config.loss, dgd=config.dgd, step_rule=config.step_rule,
+                             mini_batch=mini_batch, initial_state=initial, output_final_state=True, mode=mode,
+                             chunk_size=step, token_mask=mask)
         new.update(zip(group, _unstack(stacked, G), strict=True))
         if "memory" in group and config.read == "updated":
             y = o.chunk(G, dim=2)[group.index("memory")]

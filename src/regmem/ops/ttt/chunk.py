@@ -80,21 +80,10 @@ def ttt_chunk_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: Inn
             # first block does: the final anchor is the last such mini-batch's, checked once per mini-batch.
             has_live = (live_n.sum(-1) > 0).unsqueeze(-1)  # [B, H, 1]
             final_anchor = torch.where(has_live, model.pack(anchor_w), final_anchor)
-        y, trace = model.forward(anchor_w, k_n, ln)  # [B, H, c, V]
-        dy = loss_grad(loss, y, v_n, loss_param)
-        deltas = model.backward(anchor_w, trace, dy, ln)
-        steps, rhos = layer_steps(step_rule, eta_n.unsqueeze(-1), *norms_sq(trace[0], deltas, dy),
-                                  mu_n[n].unsqueeze(-1) if with_momentum else None)  # each layer's, [B, H, c, 1]
-        z = q_n
-        new_w, new_p = [], []
-        layers = zip(W_now, P_now, trace[0], deltas, steps, rhos, strict=True)
-        for layer, (W0, P0, X, delta, eta, rho) in enumerate(layers):
-            h, W_end, P_end = _layer(model.layer_input(z), W0, P0, X, -eta * delta, rho if dgd else None, kn)
-            new_w.append(W_end)
-            new_p.append(P_end)
-            z = activation(model.activation, h) if layer < model.depth - 1 else h
-        out = layer_norm(z, ln) if model.layer_norm else z
-        outputs.append(out + q_n if model.residual else out)
+        mu = mu_n[n] if with_momentum else None
+        out, new_w, new_p = _block(anchor_w, W_now, P_now, q_n, k_n, v_n, eta_n, mu, kn, model=model, loss=loss,
+                                   loss_param=loss_param, dgd=dgd, ln=ln, step_rule=step_rule)
+        outputs.append(out)
         W_now, P_now = new_w, new_p
     theta = model.pack(W_now)
     momentum = model.pack(P_now) if with_momentum else state.momentum
@@ -105,6 +94,54 @@ def ttt_chunk_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: Inn
     offset = torch.remainder(offset0 + seen, C)
     final_anchor = torch.where(offset.unsqueeze(-1) == 0, theta, final_anchor)
     return o, TTTState(theta, momentum, final_anchor, offset)
+
+
+def _block(anchor_w, W_now, P_now, q_n, k_n, v_n, eta_n, mu_n, kn, *, model: InnerModel, loss, loss_param, dgd, ln,
+           step_rule):
+    """One block of c tokens inside one mini-batch (module docstring): gradients at the anchor's layers `anchor_w`,
+    the recurrence from (W_now, P_now) (lists per layer; P None without momentum). q_n, k_n: [B, H, c, K]; v_n:
+    [B, H, c, V]; eta_n, mu_n (log momentum retention or None): [B, H, c]; kn: the block's decay kernels
+    (`_kernels`). Returns the outputs [B, H, c, V] and the layers' (W, Pi) at the block's end."""
+    y, trace = model.forward(anchor_w, k_n, ln)  # [B, H, c, V]
+    dy = loss_grad(loss, y, v_n, loss_param)
+    deltas = model.backward(anchor_w, trace, dy, ln)
+    steps, rhos = layer_steps(step_rule, eta_n.unsqueeze(-1), *norms_sq(trace[0], deltas, dy),
+                              mu_n.unsqueeze(-1) if mu_n is not None else None)  # each layer's, [B, H, c, 1]
+    z = q_n
+    new_w, new_p = [], []
+    layers = zip(W_now, P_now, trace[0], deltas, steps, rhos, strict=True)
+    for layer, (W0, P0, X, delta, eta, rho) in enumerate(layers):
+        h, W_end, P_end = _layer(model.layer_input(z), W0, P0, X, -eta * delta, rho if dgd else None, kn)
+        new_w.append(W_end)
+        new_p.append(P_end)
+        z = activation(model.activation, h) if layer < model.depth - 1 else h
+    out = layer_norm(z, ln) if model.layer_norm else z
+    return (out + q_n if model.residual else out), new_w, new_p
+
+
+def ttt_mini_batch(q, k, v, beta, g, log_eta, state: TTTState, *, model: InnerModel, loss="l2", loss_param=None,
+                   dgd: bool = False, step_rule="explicit") -> tuple[torch.Tensor, TTTState]:
+    """Exactly one whole mini-batch from a mini-batch start: `ttt(..., mode="chunk", mini_batch=T)` on a state whose
+    offset is 0, every token live, without the checks, the realignment and the dead block a continued call pays
+    for (a caller that runs a sequence mini-batch by mini-batch, like self-modifying Titans, knows it is aligned).
+    q, k: [B, T, H, K]; v: [B, T, H, V]; beta, g (or None), log_eta (or None): [B, T, H]; state: TTTState whose
+    offset is 0 (not checked). Returns o [B, T, H, V] and the state after the mini-batch (offset 0 again)."""
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    heads_first = [x.transpose(1, 2) for x in (q, k, v)]  # [B, H, T, K|V]
+    eta = beta.transpose(1, 2)  # [B, H, T]
+    live = torch.ones_like(eta)
+    g = torch.zeros_like(eta) if g is None else g.transpose(1, 2)
+    mu = log_eta.transpose(1, 2) if log_eta is not None else None
+    kern = _kernels(g.unsqueeze(2), mu.unsqueeze(2) if mu is not None else None, live.unsqueeze(2))
+    kn = {name: x[:, :, 0] for name, x in kern.items()}  # the one block's kernels
+    W_now = model.unpack(state.params, K, V)
+    P_now = model.unpack(state.momentum, K, V) if mu is not None else [None] * model.depth
+    out, W_end, P_end = _block(W_now, W_now, P_now, *heads_first, eta, mu, kn, model=model, loss=loss,
+                               loss_param=loss_param, dgd=dgd, ln=None, step_rule=step_rule)
+    params = model.pack(W_end)
+    momentum = model.pack(P_end) if mu is not None else state.momentum
+    return out.transpose(1, 2), TTTState(params, momentum, params, state.offset)
 
 
 def _layer(Z, W0, P0, X, D, rho, kn):
