@@ -7,7 +7,15 @@ It sits beside `nested/` and imports only `regmem.ops` (DGD's step, `regmem.ops.
 from regmem.optim.combined import Combined
 from regmem.optim.deep_momentum import DeepMomentum
 from regmem.optim.dgd import DGD, dgd_minimiser
+from regmem.optim.generalized import (
+    GeneralizedGD,
+    delta_gradient_descent,
+    ggd_step,
+    gradient_descent,
+    heavy_ball,
+)
 from regmem.optim.groups import param_groups
+from regmem.optim.input_moments import InputMomentsOptimizer
 from regmem.optim.m3 import M3
 from regmem.optim.memory_view import (
     adagrad_momentum_memory,
@@ -38,3 +46,5 @@ __all__ += ["DeepMomentum", "adagrad_momentum_memory", "adam_as_optimal_memory",
             "ema_moments", "ftrl_memory", "mlp2_memory_writes", "momentum_memory", "outer_product_optimal_memory",
             "proximal_dot_product_memory"]
 __all__ += ["DGD", "DeltaMomentum", "ValueMomentum", "dgd_minimiser", "ema_horizon"]
+__all__ += ["GeneralizedGD", "InputMomentsOptimizer", "delta_gradient_descent", "ggd_step", "gradient_descent",
+            "heavy_ball"]
