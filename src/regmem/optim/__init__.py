@@ -39,6 +39,7 @@ from regmem.optim.newton_schulz import (
     orthogonality_grad,
     orthogonality_loss,
 )
+from regmem.optim.preconditioner import LearnedPreconditioner, preconditioner_target, preconditioner_write
 
 __all__ = ["Combined", "CUBIC", "M3", "MuonMemory", "QUINTIC", "newton_schulz", "newton_schulz_step",
            "orthogonality_gd_step", "orthogonality_grad", "orthogonality_loss", "param_groups"]
@@ -48,3 +49,4 @@ __all__ += ["DeepMomentum", "adagrad_momentum_memory", "adam_as_optimal_memory",
 __all__ += ["DGD", "DeltaMomentum", "ValueMomentum", "dgd_minimiser", "ema_horizon"]
 __all__ += ["GeneralizedGD", "InputMomentsOptimizer", "delta_gradient_descent", "ggd_step", "gradient_descent",
             "heavy_ball"]
+__all__ += ["LearnedPreconditioner", "preconditioner_target", "preconditioner_write"]
