@@ -37,6 +37,8 @@ from regmem.ops import (
     momentum_delta_rule,
     multi_step_gd,
     nlms,
+    oja_rule,
+    omega_rule,
     softmax_attn,
     ttt,
 )
@@ -112,6 +114,11 @@ def _delta_flops(form: str, s: Shape) -> float:
 
 def _momentum_flops(form: str, s: Shape) -> float:
     return 2 * _delta_flops(form, s)  # two states, memory and momentum
+
+
+def _omega_flops(form: str, s: Shape, window: int = 3) -> float:
+    """The example's window of 3: the delta rule's work once per window slot (a token is in `window` windows)."""
+    return window * _delta_flops(form, s)
 
 
 def _gd_flops(form: str, s: Shape, steps: int = 2) -> float:
@@ -221,6 +228,8 @@ CASES = {case.name: case for case in (
     OpCase("nlms", "nlms", nlms, _delta_flops),
     OpCase("delta_product", "delta_product", delta_product, lambda form, s: 2 * _delta_flops(form, s)),
     OpCase("momentum_delta_rule", "momentum_delta_rule", momentum_delta_rule, _momentum_flops),
+    OpCase("oja_rule", "oja_rule", oja_rule, _delta_flops),  # the delta rule with keys and values exchanged
+    OpCase("omega_rule", "omega_rule", omega_rule, _omega_flops),
     OpCase("multi_step_gd", "multi_step_gd", multi_step_gd, _gd_flops),
     OpCase("least_squares", "least_squares", least_squares, _least_squares_flops, tokens=_QKV, options=_LS),
     OpCase("weighted_least_squares", "least_squares", least_squares, _least_squares_flops, options=_LS),

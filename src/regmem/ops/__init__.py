@@ -58,6 +58,8 @@ from regmem.ops.nonparametric import (
     local_polynomial,
     softmax_attn,
 )
+from regmem.ops.oja import oja_rule
+from regmem.ops.omega import OmegaState, omega_rule
 from regmem.ops.regression import LeastSquaresState, least_squares
 from regmem.ops.ssm import selective_scan
 from regmem.ops.ttt import InnerModel, TTTState, dgd_step, ttt
@@ -68,7 +70,7 @@ OPS: dict[str, Op] = {
     for op in (
         linear_attn, gated_linear_attn,
         delta_rule, gated_delta_rule, longhorn, nlms, leaky_lms, decoupled_gated_delta_rule, delta_product,
-        delta_rule_multistep, momentum_delta_rule, multi_step_gd, least_squares,
+        delta_rule_multistep, momentum_delta_rule, multi_step_gd, least_squares, oja_rule, omega_rule,
         softmax_attn, local_linear_attn, local_polynomial, kernel_regression, deltaformer,
         hla2, ahla, hla3, hla3_paper,
         ttt, selective_scan,
@@ -90,6 +92,7 @@ __all__ = [
     "LeastSquaresState",
     "MomentumState",
     "NormalizedState",
+    "OmegaState",
     "Op",
     "TTTState",
     "ahla",
@@ -118,6 +121,8 @@ __all__ = [
     "momentum_delta_rule",
     "multi_step_gd",
     "nlms",
+    "oja_rule",
+    "omega_rule",
     "set_value_checks",
     "selective_scan",
     "softmax_attn",

@@ -29,6 +29,7 @@ from regmem.ops.gd import GDStats
 from regmem.ops.hla import AHLAState, HLA2State, HLA3PaperState, HLA3State
 from regmem.ops.linear_attn import NormalizedState
 from regmem.ops.momentum_delta import MomentumState
+from regmem.ops.omega import OmegaState
 from regmem.ops.regression import LeastSquaresState
 from regmem.ops.ttt import InnerModel, TTTState
 
@@ -118,6 +119,24 @@ def _momentum(B, T, H, K, V, dtype, gen) -> Made:
     tokens = {**_qkv(B, T, H, K, V, dtype, gen), "g": _log_gate(gen, dtype, B, T, H),
               "beta": _half_rand(gen, dtype, B, T, H), "log_eta": _log_gate(gen, dtype, B, T, H)}
     return tokens, {}, MomentumState(_kv_state(gen, dtype, B, H, K, V), _kv_state(gen, dtype, B, H, K, V))
+
+
+def _oja(B, T, H, K, V, dtype, gen) -> Made:
+    """Unit-norm values: Oja's transition S (alpha I - beta v v^T) acts on the value side (beta |v|^2 <= 1)."""
+    tokens = _qkv(B, T, H, K, V, dtype, gen)
+    tokens["v"] = F.normalize(tokens["v"].double(), dim=-1).to(dtype)
+    tokens |= {"g": _log_gate(gen, dtype, B, T, H), "beta": _rand(gen, dtype, B, T, H)}
+    return tokens, {}, _kv_state(gen, dtype, B, H, K, V)
+
+
+def _omega(B, T, H, K, V, dtype, gen, window=3) -> Made:
+    """Unit keys, window weights in [0, 1] and steps in [0, 0.3]: beta * sum of the window's weights <= 0.9."""
+    tokens = {**_qkv(B, T, H, K, V, dtype, gen), "g": _log_gate(gen, dtype, B, T, H),
+              "beta": 0.3 * _rand(gen, dtype, B, T, H), "gamma": _rand(gen, dtype, B, T, H)}
+    cached = F.normalize(_randn(gen, torch.float64, B, H, window - 1, K), dim=-1).to(dtype)
+    state = OmegaState(_kv_state(gen, dtype, B, H, K, V), cached, _randn(gen, dtype, B, H, window - 1, V),
+                       _rand(gen, dtype, B, H, window - 1))
+    return tokens, {"window": window}, state
 
 
 def _gd(B, T, H, K, V, dtype, gen) -> Made:
@@ -217,6 +236,8 @@ EXAMPLES: dict[str, Example] = {
     "delta_product": Example(_delta_product, recipe="delta_product"),
     "delta_rule_multistep": Example(_multistep),
     "momentum_delta_rule": Example(_momentum, recipe="titans_linear"),
+    "oja_rule": Example(_oja),
+    "omega_rule": Example(_omega),
     "multi_step_gd": Example(_gd, recipe="multi_step_gd"),
     "least_squares": Example(_least_squares, recipe="weighted_least_squares"),
     "softmax_attn": Example(_kv_cache({}), recipe="softmax_attn"),

@@ -15,12 +15,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
-from torch import nn
-from torch.optim import Optimizer
-from torch.utils.hooks import RemovableHandle
 
 from regmem.ops import dgd_step
 
+from .input_moments import InputMomentsOptimizer
 from .stepping import checked_grad, closure_loss
 
 
@@ -47,7 +45,7 @@ def dgd_minimiser(
     return torch.linalg.solve(lhs, rhs, left=False)
 
 
-class DGD(Optimizer):
+class DGD(InputMomentsOptimizer):
     """Delta Gradient Descent on the weights of linear layers (eqs. 56-57; ops/ttt/DERIVATION.md §5).
 
     For a weight whose layer is registered with `track_inputs`, the step is
@@ -56,8 +54,8 @@ class DGD(Optimizer):
 
     the exact minimiser of `dgd_minimiser`, computed by `regmem.ops.dgd_step`. Untracked parameters (biases,
     embeddings, ...) take a plain SGD step.
-    The input moments are transient: `step` consumes them and `zero_grad` discards them, so the inputs of every
-    forward pass between `zero_grad` and `step` count (gradient accumulation sums both C and the gradient).
+    `track_inputs(layer)` records C (`InputMomentsOptimizer`: transient, consumed by `step`, discarded by
+    `zero_grad`, so gradient accumulation sums both C and the gradient).
 
     Args:
         params: parameters or param groups.
@@ -73,33 +71,6 @@ class DGD(Optimizer):
         if not delta >= 0.0:
             raise ValueError(f"delta must be >= 0, got {delta}")
         super().__init__(params, dict(lr=lr, delta=delta))
-        self._input_moments: dict[torch.Tensor, torch.Tensor] = {}
-
-    def track_inputs(self, layer: nn.Module) -> RemovableHandle:
-        """Record the inputs' second moment X^T X of `layer` (an nn.Linear or any module with weight [V, K]
-        applied to the last input dimension) for its weight; returns the hook's handle."""
-        weight = getattr(layer, "weight", None)
-        if not isinstance(weight, torch.Tensor) or weight.ndim != 2:
-            raise ValueError(f"layer must have a 2-D weight [V, K], got {type(layer).__name__}")
-        if not any(weight is p for group in self.param_groups for p in group["params"]):
-            raise ValueError("layer's weight is not among this optimiser's parameters")
-
-        def record(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-            if not torch.is_grad_enabled():  # an evaluation pass: its inputs take no part in the next step
-                return
-            x = args[0].detach().reshape(-1, weight.shape[1])  # [N, K]
-            moment = x.T @ x  # [K, K]
-            if weight in self._input_moments:
-                self._input_moments[weight] += moment
-            else:
-                self._input_moments[weight] = moment
-
-        return layer.register_forward_hook(record)
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """Clear gradients and the recorded input moments."""
-        super().zero_grad(set_to_none=set_to_none)
-        self._input_moments.clear()
 
     @torch.no_grad()
     def step(self, closure: Callable[[], torch.Tensor] | None = None):
@@ -111,11 +82,11 @@ class DGD(Optimizer):
                 if p.grad is None:
                     continue
                 grad = checked_grad(self, p)
-                moment = self._input_moments.get(p)
+                moment = self.input_moment(p)
                 if moment is None or delta == 0:
                     p.add_(grad, alpha=-lr)
                     continue
                 step = dgd_step(p.T, grad.T, moment.to(p.dtype), lr, delta=delta)  # row layout [K, V]
                 p.copy_(step.T)
-        self._input_moments.clear()
+        self.clear_input_moments()
         return loss

@@ -20,7 +20,8 @@ weight_decay * W to the gradient before it is written (torch's coupled decay).
 
 * `ValueMomentum`: value-ful momentum, eq. 47 (value P_t: m_{t+1} = alpha m_t - eta P_t g_t, i.e. preconditioned
   momentum) and higher-order feature maps, eq. 51 (m_{t+1} = alpha m_t - eta P_t phi(g_t)). With both callables left
-  as None it is plain heavy-ball momentum (eq. 33) and equals torch.optim.SGD.
+  as None it is plain heavy-ball momentum (eq. 33) and equals torch.optim.SGD. Its preconditioner may also be a memory
+  learned in context, `LearnedPreconditioner` (eqs. 38-41; optim/preconditioner.py).
 * `DeltaMomentum`: Delta Momentum, eqs. 48-49 (the l2 regression objective replaces the dot product, giving a
   gradient-dependent decay: the memory can forget and stop).
 * `ema_horizon`: how many recent gradients an EMA momentum effectively remembers (Sec. 4.3: 6 and 43 at beta 0.9).
@@ -35,6 +36,7 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
+from .preconditioner import LearnedPreconditioner, preconditioner_write
 from .stepping import checked_grad, closure_loss
 
 FORMS = ("elementwise", "matrix")
@@ -113,8 +115,11 @@ class ValueMomentum(_MomentumMemory):
         weight_decay: coupled l2 decay added to the gradient (torch.optim.SGD's convention), >= 0.
         feature_map: phi, an element-wise map of the gradient (e.g. a polynomial, eq. 51); must keep the shape.
         preconditioner: P_t as a callable (param, phi(g)) -> P_t phi(g) of the same shape, e.g. a fixed
-            diagonal `lambda p, v: d[p] * v` or a left matrix product `lambda p, v: P @ v`. Both callables live on
-            the optimiser, not in the param groups, so `state_dict()` stays picklable; pass them again on reload.
+            diagonal `lambda p, v: d[p] * v` or a left matrix product `lambda p, v: P @ v`; or a
+            `LearnedPreconditioner`, a memory P: [a, a] per parameter learned in context by eq. 41 with phi(g) as
+            its key (state "preconditioner", starting at I; optim/preconditioner.py), whose read-out P_{t+1} phi(g)
+            is the value. The callables and the config live on the optimiser, not in the param groups, so
+            `state_dict()` stays picklable; pass them again on reload (the learned P is in the state).
     """
 
     def __init__(
@@ -125,24 +130,38 @@ class ValueMomentum(_MomentumMemory):
         dampening: float = 0.0,
         weight_decay: float = 0.0,
         feature_map: Callable[[torch.Tensor], torch.Tensor] | None = None,
-        preconditioner: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        preconditioner: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | LearnedPreconditioner | None = None,
     ):
         _check_common(lr, momentum, dampening, weight_decay)
         if feature_map is not None and not callable(feature_map):
             raise ValueError(f"feature_map must be callable or None, got {feature_map!r}")
-        if preconditioner is not None and not callable(preconditioner):
-            raise ValueError(f"preconditioner must be callable or None, got {preconditioner!r}")
+        if not (preconditioner is None or callable(preconditioner)
+                or isinstance(preconditioner, LearnedPreconditioner)):
+            raise ValueError(f"preconditioner must be callable, a LearnedPreconditioner or None, "
+                             f"got {preconditioner!r}")
         self.feature_map = feature_map
         self.preconditioner = preconditioner
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay))
 
     def _write(self, p: torch.Tensor, buf: torch.Tensor, g: torch.Tensor, group: dict[str, Any]) -> None:
         v = g if self.feature_map is None else self.feature_map(g)
-        if self.preconditioner is not None:
+        if isinstance(self.preconditioner, LearnedPreconditioner):
+            v = self._learned_value(p, v)
+        elif self.preconditioner is not None:
             v = self.preconditioner(p, v)
         if v.shape != p.shape:
             raise ValueError(f"the value map must keep the parameter's shape {tuple(p.shape)}, got {tuple(v.shape)}")
         buf.mul_(group["momentum"]).add_(v, alpha=1.0 - group["dampening"])
+
+    def _learned_value(self, p: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Eq. 41 on the parameter's preconditioner memory with key as_matrix(v); returns its read-out."""
+        key = as_matrix(v)  # [a, b]
+        state = self.state[p]
+        if "preconditioner" not in state:
+            state["preconditioner"] = torch.eye(key.shape[0], dtype=v.dtype, device=v.device)  # [a, a], P_0 = I
+        P, value = preconditioner_write(state["preconditioner"], key, self.preconditioner)
+        state["preconditioner"] = P
+        return value.reshape(v.shape)
 
 
 def as_matrix(t: torch.Tensor) -> torch.Tensor:
