@@ -27,6 +27,12 @@ def _params(config, seed=0):
                        torch.randn(H, d, d, generator=gen, dtype=f) if not config.adaptive_q else None)
 
 
+def _config(**options) -> SelfModifyingConfig:
+    """The function's tests feed one input x [B, T, H, d] to every memory (inputs="shared", as eq. 94 prints); the
+    layer's separate k, v, q views are tested in test_separate_views_read_their_own_rows and tests/layers."""
+    return SelfModifyingConfig(**{"inputs": "shared", **options})
+
+
 def _x(seed=1):
     return torch.randn(B, T, H, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
@@ -34,7 +40,7 @@ def _x(seed=1):
 # The paper's read-out (eq. 90) and unnormalised values, as the configuration's defaults once were; the mixer's
 # defaults (read "updated", normalize_v) are covered by the ablation test and tests/layers.
 PAPER = {"read": "anchor", "normalize_v": False}
-FULL = SelfModifyingConfig(momentum=True, mini_batch=2, mini_batch_memory=4, eta_max=0.3, **PAPER)
+FULL = _config(momentum=True, mini_batch=2, mini_batch_memory=4, eta_max=0.3, **PAPER)
 
 
 def _close_states(a, b, label):
@@ -48,7 +54,7 @@ def _close_states(a, b, label):
 
 @pytest.mark.parametrize("read", ["anchor", "updated"])
 def test_the_engines_three_forms_give_one_result(read):
-    config = SelfModifyingConfig(momentum=True, mini_batch=2, mini_batch_memory=4, read=read, eta_max=0.3,
+    config = _config(momentum=True, mini_batch=2, mini_batch_memory=4, read=read, eta_max=0.3,
                                  normalize_v=False)
     params, x = _params(config), _x()
     y_ref, s_ref = self_modifying_titans(x, config, params, mode="reference")
@@ -58,8 +64,8 @@ def test_the_engines_three_forms_give_one_result(read):
         _close_states(s, s_ref, mode)
 
 
-@pytest.mark.parametrize("config", [FULL, SelfModifyingConfig(mini_batch=1, mini_batch_memory=1, eta_max=0.3, **PAPER),
-                                    SelfModifyingConfig(mini_batch=2, eta_max=0.3)], ids=["full", "mb1", "defaults"])
+@pytest.mark.parametrize("config", [FULL, _config(mini_batch=1, mini_batch_memory=1, eta_max=0.3, **PAPER),
+                                    _config(mini_batch=2, eta_max=0.3)], ids=["full", "mb1", "defaults"])
 def test_token_steps_and_a_split_sequence_equal_one_call(config):
     params, x = _params(config), _x()
     y_full, s_full = self_modifying_titans(x, config, params)
@@ -88,7 +94,7 @@ def test_causal():
                                   {"adaptive_q": False}, {"self_values": False}, {"read": "updated"},
                                   {"normalize_v": True}])
 def test_every_ablation_switch_changes_the_computation(flag):
-    base = SelfModifyingConfig(momentum=True, mini_batch=2, mini_batch_memory=2, eta_max=0.3, **PAPER)
+    base = _config(momentum=True, mini_batch=2, mini_batch_memory=2, eta_max=0.3, **PAPER)
     ablated = SelfModifyingConfig(**{**base.__dict__, **flag})
     params_base, params_ablated = _params(base), _params(ablated)
     y, _ = self_modifying_titans(_x(), base, params_base)
@@ -113,7 +119,7 @@ STATIC = frozenset({"k", "v", "q", "eta", "alpha"})
 
 
 def test_static_projections_linear_memory_dot_loss_no_dgd_is_gated_linear_attention():
-    config = SelfModifyingConfig(static=STATIC, memory_model=InnerModel(), dgd=False, step_rule="explicit", loss="dot",
+    config = _config(static=STATIC, memory_model=InnerModel(), dgd=False, step_rule="explicit", loss="dot",
                                  self_values=False, read="updated", mini_batch=1, mini_batch_memory=1,
                                  normalize_v=False, eta_max=1.0)
     params, x = _params(config), _x()
@@ -125,7 +131,7 @@ def test_static_projections_linear_memory_dot_loss_no_dgd_is_gated_linear_attent
 
 
 def test_with_the_l2_objective_it_is_the_decoupled_gated_delta_rule():
-    config = SelfModifyingConfig(static=STATIC, memory_model=InnerModel(), dgd=False, step_rule="explicit",
+    config = _config(static=STATIC, memory_model=InnerModel(), dgd=False, step_rule="explicit",
                                  self_values=False, read="updated", mini_batch=1, mini_batch_memory=1,
                                  normalize_v=False, eta_max=1.0)
     params, x = _params(config), _x()
@@ -147,11 +153,26 @@ def test_bad_configuration_raises_value_error_naming_it(bad, field):
 
 
 def test_static_accepts_any_collection_and_the_main_memory_has_its_own_mini_batch():
-    assert SelfModifyingConfig(static=("k", "v")).static == frozenset({"k", "v"})
-    assert SelfModifyingConfig(mini_batch=4).mini_batch_of("memory") == 4
-    assert SelfModifyingConfig(mini_batch=4, mini_batch_memory=8).mini_batch_of("memory") == 8
+    assert _config(static=("k", "v")).static == frozenset({"k", "v"})
+    assert _config(mini_batch=4).mini_batch_of("memory") == 4
+    assert _config(mini_batch=4, mini_batch_memory=8).mini_batch_of("memory") == 8
 
 
 def test_bad_input_raises_value_error():
     with pytest.raises(ValueError, match="x must"):
         self_modifying_titans(torch.zeros(2, 3, 4), FULL, _params(FULL))
+
+
+def test_separate_views_read_their_own_rows():
+    """inputs="separate": three equal views give the shared function; changing only v's view changes the values
+    written (so the outputs), and an x without the view axis raises."""
+    shared = _config(momentum=True, mini_batch=2, eta_max=0.3)
+    separate = SelfModifyingConfig(**{**shared.__dict__, "inputs": "separate"})
+    params, x = _params(shared), _x()
+    y_shared, _ = self_modifying_titans(x, shared, params)
+    y_same, _ = self_modifying_titans(torch.stack([x, x, x], dim=2), separate, params)
+    assert_close(y_same, y_shared, "three equal views")
+    y_v, _ = self_modifying_titans(torch.stack([x, _x(seed=5), x], dim=2), separate, params)
+    assert (y_v - y_shared).abs().max() > 1e-3
+    with pytest.raises(ValueError, match=r"x must have shape \[B, T, 3, H, d\]"):
+        self_modifying_titans(x, separate, params)

@@ -66,8 +66,8 @@ class SelfModifyingTitans(Mixer):
         self.head_dim = head_dim or d_model // n_heads
         self.short_conv = short_conv
         inner = n_heads * self.head_dim
-        self.in_proj = nn.Linear(d_model, inner, bias=False)
-        self.conv = ShortConvolution(inner, short_conv) if short_conv else None
+        self.in_proj = nn.Linear(d_model, self.config.views() * inner, bias=False)  # x, or the k, v, q views
+        self.conv = ShortConvolution(self.config.views() * inner, short_conv) if short_conv else None
         H, d, config = n_heads, self.head_dim, self.config
         self.memory_init = nn.ParameterDict({
             name: nn.Parameter(config.model(name, d).init(H, d, d)) for name in config.used()})
@@ -92,7 +92,9 @@ class SelfModifyingTitans(Mixer):
         if self.conv is not None:
             h, cache = self.conv(h, conv_cache[0] if conv_cache is not None else None, mask)
             conv_cache = (cache,)
-        h = split_heads(h, self.head_dim)  # [B, T, H, d]
+        h = split_heads(h, self.head_dim)  # [B, T, H, d], or [B, T, 3 H, d] for the k, v, q views
+        if self.config.views() > 1:
+            h = h.unflatten(2, (self.config.views(), self.n_heads))  # [B, T, 3, H, d]
         order = None
         if mask is not None:  # real tokens first (module docstring)
             order = real_first_order(mask)  # [B, T]

@@ -47,6 +47,8 @@ from regmem.ops.ttt.state import start_anchor
 MEMORIES = ("k", "v", "q", "eta", "alpha", "memory")
 StaticMemory = Literal["k", "v", "q", "eta", "alpha"]  # every memory but the main one can be static
 Read = Literal["anchor", "updated"]
+Inputs = Literal["shared", "separate"]
+VIEW = {"k": 0, "eta": 0, "alpha": 0, "v": 1, "q": 2}  # which input view each generating memory reads ("separate")
 
 
 @dataclass(frozen=True)
@@ -71,12 +73,16 @@ class SelfModifyingConfig:
     mini_batch: int = 16  # tokens per mini-batch of every memory but the main one (Fig. 5's chunk of 16)
     mini_batch_memory: int | None = None  # the main memory's mini-batch; None means mini_batch
     memory_model: InnerModel | None = None  # the main memory's model; None means the residual MLP
+    # "separate": M_k (and M_eta, M_alpha), M_v, M_q read their own view of the input (x: [B, T, 3, H, d]);
+    # "shared": all read one x [B, T, H, d], as eq. 94 prints (module docstring)
+    inputs: Inputs = "separate"
 
     def __post_init__(self):
         object.__setattr__(self, "static", frozenset(self.static))
         if not set(self.static) <= set(get_args(StaticMemory)):
             raise ValueError(f"static must name memories from {get_args(StaticMemory)}, got {sorted(self.static)}")
-        for name, choices in (("activation", Activation), ("read", Read), ("loss", Loss), ("step_rule", StepRule)):
+        for name, choices in (("activation", Activation), ("read", Read), ("loss", Loss), ("step_rule", StepRule),
+                              ("inputs", Inputs)):
             if getattr(self, name) not in get_args(choices):
                 raise ValueError(f"{name} must be one of {get_args(choices)}, got {getattr(self, name)!r}")
         for name in ("mini_batch", "mini_batch_memory"):
@@ -104,6 +110,10 @@ class SelfModifyingConfig:
     def used(self) -> tuple[str, ...]:
         """The memories this configuration has: q only when adaptive, alpha only with weight decay."""
         return tuple(n for n in MEMORIES if (n != "q" or self.adaptive_q) and (n != "alpha" or self.weight_decay))
+
+    def views(self) -> int:
+        """Input views the layer provides: 3 (k, v, q) with inputs="separate", else 1."""
+        return 3 if self.inputs == "separate" else 1
 
     def updated(self, name: str) -> bool:
         return name not in self.static
@@ -148,7 +158,8 @@ def initial_state(config: SelfModifyingConfig, params: OuterParams, B: int) -> S
 def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: OuterParams,
                           state: SelfModifyingState | None = None, *, token_mask: torch.Tensor | None = None,
                           mode: Mode = "chunk") -> tuple[torch.Tensor, SelfModifyingState]:
-    """x: [B, T, H, d] (after the layer's projection and short conv); state: SelfModifyingState, or None for the
+    """x: [B, T, H, d] (inputs="shared") or [B, T, 3, H, d] (inputs="separate": the views M_k, M_v, M_q read),
+    after the layer's projection and short conv; state: SelfModifyingState, or None for the
     meta-learned initial memories of `params`; token_mask: [B, T] bool, True on a prefix of each row; mode: the
     engine's form for every update ("reference" | "recurrent" | "chunk"). Returns y: [B, T, H, d] and the state
     after the last token.
@@ -156,9 +167,11 @@ def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: 
     The sequence runs in pieces that never cross a mini-batch boundary of either grid (module docstring). A call
     that continues a given state with T > 1 reads the state's offset once on the host to align its first piece (all
     rows must then share it); a fresh state (training) and one-token steps (decoding) never read the device."""
-    if x.ndim != 4:
+    if config.inputs == "separate" and (x.ndim != 5 or x.shape[2] != 3):
+        raise ValueError(f"x must have shape [B, T, 3, H, d] with inputs='separate', got {list(x.shape)}")
+    if config.inputs == "shared" and x.ndim != 4:
         raise ValueError(f"x must have shape [B, T, H, d], got {list(x.shape)}")
-    B, T, H, d = x.shape
+    B, T, H, d = x.shape[0], x.shape[1], x.shape[-2], x.shape[-1]
     step = min(config.mini_batch_of("memory"), config.mini_batch)
     first = step
     if state is None:
@@ -179,17 +192,23 @@ def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: 
 
 def _read(config: SelfModifyingConfig, name: str, state: TTTState, rows: torch.Tensor) -> torch.Tensor:
     """M_name at its mini-batch anchor, applied to rows [B, n, H, d] -> [B, n, H, d]."""
-    return _read_many(config, [name], [state], rows)[name]
+    return _read_many(config, [name], [state], [rows])[name]
 
 
-def _read_many(config: SelfModifyingConfig, names: list[str], states: list[TTTState], rows: torch.Tensor) -> dict:
-    """Several memories of one architecture at their anchors, applied to the same rows [B, n, H, d] in one batched
+def _read_many(config: SelfModifyingConfig, names: list[str], states: list[TTTState], rows: list) -> dict:
+    """Several memories of one architecture at their anchors, each applied to its rows [B, n, H, d], in one batched
     call: the memories are stacked along the head axis (memory g, head h is head g H + h)."""
-    d, G = rows.shape[-1], len(names)
+    d, G = rows[0].shape[-1], len(names)
     model = config.model(names[0], d)
     anchor = torch.cat([start_anchor(state) for state in states], dim=1)  # [B, G H, P]
-    y, _ = model.forward(model.unpack(anchor, d, d), rows.transpose(1, 2).repeat(1, G, 1, 1), None)  # [B, G H, n, d]
+    stacked = torch.cat([r.transpose(1, 2) for r in rows], dim=1)  # [B, G H, n, d]
+    y, _ = model.forward(model.unpack(anchor, d, d), stacked, None)  # [B, G H, n, d]
     return dict(zip(names, (part.transpose(1, 2) for part in y.chunk(G, dim=1)), strict=True))
+
+
+def _view(config: SelfModifyingConfig, x: torch.Tensor, name: str) -> torch.Tensor:
+    """The input rows [B, n, H, d] memory `name` generates from."""
+    return x if config.inputs == "shared" else x[:, :, VIEW[name]]
 
 
 def _groups(config: SelfModifyingConfig, names: list[str], d: int, by_mini_batch: bool) -> list[list[str]]:
@@ -201,10 +220,13 @@ def _groups(config: SelfModifyingConfig, names: list[str], d: int, by_mini_batch
     return list(groups.values())
 
 
-def _read_grouped(config, names: list[str], state: SelfModifyingState, rows: torch.Tensor) -> dict:
+def _read_grouped(config, names: list[str], state: SelfModifyingState, rows_of) -> dict:
+    """Each memory of `names` at its anchor on rows_of(name) [B, n, H, d], one batched call per architecture."""
     reads = {}
-    for group in _groups(config, names, rows.shape[-1], by_mini_batch=False):
-        reads.update(_read_many(config, group, [getattr(state, name) for name in group], rows))
+    d = rows_of(names[0]).shape[-1]
+    for group in _groups(config, names, d, by_mini_batch=False):
+        reads.update(_read_many(config, group, [getattr(state, name) for name in group],
+                                [rows_of(name) for name in group]))
     return reads
 
 
@@ -228,20 +250,20 @@ def _piece(x, config, params, state, mask, mode, step, aligned):
     runs `ttt_mini_batch`, the chunk form's one block without its checks and realignment."""
     generated = [name for name in ("k", "v", "eta", "alpha") if getattr(state, name) is not None]
     generated += ["q"] if config.adaptive_q else []
-    reads = _read_grouped(config, generated, state, x)
+    reads = _read_grouped(config, generated, state, functools.partial(_view, config, x))
     k = F.normalize(reads["k"], dim=-1)
     v = F.normalize(reads["v"], dim=-1) if config.normalize_v else reads["v"]
-    q = reads["q"] if config.adaptive_q else torch.einsum("bthd,hde->bthe", x, params.w_q)
+    q = reads["q"] if config.adaptive_q else torch.einsum("bthd,hde->bthe", _view(config, x, "q"), params.w_q)
     q = F.normalize(q, dim=-1)
     eta = config.eta_max * torch.sigmoid((reads["eta"] * params.w_eta).sum(-1))  # [B, n, H]
     g = None
     if config.weight_decay:
         bias = 0.0 if params.b_alpha is None else params.b_alpha  # [H]
         g = F.logsigmoid((reads["alpha"] * params.w_alpha).sum(-1) + bias)
-    log_mu = F.logsigmoid((x * params.w_mu).sum(-1)) if config.momentum else None
+    log_mu = F.logsigmoid((_view(config, x, "k") * params.w_mu).sum(-1)) if config.momentum else None
     y = _read(config, "memory", state.memory, q) if config.read == "anchor" else None
     updated = [name for name in MEMORIES if getattr(state, name) is not None and config.updated(name)]
-    targets = _read_grouped(config, updated, state, v) if config.self_values else dict.fromkeys(updated, v)
+    targets = _read_grouped(config, updated, state, lambda name: v) if config.self_values else dict.fromkeys(updated, v)
     new = {name: getattr(state, name) for name in MEMORIES}
     for group in _groups(config, updated, k.shape[-1], by_mini_batch=True):
         G = len(group)
