@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import NamedTuple
 
@@ -61,25 +62,31 @@ class HeatCell(NamedTuple):
     metric: str
 
 
-def plot_heatmap(path: Path, tasks: list[str], mixers: list[str], cell: dict, title: str) -> None:
+def plot_heatmap(path: Path, tasks: list[str], mixers: list[str], cell: dict, title: str,
+                 labels: dict | None = None) -> None:
     """Mixers x tasks, colour = accuracy (0 red .. 1 green); a lower-is-better column (bits per byte) is coloured
-    by its rank among the mixers, best green. Every cell shows its value. `cell[(task, mixer)]` has `.mean` and
-    `.metric` (a `HeatCell` or a protocol summary)."""
+    by its rank among the mixers, best green, a non-finite value (a diverged cell's) red. Every cell shows its
+    value, or its text in `labels[(task, mixer)]` where given (e.g. "diverged@120"). `cell[(task, mixer)]` has
+    `.mean` and `.metric` (a `HeatCell` or a protocol summary)."""
     import numpy as np
 
+    labels = labels or {}
     colours = np.zeros((len(mixers), len(tasks)))
     for j, t in enumerate(tasks):
         values = [cell[(t, m)].mean for m in mixers]
         if higher_is_better(cell[(t, mixers[0])].metric):
             colours[:, j] = values
-        else:  # lower is better: min -> 1, max -> 0
-            low, high = min(values), max(values)
-            colours[:, j] = [1.0 if high == low else (high - v) / (high - low) for v in values]
+        else:  # lower is better: min -> 1, max -> 0, over the finite values
+            finite = [v for v in values if math.isfinite(v)] or [0.0]
+            low, high = min(finite), max(finite)
+            colours[:, j] = [0.0 if not math.isfinite(v) else 1.0 if high == low else (high - v) / (high - low)
+                             for v in values]
     fig, ax = plt.subplots(figsize=(1.0 + 0.75 * len(tasks), 1.2 + 0.4 * len(mixers)), dpi=120)
     ax.imshow(colours, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
     for i, m in enumerate(mixers):
         for j, t in enumerate(tasks):
-            ax.text(j, i, f"{cell[(t, m)].mean:.2f}", ha="center", va="center", fontsize=7)
+            text = labels.get((t, m), f"{cell[(t, m)].mean:.2f}")
+            ax.text(j, i, text.replace(" (", "\n("), ha="center", va="center", fontsize=7)
     labels = [t if cell[(t, mixers[0])].metric == "accuracy" else f"{t}\n({cell[(t, mixers[0])].metric})"
               for t in tasks]
     ax.set_xticks(range(len(tasks)), labels, rotation=45, ha="right", fontsize=7)
