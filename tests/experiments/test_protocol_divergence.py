@@ -6,11 +6,13 @@ every mean, never chosen as a best learning rate over a finite one, and shown as
 import dataclasses
 import json
 import math
+import warnings
 
 import pytest
 
 from regmem.cli import main
 from regmem.experiments.compare import compare
+from regmem.experiments.plots import plot_heatmap, plot_results
 from regmem.experiments.presets import PRESETS
 from regmem.experiments.protocol import RunStore, execute, run_grid, summarize
 from regmem.experiments.runs import Run, train_and_evaluate
@@ -95,3 +97,16 @@ def test_regmem_train_prints_the_divergence(tmp_path, monkeypatch, capsys):
     with pytest.warns(DivergenceWarning):
         main(["train", "mqar", "--mixer", "linear", "--preset", "fast", "--lr", str(DIVERGING_LR), "--no-progress"])
     assert "diverged: loss became non-finite at step 2; stopped at step 2" in capsys.readouterr().out
+
+
+def test_a_diverged_bits_per_byte_cell_is_plotted_without_non_finite_values(tmp_path):
+    records = [record("text", "attn", 1e-2, 0, math.inf, 1.0) | {"diverged_at_step": 7},
+               record("text", "linear", 1e-2, 0, 2.5, 1.7)]
+    cells = summarize(records)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy and matplotlib warn on inf - inf and infinite limits
+        plot_results(tmp_path / "bars.png", "text", None, cells)
+        plot_heatmap(tmp_path / "heat.png", ["text"], ["attn", "linear"], {("text", c.mixer): c for c in cells}, "t",
+                     labels={("text", "attn"): cells[0].shown(digits=2)})
+    assert cells[0].shown() == "diverged@7"
+    assert (tmp_path / "bars.png").exists() and (tmp_path / "heat.png").exists()

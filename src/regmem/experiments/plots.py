@@ -24,14 +24,15 @@ def save_figure(fig, path: Path, *, dpi: int | None = None) -> None:
 
 def plot_results(path: Path, task_name: str, field: str | None, summaries) -> None:
     """Score against the swept value per mixer, or a bar chart without a sweep; the mean over seeds at each
-    mixer's best learning rate, error bars from the min to the max over those seeds."""
+    mixer's best learning rate, error bars from the min to the max over those seeds. A non-finite value (a
+    lower-is-better score of a diverged cell) is left out."""
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     mixers = list(dict.fromkeys(s.mixer for s in summaries))
     metric = summaries[0].metric
     if field is None:
         cells = [next(s for s in summaries if s.mixer == m) for m in mixers]
-        means = [c.mean for c in cells]
-        errors = [[c.mean - c.low for c in cells], [c.high - c.mean for c in cells]]
+        means = [_drawn(c.mean) for c in cells]
+        errors = [[_drawn(c.mean - c.low) for c in cells], [_drawn(c.high - c.mean) for c in cells]]
         ax.bar(mixers, means, yerr=errors, capsize=3, color="tab:blue")
         ax.set_xlabel("mixer")
         ax.tick_params(axis="x", labelrotation=45)
@@ -39,8 +40,8 @@ def plot_results(path: Path, task_name: str, field: str | None, summaries) -> No
         for mixer in mixers:
             cells = sorted((s for s in summaries if s.mixer == mixer), key=lambda s: s.setting[field])
             x = [c.setting[field] for c in cells]
-            ax.errorbar(x, [c.mean for c in cells], capsize=3, marker="o", label=mixer,
-                        yerr=[[c.mean - c.low for c in cells], [c.high - c.mean for c in cells]])
+            ax.errorbar(x, [_drawn(c.mean) for c in cells], capsize=3, marker="o", label=mixer,
+                        yerr=[[_drawn(c.mean - c.low) for c in cells], [_drawn(c.high - c.mean) for c in cells]])
         values = sorted({s.setting[field] for s in summaries})
         ax.set_xscale("log", base=2)
         ax.set_xticks(values, [str(v) for v in values])
@@ -53,6 +54,11 @@ def plot_results(path: Path, task_name: str, field: str | None, summaries) -> No
     ax.set_title(f"{task_name}: {metric} by mixer")
     ax.grid(alpha=0.3)
     save_figure(fig, path)
+
+
+def _drawn(value: float) -> float:
+    """The value, or NaN (not drawn) where it is not finite."""
+    return value if math.isfinite(value) else math.nan
 
 
 class HeatCell(NamedTuple):
