@@ -344,3 +344,34 @@ def test_non_finite_parameters_are_never_checkpointed(tmp_path):
 def test_a_finite_run_reports_no_divergence():
     result = Trainer(ToyLM(), config(steps=4), TRAIN, EVAL, accuracy).fit()
     assert result["diverged_at_step"] is None and result["divergence"] is None and result["step"] == 4
+
+
+class Reads(torch.Tensor):
+    """A tensor that counts the host reads (item, bool, int, float, tolist) of itself and of what is computed
+    from it: on a GPU each is a sync."""
+
+    count = 0
+    READS = (torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.__int__, torch.Tensor.__float__,
+             torch.Tensor.tolist)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in cls.READS:
+            Reads.count += 1
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_the_loss_and_the_divergence_check_are_read_per_logging_step_not_per_step(monkeypatch):
+    train_step = Trainer._train_step
+
+    def watched(self, step):
+        loss, grad_norm = train_step(self, step)
+        return loss.as_subclass(Reads), grad_norm.as_subclass(Reads)
+
+    monkeypatch.setattr(Trainer, "_train_step", watched)
+    counts = []
+    for steps in (10, 40):  # one logging step each
+        Reads.count = 0
+        Trainer(ToyLM(), config(steps=steps, warmup_steps=0, log_every=steps), TRAIN).fit()
+        counts.append(Reads.count)
+    assert counts[0] == counts[1] == 3  # the loss, the gradient norm and the divergence note, once
