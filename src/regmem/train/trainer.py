@@ -163,7 +163,7 @@ class Trainer:
         metrics.jsonl), "history": {"train": [{"step", "loss", "lr", "grad_norm", "tokens_per_s"}, ...] every
         log_every steps, "eval": [{"step", "loss", <metrics>}, ...]}}, the history covering the steps of this call.
 
-        A diverged run stops at the first step after the divergence that logs, evaluates or checkpoints (its
+        A diverged run stops at the first step from the divergence on that logs, evaluates or checkpoints (its
         loss is read there, not every step); the model is left as it is, and out_dir keeps the checkpoint of the
         last step before it.
         """
