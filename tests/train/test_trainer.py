@@ -1,14 +1,25 @@
 """The Trainer on a toy task: learning, exact resume, pickle-free atomic checkpoints, JSONL, validation, early
-stop. The toy: target = (input + 1) mod V at two positions out of three, -100 at the third."""
+stop, the stop at a non-finite loss. The toy: target = (input + 1) mod V at two positions out of three, -100 at the
+third."""
 
 import json
+import math
 
 import pytest
 import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from regmem.train import IGNORE_INDEX, TrainConfig, Trainer, batch_indices, latest_checkpoint, token_loss
+from regmem.train import (
+    IGNORE_INDEX,
+    DivergenceWarning,
+    TrainConfig,
+    Trainer,
+    batch_indices,
+    checkpoint_step,
+    latest_checkpoint,
+    token_loss,
+)
 from regmem.train import checkpoint as checkpoint_module
 
 VOCAB, DIM, T = 32, 16, 8
@@ -268,3 +279,99 @@ def test_token_loss_ignores_unlabelled_tokens():
     labelled = targets != -100
     expected = nn.functional.cross_entropy(logits[labelled], targets[labelled], reduction="sum")
     assert count == 3 and torch.allclose(loss_sum, expected, rtol=1e-12)
+
+
+class PoisonedLM(ToyLM):
+    """Training forward number `poison_at` (1-based, i.e. step `poison_at`) returns non-finite logits; with
+    `gradient=True` its loss stays finite and the gradient is made infinite instead."""
+
+    def __init__(self, poison_at: int, gradient: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.poison_at, self.gradient, self.calls = poison_at, gradient, 0
+
+    def forward(self, inputs):
+        logits = super().forward(inputs)  # [B, T, VOCAB]
+        if not self.training:
+            return logits
+        self.calls += 1
+        if self.calls != self.poison_at:
+            return logits
+        if self.gradient:
+            logits.register_hook(lambda grad: grad * math.inf)
+            return logits
+        return logits * math.inf
+
+
+def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
+    clean = Trainer(ToyLM(), config(steps=4, log_every=4, out_dir=str(tmp_path / "clean"), checkpoint_every=4), TRAIN)
+    clean.fit()
+    cfg = config(steps=20, log_every=4, out_dir=str(tmp_path / "run"), checkpoint_every=4)
+    with pytest.warns(DivergenceWarning, match=r"loss became non-finite at step 6; stopped at step 8; last good "
+                      r"checkpoint: step 4 at .*run/checkpoint") as caught:
+        result = Trainer(PoisonedLM(poison_at=6), cfg, TRAIN, EVAL, accuracy).fit()
+    assert result["diverged_at_step"] == 6 and result["step"] == 8 and result["metrics"] == {}
+    assert result["divergence"] == str(caught[0].message)
+    assert [r["step"] for r in result["history"]["train"]] == [4]  # the non-finite loss of step 8 is not logged
+    path = latest_checkpoint(tmp_path / "run")
+    assert checkpoint_step(path) == 4
+    kept = load_file(path / "model.safetensors")
+    clean_model = load_file(tmp_path / "clean" / "checkpoint" / "model.safetensors")
+    assert all(torch.isfinite(t).all() for t in kept.values())
+    assert all(torch.equal(kept[name], tensor) for name, tensor in clean_model.items())  # the state after step 4
+    last = read_jsonl(tmp_path / "run" / "metrics.jsonl")[-1]
+    assert last == {"event": "diverged", "step": 6, "what": "loss", "stopped_at": 8, "checkpoint_step": 4}
+
+
+def test_the_loss_is_read_at_logging_steps_only_and_a_run_without_checkpoints_says_so():
+    cfg = config(steps=20, log_every=5, eval_every=100)  # no eval before the end, no checkpoints
+    with pytest.warns(DivergenceWarning, match="loss became non-finite at step 2; stopped at step 5; last good "
+                      "checkpoint: none"):
+        result = Trainer(PoisonedLM(poison_at=2), cfg, TRAIN, EVAL, accuracy).fit()
+    assert result["diverged_at_step"] == 2 and result["step"] == 5 and result["history"]["train"] == []
+
+
+def test_non_finite_parameters_are_never_checkpointed(tmp_path):
+    cfg = config(steps=8, log_every=8, eval_every=8, out_dir=str(tmp_path), checkpoint_every=2)
+    with pytest.warns(DivergenceWarning, match="parameters became non-finite at step 4; stopped at step 4; last "
+                      "good checkpoint: step 2"):
+        result = Trainer(PoisonedLM(poison_at=4, gradient=True), cfg, TRAIN).fit()
+    assert result["diverged_at_step"] == 4
+    path = latest_checkpoint(tmp_path)
+    assert checkpoint_step(path) == 2
+    assert all(torch.isfinite(t).all() for t in load_file(path / "model.safetensors").values())
+
+
+def test_a_finite_run_reports_no_divergence():
+    result = Trainer(ToyLM(), config(steps=4), TRAIN, EVAL, accuracy).fit()
+    assert result["diverged_at_step"] is None and result["divergence"] is None and result["step"] == 4
+
+
+class Reads(torch.Tensor):
+    """A tensor that counts the host reads (item, bool, int, float, tolist) of itself and of what is computed
+    from it: on a GPU each is a sync."""
+
+    count = 0
+    READS = (torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.__int__, torch.Tensor.__float__,
+             torch.Tensor.tolist)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in cls.READS:
+            Reads.count += 1
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_the_loss_and_the_divergence_check_are_read_per_logging_step_not_per_step(monkeypatch):
+    train_step = Trainer._train_step
+
+    def watched(self, step):
+        loss, grad_norm = train_step(self, step)
+        return loss.as_subclass(Reads), grad_norm.as_subclass(Reads)
+
+    monkeypatch.setattr(Trainer, "_train_step", watched)
+    counts = []
+    for steps in (10, 40):  # one logging step each
+        Reads.count = 0
+        Trainer(ToyLM(), config(steps=steps, warmup_steps=0, log_every=steps), TRAIN).fit()
+        counts.append(Reads.count)
+    assert counts[0] == counts[1] == 3  # the loss, the gradient norm and the divergence note, once

@@ -68,4 +68,5 @@ def _train(args) -> None:
     result = train_and_evaluate(run, preset, out_dir=args.out_dir, checkpoint_every=args.checkpoint_every,
                                 resume=args.resume, progress=not args.no_progress, log=print)
     if distributed.is_main():
-        print(f"step {result.steps}: {result.metrics}")
+        done = f"step {result.steps}: {result.metrics}"
+        print(done if result.divergence is None else f"diverged: {result.divergence}")

@@ -19,7 +19,16 @@ from pathlib import Path
 
 from regmem.experiments.plots import plot_results
 from regmem.experiments.presets import Preset
-from regmem.experiments.protocol import SEEDS, CellSummary, RunStore, execute, higher_is_better, run_grid, summarize
+from regmem.experiments.protocol import (
+    SEEDS,
+    CellSummary,
+    RunStore,
+    divergence_note,
+    execute,
+    higher_is_better,
+    run_grid,
+    summarize,
+)
 from regmem.experiments.tuned import tuned_lr
 from regmem.tasks import TASKS
 
@@ -102,12 +111,14 @@ def leaderboard(task_name: str, preset: Preset, field: str | None, summaries: li
     metric = summaries[0].metric
     higher = higher_is_better(metric)
     seeds = sorted({s.seeds for s in summaries})
+    note = divergence_note(summaries)
     lines = [
         f"# {task_name}: {budget_line(preset)}",
         "",
         f"Learning rate: {source}. Score: {metric}, mean over {'/'.join(map(str, seeds))} seeds at the best learning "
         f"rate, with the min-max over those seeds.",
         "",
+        *([note, ""] if note else []),
         f"| mixer | {column} | {metric} | min-max | best lr | lr: mean {metric} | parameters | state floats | "
         f"train s | tokens/s |",
         "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|",
@@ -117,9 +128,8 @@ def leaderboard(task_name: str, preset: Preset, field: str | None, summaries: li
         return (value, -s.mean if higher else s.mean)
     for s in sorted(summaries, key=order):
         value = "" if not s.setting else next(iter(s.setting.values()))
-        grid = ", ".join(f"{lr:g}: {m:.3f}" for lr, m in s.lr_means.items())
         lines.append(
-            f"| {s.mixer} | {value} | {s.mean:.3f} | {s.low:.3f}-{s.high:.3f} | {s.best_lr:g} | {grid} | "
+            f"| {s.mixer} | {value} | {s.shown()} | {s.low:.3f}-{s.high:.3f} | {s.best_lr:g} | {s.lr_text()} | "
             f"{s.parameters:,} | {s.state_floats:,} | {s.train_seconds:.1f} | {s.tokens_per_second:,.0f} |"
         )
     return "\n".join(lines) + "\n"

@@ -96,8 +96,7 @@ def niah_table(mixer: str, cell: CellSummary, grid: torch.Tensor, seed_means: to
     """Markdown lines of one mixer's grid (the mean over seeds at its best lr): rows depth (%), columns length,
     a mean row and the min-max over seeds of each length's mean. seed_means: `[seeds, len(lengths)]`."""
     lines = [f"## {mixer}", "", f"lr {cell.best_lr:g} (best of {', '.join(f'{lr:g}' for lr in cell.lr_means)} by "
-             f"accuracy at the training length: " + ", ".join(f"{lr:g}: {m:.3f}" for lr, m in cell.lr_means.items())
-             + f"), mean over {cell.seeds} seeds", "",
+             f"accuracy at the training length: {cell.lr_text()}), mean over {cell.seeds} seeds", "",
              "| depth \\ length | " + " | ".join(str(length) for length in lengths) + " |",
              "|---|" + "---:|" * len(lengths)]
     for j, depth in enumerate(depths):

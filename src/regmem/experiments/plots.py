@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import NamedTuple
 
@@ -23,14 +24,15 @@ def save_figure(fig, path: Path, *, dpi: int | None = None) -> None:
 
 def plot_results(path: Path, task_name: str, field: str | None, summaries) -> None:
     """Score against the swept value per mixer, or a bar chart without a sweep; the mean over seeds at each
-    mixer's best learning rate, error bars from the min to the max over those seeds."""
+    mixer's best learning rate, error bars from the min to the max over those seeds. A non-finite value (a
+    lower-is-better score of a diverged cell) is left out."""
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     mixers = list(dict.fromkeys(s.mixer for s in summaries))
     metric = summaries[0].metric
     if field is None:
         cells = [next(s for s in summaries if s.mixer == m) for m in mixers]
-        means = [c.mean for c in cells]
-        errors = [[c.mean - c.low for c in cells], [c.high - c.mean for c in cells]]
+        means = [_drawn(c.mean) for c in cells]
+        errors = [[_drawn(c.mean - c.low) for c in cells], [_drawn(c.high - c.mean) for c in cells]]
         ax.bar(mixers, means, yerr=errors, capsize=3, color="tab:blue")
         ax.set_xlabel("mixer")
         ax.tick_params(axis="x", labelrotation=45)
@@ -38,8 +40,8 @@ def plot_results(path: Path, task_name: str, field: str | None, summaries) -> No
         for mixer in mixers:
             cells = sorted((s for s in summaries if s.mixer == mixer), key=lambda s: s.setting[field])
             x = [c.setting[field] for c in cells]
-            ax.errorbar(x, [c.mean for c in cells], capsize=3, marker="o", label=mixer,
-                        yerr=[[c.mean - c.low for c in cells], [c.high - c.mean for c in cells]])
+            ax.errorbar(x, [_drawn(c.mean) for c in cells], capsize=3, marker="o", label=mixer,
+                        yerr=[[_drawn(c.mean - c.low) for c in cells], [_drawn(c.high - c.mean) for c in cells]])
         values = sorted({s.setting[field] for s in summaries})
         ax.set_xscale("log", base=2)
         ax.set_xticks(values, [str(v) for v in values])
@@ -54,6 +56,11 @@ def plot_results(path: Path, task_name: str, field: str | None, summaries) -> No
     save_figure(fig, path)
 
 
+def _drawn(value: float) -> float:
+    """The value, or NaN (not drawn) where it is not finite."""
+    return value if math.isfinite(value) else math.nan
+
+
 class HeatCell(NamedTuple):
     """One cell of `plot_heatmap`: the value shown and the metric it is (which sets the colour scale)."""
 
@@ -61,25 +68,31 @@ class HeatCell(NamedTuple):
     metric: str
 
 
-def plot_heatmap(path: Path, tasks: list[str], mixers: list[str], cell: dict, title: str) -> None:
+def plot_heatmap(path: Path, tasks: list[str], mixers: list[str], cell: dict, title: str,
+                 labels: dict | None = None) -> None:
     """Mixers x tasks, colour = accuracy (0 red .. 1 green); a lower-is-better column (bits per byte) is coloured
-    by its rank among the mixers, best green. Every cell shows its value. `cell[(task, mixer)]` has `.mean` and
-    `.metric` (a `HeatCell` or a protocol summary)."""
+    by its rank among the mixers, best green, a non-finite value (a diverged cell's) red. Every cell shows its
+    value, or its text in `labels[(task, mixer)]` where given (e.g. "diverged@120"). `cell[(task, mixer)]` has
+    `.mean` and `.metric` (a `HeatCell` or a protocol summary)."""
     import numpy as np
 
+    labels = labels or {}
     colours = np.zeros((len(mixers), len(tasks)))
     for j, t in enumerate(tasks):
         values = [cell[(t, m)].mean for m in mixers]
         if higher_is_better(cell[(t, mixers[0])].metric):
             colours[:, j] = values
-        else:  # lower is better: min -> 1, max -> 0
-            low, high = min(values), max(values)
-            colours[:, j] = [1.0 if high == low else (high - v) / (high - low) for v in values]
+        else:  # lower is better: min -> 1, max -> 0, over the finite values
+            finite = [v for v in values if math.isfinite(v)] or [0.0]
+            low, high = min(finite), max(finite)
+            colours[:, j] = [0.0 if not math.isfinite(v) else 1.0 if high == low else (high - v) / (high - low)
+                             for v in values]
     fig, ax = plt.subplots(figsize=(1.0 + 0.75 * len(tasks), 1.2 + 0.4 * len(mixers)), dpi=120)
     ax.imshow(colours, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
     for i, m in enumerate(mixers):
         for j, t in enumerate(tasks):
-            ax.text(j, i, f"{cell[(t, m)].mean:.2f}", ha="center", va="center", fontsize=7)
+            text = labels.get((t, m), f"{cell[(t, m)].mean:.2f}")
+            ax.text(j, i, text.replace(" (", "\n("), ha="center", va="center", fontsize=7)
     labels = [t if cell[(t, mixers[0])].metric == "accuracy" else f"{t}\n({cell[(t, mixers[0])].metric})"
               for t in tasks]
     ax.set_xticks(range(len(tasks)), labels, rotation=45, ha="right", fontsize=7)

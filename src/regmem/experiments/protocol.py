@@ -9,18 +9,24 @@ over seeds, shown with the spread over those seeds (min and max) and the learnin
 
 Runs are stored one JSON file each under `<run_dir>/runs/`, keyed by everything that fixes them (task, mixer,
 setting, lr, seed and the preset's fields), so a command repeated after an interruption skips what finished.
+
+A run whose loss became non-finite has *diverged*: the Trainer stopped it (regmem/train/trainer.py), and it scores
+the worst value (`diverged_score`: 0 for an accuracy), which enters the means like any other score. The tables
+show a cell whose runs all diverged as "diverged@<step>" and say how many runs and cells diverged. A run stored
+before the Trainer stopped such runs counts as diverged when its final evaluation loss is non-finite.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import multiprocessing
 import statistics
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -47,6 +53,23 @@ def score_of(task_name: str) -> tuple[str, bool]:
     """(metric name, higher is better) a task is ranked by: its `score_metric` (default "accuracy")."""
     name = getattr(TASKS[task_name], "score_metric", "accuracy")
     return name, higher_is_better(name)
+
+
+def diverged_score(metric: str) -> float:
+    """The score of a diverged run: the worst value, 0 for a higher-is-better metric (accuracy), +inf else."""
+    return 0.0 if higher_is_better(metric) else math.inf
+
+
+def run_diverged(record: dict) -> bool:
+    """Whether a stored run diverged: the Trainer stopped it (`diverged_at_step`), or, stored before it stopped
+    such runs, its final evaluation loss is non-finite."""
+    loss = record.get("metrics", {}).get("loss")
+    return record.get("diverged_at_step") is not None or (loss is not None and not math.isfinite(loss))
+
+
+def run_score(record: dict, metric: str) -> float:
+    """A stored run's score: its "score", or `diverged_score` where it diverged."""
+    return diverged_score(metric) if run_diverged(record) else record["score"]
 
 
 def run_grid(tasks: Iterable[str], mixers: Iterable[str], settings: Iterable[dict], lrs: Callable | Iterable[float],
@@ -105,8 +128,9 @@ def train_run(run: Run, preset: Preset, progress: bool = False,
     trained = train_and_evaluate(run, preset, progress=progress)
     metric, _ = score_of(run.task)
     extra = {} if evaluate is None else evaluate(run, trained)
-    return {"score": trained.metrics[metric], **trained.row(), "metrics": trained.metrics,
-            "stopped_early": trained.stopped_early, **extra}
+    score = diverged_score(metric) if trained.diverged_at_step is not None else trained.metrics[metric]
+    return {"score": score, **trained.row(), "metrics": trained.metrics, "stopped_early": trained.stopped_early,
+            "diverged_at_step": trained.diverged_at_step, **extra}
 
 
 def execute(runs: list[Run], preset: Preset, store: RunStore, *, progress: bool = True,
@@ -125,8 +149,9 @@ def execute(runs: list[Run], preset: Preset, store: RunStore, *, progress: bool 
 
     def finished(run, result, seconds):
         store.save(run, result)
+        diverged = f", diverged at step {result.get('diverged_at_step')}" if run_diverged(result) else ""
         log(f"[protocol] {run.task} {run.mixer} {_setting_text(run.setting)}lr={run.lr:g} seed={run.seed}: "
-            f"{score_of(run.task)[0]} {result['score']:.4f} ({seconds:.1f}s)")
+            f"{score_of(run.task)[0]} {result['score']:.4f}{diverged} ({seconds:.1f}s)")
         bar.update(1)
 
     if workers > 1 and len(todo) > 1:
@@ -178,12 +203,41 @@ class CellSummary:
     state_floats: int
     train_seconds: float  # mean over the best lr's seeds
     tokens_per_second: float
+    diverged: int = 0  # runs among the best lr's seeds that diverged (each counted at `diverged_score`)
+    diverged_at: int | None = None  # the earliest step at which one of those diverged (None: none, or not known)
+    lr_diverged: dict = field(default_factory=dict)  # every lr of the grid with diverged runs -> how many
 
     def row(self) -> dict:
         flat = dataclasses.asdict(self)
         flat["setting"] = _setting_text(self.setting).strip()
         flat["lr_means"] = " ".join(f"{lr:g}:{m:.4f}" for lr, m in self.lr_means.items())
+        flat["lr_diverged"] = " ".join(f"{lr:g}:{n}" for lr, n in self.lr_diverged.items())
         return flat
+
+    def shown(self, digits: int = 3) -> str:
+        """The cell as a table shows it: the mean, "diverged@<step>" when every seed at the best lr diverged, and
+        how many did when some did."""
+        if self.diverged == self.seeds:
+            return "diverged" if self.diverged_at is None else f"diverged@{self.diverged_at}"
+        mean = f"{self.mean:.{digits}f}"
+        return mean if not self.diverged else f"{mean} ({self.diverged}/{self.seeds} diverged)"
+
+    def lr_text(self) -> str:
+        """Every lr of the grid with its mean, and how many of its runs diverged where any did."""
+        diverged = {lr: f" ({n} diverged)" for lr, n in self.lr_diverged.items()}
+        return ", ".join(f"{lr:g}: {m:.3f}{diverged.get(lr, '')}" for lr, m in self.lr_means.items())
+
+
+def divergence_note(summaries: list[CellSummary]) -> str:
+    """A leaderboard's line on diverged runs ("" when none diverged): how many runs, and how many cells report
+    diverged runs at their best learning rate."""
+    runs = sum(n for s in summaries for n in s.lr_diverged.values())
+    if not runs:
+        return ""
+    cells = sum(s.diverged > 0 for s in summaries)
+    return (f"Diverged (non-finite loss: the run stopped, and counts as 0 accuracy or the worst score): {runs} "
+            f"run{'s' * (runs != 1)}; {cells} of {len(summaries)} cells at their best learning rate, shown as "
+            f"diverged@<step> where every seed diverged.")
 
 
 def summarize(records: list[dict]) -> list[CellSummary]:
@@ -197,18 +251,21 @@ def summarize(records: list[dict]) -> list[CellSummary]:
         by_lr: dict[float, list[dict]] = {}
         for r in sorted(runs, key=lambda r: (r["lr"], r["seed"])):
             by_lr.setdefault(r["lr"], []).append(r)
-        lr_means = {lr: statistics.fmean(r["score"] for r in rs) for lr, rs in by_lr.items()}
+        lr_means = {lr: statistics.fmean(run_score(r, metric) for r in rs) for lr, rs in by_lr.items()}
+        lr_diverged = {lr: n for lr, rs in by_lr.items() if (n := sum(map(run_diverged, rs)))}
         if higher:
             best_lr = max(lr_means, key=lambda lr: (lr_means[lr], -lr))
         else:
             best_lr = min(lr_means, key=lambda lr: (lr_means[lr], lr))
         best = by_lr[best_lr]
-        scores = [r["score"] for r in best]
+        scores = [run_score(r, metric) for r in best]
+        steps = [r["diverged_at_step"] for r in best if r.get("diverged_at_step") is not None]
         summaries.append(CellSummary(
             task=task, mixer=mixer, setting=runs[0]["setting"], metric=metric, best_lr=best_lr,
             mean=statistics.fmean(scores), low=min(scores), high=max(scores), seeds=len(scores), lr_means=lr_means,
             parameters=best[0]["parameters"], state_floats=best[0]["state_floats"],
             train_seconds=statistics.fmean(r["train_seconds"] for r in best),
             tokens_per_second=statistics.fmean(r["tokens_per_second"] for r in best),
+            diverged=lr_diverged.get(best_lr, 0), diverged_at=min(steps, default=None), lr_diverged=lr_diverged,
         ))
     return summaries

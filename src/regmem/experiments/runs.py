@@ -123,15 +123,17 @@ class Run:
 
 @dataclass(frozen=True)
 class RunResult:
-    accuracy: float  # of the last evaluation, at the final or early-stop step
+    accuracy: float  # of the last evaluation, at the final or early-stop step; 0 when the run diverged
     parameters: int
     state_floats: int  # decoding state per sequence at the task's seq_len (KV cache for attention)
     train_seconds: float  # of this call's training, evaluations included
     tokens_per_second: float  # input tokens of the steps trained in this call, all ranks together
     steps: int  # steps completed, counting those before a resume
-    metrics: dict[str, float]  # the last evaluation: loss and the task's metric
+    metrics: dict[str, float]  # the last evaluation: loss and the task's metric; {} when the run diverged
     stopped_early: bool
     model: LM | None = field(default=None, repr=False, compare=False)  # the trained model, for further evals
+    diverged_at_step: int | None = None  # the step whose loss became non-finite (the Trainer stopped there)
+    divergence: str | None = None  # the Trainer's message naming that step and the checkpoint kept
 
     def row(self) -> dict:
         """The numbers a leaderboard row shows, by name: accuracy through steps."""
@@ -146,7 +148,8 @@ def train_and_evaluate(
     """Trains and evaluates one run; also under torchrun, where every rank calls it and trains its share.
 
     out_dir receives metrics.jsonl, checkpoint/ (every `checkpoint_every` steps and at the end) and, once the
-    run ends, model/ (LM.save_pretrained); resume continues from its checkpoint. `log`, if given, receives the
+    run ends, model/ (LM.save_pretrained; not for a run that diverged, whose last finite state is its checkpoint);
+    resume continues from its checkpoint. `log`, if given, receives the
     resolved task, model and train configs as JSON before training; it and the saving happen on rank 0 only.
     """
     task = build_task(run.task, preset, run.setting)
@@ -164,12 +167,14 @@ def train_and_evaluate(
     start = time.perf_counter()
     summary = trainer.fit(resume=resume)
     seconds = time.perf_counter() - start
-    if out_dir is not None and distributed.is_main():
+    diverged = summary["diverged_at_step"] is not None
+    if out_dir is not None and distributed.is_main() and not diverged:
         model.save_pretrained(Path(out_dir) / "model")
     trained = summary["step"] - summary["start_step"]
     return RunResult(
-        accuracy=summary["metrics"]["accuracy"], parameters=model.num_parameters(),
+        accuracy=0.0 if diverged else summary["metrics"]["accuracy"], parameters=model.num_parameters(),
         state_floats=model.state_floats(task.seq_len), train_seconds=seconds,
         tokens_per_second=trained * config.batch_size * task.seq_len / seconds, steps=summary["step"],
         metrics=summary["metrics"], stopped_early=summary["stopped_early"], model=model,
+        diverged_at_step=summary["diverged_at_step"], divergence=summary["divergence"],
     )

@@ -23,7 +23,7 @@ from pathlib import Path
 from regmem.experiments.compare import budget_line, lr_grid, lr_source
 from regmem.experiments.plots import plot_heatmap
 from regmem.experiments.presets import Preset
-from regmem.experiments.protocol import SEEDS, CellSummary, RunStore, execute, run_grid, summarize
+from regmem.experiments.protocol import SEEDS, CellSummary, RunStore, divergence_note, execute, run_grid, summarize
 from regmem.experiments.tuned import best_lrs, save_tuned
 from regmem.tasks import TASK_GROUPS, TASKS
 
@@ -79,13 +79,16 @@ def write_suite(run_dir: Path, preset: Preset, tasks: list[str], mixers: list[st
     (run_dir / "results.json").write_text(json.dumps(
         {"meta": meta, "cells": [dataclasses.asdict(s) for s in summaries], "runs": records}, indent=1))
     (run_dir / "leaderboard.md").write_text(suite_table(preset, tasks, mixers, cell, sources))
-    plot_heatmap(run_dir / "heatmap.png", tasks, mixers, cell, title=f"suite, preset {preset.name}")
+    labels = {key: c.shown(digits=2) for key, c in cell.items() if c.diverged}
+    plot_heatmap(run_dir / "heatmap.png", tasks, mixers, cell, title=f"suite, preset {preset.name}", labels=labels)
 
 
 def suite_table(preset: Preset, tasks: list[str], mixers: list[str], cell: dict, sources: dict[str, str]) -> str:
     """The mixers x tasks table (mean over seeds at the best lr) and, per task, min-max and the best lr."""
     lines = [f"# Suite: {budget_line(preset)}", "",
              "Each cell: the mean over seeds at the mixer's best learning rate for the task; details below.", ""]
+    note = divergence_note(list(cell.values()))
+    lines += [note, ""] if note else []
     header = [f"{t} ({cell[(t, mixers[0])].metric})" if cell[(t, mixers[0])].metric != "accuracy" else t
               for t in tasks]
     lines += ["| mixer | " + " | ".join(header) + " | mean accuracy |",
@@ -94,7 +97,7 @@ def suite_table(preset: Preset, tasks: list[str], mixers: list[str], cell: dict,
         values = [cell[(t, m)] for t in tasks]
         accuracies = [c.mean for c in values if c.metric == "accuracy"]
         mean = f"{statistics.fmean(accuracies):.3f}" if accuracies else "-"
-        lines.append(f"| {m} | " + " | ".join(f"{c.mean:.3f}" for c in values) + f" | {mean} |")
+        lines.append(f"| {m} | " + " | ".join(c.shown() for c in values) + f" | {mean} |")
     for t in tasks:
         metric = cell[(t, mixers[0])].metric
         lines += ["", f"## {t}", "", f"Learning rate: {sources[t]}.", "",
@@ -102,7 +105,6 @@ def suite_table(preset: Preset, tasks: list[str], mixers: list[str], cell: dict,
                   "|---|---:|---:|---:|---:|---|---:|"]
         for m in mixers:
             c = cell[(t, m)]
-            grid = ", ".join(f"{lr:g}: {v:.3f}" for lr, v in c.lr_means.items())
-            lines.append(f"| {m} | {c.mean:.3f} | {c.low:.3f}-{c.high:.3f} | {c.seeds} | {c.best_lr:g} | {grid} | "
-                         f"{c.train_seconds:.1f} |")
+            lines.append(f"| {m} | {c.shown()} | {c.low:.3f}-{c.high:.3f} | {c.seeds} | {c.best_lr:g} | "
+                         f"{c.lr_text()} | {c.train_seconds:.1f} |")
     return "\n".join(lines) + "\n"

@@ -122,6 +122,11 @@ def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
     return None
 
 
+def checkpoint_step(path: str | os.PathLike) -> int:
+    """The step of checkpoint directory `path` (trainer.json's "step"), without loading its tensors."""
+    return json.loads((Path(path) / TRAINER_FILE).read_text())["step"]
+
+
 def load_checkpoint(
     path: str | os.PathLike, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer
 ) -> dict[str, Any]:

@@ -6,6 +6,10 @@ checkpoint -> early stop. Everything step s does is a function of (s, config, ch
 resuming bit-exact. Under torchrun the model is wrapped in DistributedDataParallel and each rank trains on its
 share of the global batch; the loss is normalised by the all-reduced token count, so N ranks follow the same
 trajectory as one process on the same global batch (up to summation order).
+
+A run whose loss turns non-finite stops (`_Divergence`): the loop notes each step's loss on the device, with no
+host sync, and reads the note only at the steps that log, evaluate or checkpoint, where it syncs anyway; before a
+checkpoint is written the parameters are checked as well, so the checkpoint on disk is always the last finite one.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +28,14 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from regmem.train import distributed
-from regmem.train.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from regmem.train.checkpoint import (
+    checkpoint_step,
+    latest_checkpoint,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from regmem.train.config import TrainConfig, trajectory_changes
 from regmem.train.optimizers import build_optimizer
 from regmem.train.schedule import TORCH_STREAM, batch_indices, derive_seed, schedule
@@ -76,6 +87,35 @@ class _Throughput:
         return rate
 
 
+class DivergenceWarning(RuntimeWarning):
+    """Issued (rank 0) when a run stops because its loss or its parameters became non-finite."""
+
+
+class Diverged(NamedTuple):
+    """Where a run diverged: the first step (counted as completed steps, as the logs do) whose global loss was
+    non-finite, or, when every loss was finite, the checkpoint step whose parameters were."""
+
+    step: int
+    what: Literal["loss", "parameters"]
+
+
+class _Divergence:
+    """The first step whose loss was non-finite, kept on the device: `note` folds a step's loss into one int64
+    scalar (-1: none yet) with no host sync; `first` reads it (one sync), which `fit` does only at the steps that
+    log, evaluate or checkpoint. The loss is the all-reduced global one, so every DDP rank reads the same step."""
+
+    def __init__(self, device: torch.device):
+        self.first_step = torch.tensor(-1, dtype=torch.int64, device=device)
+
+    def note(self, step: int, loss: torch.Tensor) -> None:
+        fresh = ~torch.isfinite(loss) & (self.first_step < 0)
+        self.first_step = torch.where(fresh, step, self.first_step)
+
+    def first(self) -> Diverged | None:
+        step = int(self.first_step)
+        return None if step < 0 else Diverged(step, "loss")
+
+
 class Trainer:
     """Trains `model` (inputs [B, T] -> logits [B, T, V]) on fixed tensors; see the module docstring.
 
@@ -117,41 +157,86 @@ class Trainer:
         """Trains to config.steps (or the target metric); resume=True continues from out_dir's checkpoint.
 
         Returns {"step": steps done, "start_step": the step this call started from (the checkpoint's on resume,
-        else 0), "metrics": the last evaluation ({} without eval_data), "stopped_early": bool, "history":
-        {"train": [{"step", "loss", "lr", "grad_norm", "tokens_per_s"}, ...] every log_every steps, "eval":
-        [{"step", "loss", <metrics>}, ...]}}, the history covering the steps of this call.
+        else 0), "metrics": the last evaluation ({} without eval_data, or when the run diverged), "stopped_early":
+        bool, "diverged_at_step": None, or the step whose loss (or, at a checkpoint, parameters) became non-finite,
+        "divergence": None, or the message saying so (also a `DivergenceWarning` and a "diverged" record in
+        metrics.jsonl), "history": {"train": [{"step", "loss", "lr", "grad_norm", "tokens_per_s"}, ...] every
+        log_every steps, "eval": [{"step", "loss", <metrics>}, ...]}}, the history covering the steps of this call.
+
+        A diverged run stops at the first step from the divergence on that logs, evaluates or checkpoints (its
+        loss is read there, not every step); the model is left as it is, and out_dir keeps the checkpoint of the
+        last step before it.
         """
         config = self.config
         start = self._restore() if resume else self._start()
         history: dict[str, list[dict[str, float]]] = {"train": [], "eval": []}
         metrics: dict[str, float] = {}
-        done, stopped_early = start, False
+        done, stopped_early, diverged = start, False, None
         bar = tqdm(total=config.steps, initial=start, disable=not (config.progress and distributed.is_main()))
         throughput = _Throughput(config.batch_size * self.train_data[0].shape[1], start)
+        divergence = _Divergence(self.device)
         self.model.train()
         for step in range(start, config.steps):
             loss, grad_norm = self._train_step(step)
             done = step + 1  # steps completed; what logs and checkpoints count
+            divergence.note(done, loss)
             bar.update()
-            if done % config.log_every == 0 or done == config.steps:
+            logs, evaluates, saves = self._due(done)
+            if (logs or evaluates or saves) and (diverged := divergence.first()) is not None:
+                break
+            if logs:
                 record = {"step": done, "loss": loss.item(), "lr": self.optimizer.param_groups[0]["lr"]}
                 record["grad_norm"] = grad_norm.item() if grad_norm is not None else None  # None: no clipping
                 record["tokens_per_s"] = throughput.rate(done)
                 self._record("train", record, history, bar)
-            if self.eval_data is not None and (done % config.eval_every == 0 or done == config.steps):
+            if evaluates:
                 metrics = self.evaluate()
                 self._record("eval", {"step": done, **metrics}, history, bar)
                 stopped_early = self._reached_target(metrics)
-            last = done == config.steps or stopped_early
-            if config.checkpoint_every is not None and (done % config.checkpoint_every == 0 or last):
+            if saves or (stopped_early and config.checkpoint_every is not None):
+                if not self._finite_parameters():
+                    diverged = Diverged(done, "parameters")
+                    break
                 self.save(done)
             if stopped_early:
                 break
         bar.close()
-        if not metrics and self.eval_data is not None:
+        message = None
+        if diverged is not None:
+            metrics, message = {}, self._report_divergence(diverged, done)
+        elif not metrics and self.eval_data is not None:
             metrics = self.evaluate()  # a resumed run that had nothing left to train
         return {"step": done, "start_step": start, "metrics": metrics, "stopped_early": stopped_early,
+                "diverged_at_step": None if diverged is None else diverged.step, "divergence": message,
                 "history": history}
+
+    def _due(self, done: int) -> tuple[bool, bool, bool]:
+        """Whether step `done` logs, evaluates and checkpoints (the last step does all three that are on)."""
+        config, last = self.config, done == self.config.steps
+        logs = done % config.log_every == 0 or last
+        evaluates = self.eval_data is not None and (done % config.eval_every == 0 or last)
+        saves = config.checkpoint_every is not None and (done % config.checkpoint_every == 0 or last)
+        return logs, evaluates, saves
+
+    def _finite_parameters(self) -> bool:
+        """Whether every parameter is finite (one sync; called before a checkpoint, which syncs anyway)."""
+        finite = [torch.isfinite(p.detach()).all() for p in self.module.parameters()]
+        return bool(torch.stack(finite).all()) if finite else True
+
+    def _report_divergence(self, diverged: Diverged, done: int) -> str:
+        """The message naming the step and the checkpoint kept; rank 0 warns and records it in metrics.jsonl."""
+        path = latest_checkpoint(self.out_dir) if self.out_dir is not None else None
+        kept = "none" if path is None else f"step {checkpoint_step(path)} at {path}"
+        message = (f"{diverged.what} became non-finite at step {diverged.step}; stopped at step {done}; "
+                   f"last good checkpoint: {kept}")
+        if distributed.is_main():
+            warnings.warn(message, DivergenceWarning, stacklevel=3)
+            if self.out_dir is not None:
+                record = {"event": "diverged", "step": diverged.step, "what": diverged.what, "stopped_at": done,
+                          "checkpoint_step": None if path is None else checkpoint_step(path)}
+                with open(self.out_dir / METRICS_FILE, "a") as file:
+                    file.write(json.dumps(record) + "\n")
+        return message
 
     def _train_step(self, step: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One optimizer step on global batch `step`; returns (the global mean token loss, the gradient norm before
