@@ -79,6 +79,22 @@ def test_token_steps_and_a_split_sequence_equal_one_call(config):
     _close_states(state, s_full, "final")
 
 
+@pytest.mark.parametrize("momentum", [False, True])
+def test_the_fused_path_equals_the_reference_form(momentum):
+    """Six alike memories (the layer's default) run stacked, one engine block per mini-batch (`_fused_piece`);
+    T = 11 ends inside a mini-batch and a continued call starts inside one, so both paths run and hand over."""
+    config = _config(momentum=momentum, mini_batch=4, eta_max=0.3)
+    params, x = _params(config), _x()
+    y_ref, s_ref = self_modifying_titans(x, config, params, mode="reference")
+    y, s = self_modifying_titans(x, config, params)
+    assert_close(y, y_ref, "y")
+    _close_states(s, s_ref, "state")
+    y_head, state = self_modifying_titans(x[:, :6], config, params)
+    y_tail, state = self_modifying_titans(x[:, 6:], config, params, state)
+    assert_close(torch.cat([y_head, y_tail], dim=1), y_ref, "split y")
+    _close_states(state, s_ref, "split state")
+
+
 def test_causal():
     params, x = _params(FULL), _x()
     y, _ = self_modifying_titans(x, FULL, params)

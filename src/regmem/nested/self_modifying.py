@@ -178,16 +178,56 @@ def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: 
         state = initial_state(config, params, B)
     elif T > 1:
         first = step - shared_offset(torch.remainder(state.memory.offset, step))  # one host read (docstring)
-    ys, start = [], 0
+    ys, start, stacked = [], 0, None
     while start < T:
         stop = min(T, start + (first if start == 0 else step))
         piece_mask = token_mask[:, start:stop] if token_mask is not None else None
         aligned = start > 0 or first == step  # the piece starts where a mini-batch of the step grid starts
-        y, state = _piece(x[:, start:stop], config, params, state, piece_mask, mode, step, aligned)
+        if _fusable(config) and mode == "chunk" and piece_mask is None and aligned and stop - start == step:
+            stacked = stacked if stacked is not None else _stack(list(state))
+            y, stacked = _fused_piece(x[:, start:stop], config, params, stacked)
+        else:
+            if stacked is not None:
+                state, stacked = SelfModifyingState(*_unstack(stacked, len(MEMORIES))), None
+            y, state = _piece(x[:, start:stop], config, params, state, piece_mask, mode, step, aligned)
         ys.append(y)
         start = stop
+    if stacked is not None:
+        state = SelfModifyingState(*_unstack(stacked, len(MEMORIES)))
     y = torch.cat(ys, dim=1) if ys else x.new_zeros(B, 0, H, d)
     return y, state
+
+
+def _fusable(config: SelfModifyingConfig) -> bool:
+    """All six memories alike, each updated, regressing onto its own values, read after the update: every
+    mini-batch is then one stacked forward for the generated tensors, one for the targets and one engine block."""
+    return (config.used() == MEMORIES and not config.static and config.self_values and config.read == "updated"
+            and config.memory_model is None and config.mini_batch_memory in (None, config.mini_batch))
+
+
+def _fused_piece(x, config: SelfModifyingConfig, params: OuterParams, stacked: TTTState):
+    """`_piece` for one whole aligned mini-batch of a `_fusable` configuration, on the six memories' states stacked
+    along the head axis in MEMORIES order (memory g, head h is head g H + h), kept stacked between mini-batches.
+    The anchor is the parameters (offset 0). Returns y [B, n, H, d] and the stacked state."""
+    H, d = x.shape[-2], x.shape[-1]
+    model = config.model("k", d)
+    W = model.unpack(stacked.params, d, d)  # [B, 6 H, rows, columns] per layer
+    rows = torch.cat([_view(config, x, name).transpose(1, 2) for name in MEMORIES[:5]], dim=1)  # [B, 5 H, n, d]
+    reads, _ = model.forward([w[:, : 5 * H] for w in W], rows, None)
+    r_k, r_v, r_q, r_eta, r_alpha = reads.chunk(5, dim=1)  # [B, H, n, d] each
+    k, q = F.normalize(r_k, dim=-1), F.normalize(r_q, dim=-1)
+    v = F.normalize(r_v, dim=-1) if config.normalize_v else r_v
+    eta = config.eta_max * torch.sigmoid((r_eta * params.w_eta[:, None]).sum(-1))  # [B, H, n]
+    bias = 0.0 if params.b_alpha is None else params.b_alpha[:, None]
+    g = F.logsigmoid((r_alpha * params.w_alpha[:, None]).sum(-1) + bias)
+    log_mu = F.logsigmoid((rows[:, :H] * params.w_mu[:, None]).sum(-1)) if config.momentum else None
+    G = len(MEMORIES)
+    targets, _ = model.forward(W, v.repeat(1, G, 1, 1), None)  # every memory's own M(v), [B, 6 H, n, d]
+    heads = functools.partial(torch.Tensor.repeat, repeats=(1, G, 1))
+    o, stacked = ttt_mini_batch(torch.cat([k.repeat(1, G - 1, 1, 1), q], dim=1), k.repeat(1, G, 1, 1), targets,
+                                heads(eta), heads(g), heads(log_mu) if log_mu is not None else None, stacked,
+                                model=model, loss=config.loss, dgd=config.dgd, step_rule=config.step_rule)
+    return o[:, (G - 1) * H:].transpose(1, 2), stacked  # the main memory's read-out
 
 
 def _read(config: SelfModifyingConfig, name: str, state: TTTState, rows: torch.Tensor) -> torch.Tensor:
@@ -274,8 +314,10 @@ def _piece(x, config, params, state, mask, mode, step, aligned):
                 heads(log_mu))
         initial = _stack([state._asdict()[name] for name in group])
         if aligned and mode == "chunk" and mask is None and x.shape[1] == mini_batch:
-            o, stacked = ttt_mini_batch(*args, initial, model=model, loss=config.loss, dgd=config.dgd,
+            heads_first = [None if t is None else t.transpose(1, 2) for t in args]
+            o, stacked = ttt_mini_batch(*heads_first, initial, model=model, loss=config.loss, dgd=config.dgd,
                                         step_rule=config.step_rule)
+            o = o.transpose(1, 2)
         else:
             o, stacked = ttt(*args, model=model, loss=config.loss, dgd=config.dgd, step_rule=config.step_rule,
                              mini_batch=mini_batch, initial_state=initial, output_final_state=True, mode=mode,

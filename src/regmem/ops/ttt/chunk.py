@@ -121,27 +121,23 @@ def _block(anchor_w, W_now, P_now, q_n, k_n, v_n, eta_n, mu_n, kn, *, model: Inn
 
 def ttt_mini_batch(q, k, v, beta, g, log_eta, state: TTTState, *, model: InnerModel, loss="l2", loss_param=None,
                    dgd: bool = False, step_rule="explicit") -> tuple[torch.Tensor, TTTState]:
-    """Exactly one whole mini-batch from a mini-batch start: `ttt(..., mode="chunk", mini_batch=T)` on a state whose
-    offset is 0, every token live, without the checks, the realignment and the dead block a continued call pays
-    for (a caller that runs a sequence mini-batch by mini-batch, like self-modifying Titans, knows it is aligned).
-    q, k: [B, T, H, K]; v: [B, T, H, V]; beta, g (or None), log_eta (or None): [B, T, H]; state: TTTState whose
-    offset is 0 (not checked). Returns o [B, T, H, V] and the state after the mini-batch (offset 0 again)."""
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    heads_first = [x.transpose(1, 2) for x in (q, k, v)]  # [B, H, T, K|V]
-    eta = beta.transpose(1, 2)  # [B, H, T]
-    live = torch.ones_like(eta)
-    g = torch.zeros_like(eta) if g is None else g.transpose(1, 2)
-    mu = log_eta.transpose(1, 2) if log_eta is not None else None
-    kern = _kernels(g.unsqueeze(2), mu.unsqueeze(2) if mu is not None else None, live.unsqueeze(2))
+    """Exactly one whole mini-batch from a mini-batch start, heads first: `ttt(..., mode="chunk", mini_batch=T)` on
+    a state whose offset is 0, every token live, without the checks, the realignment and the dead block a continued
+    call pays for (a caller that runs a sequence mini-batch by mini-batch, like self-modifying Titans, knows it is
+    aligned). q, k: [B, H, T, K]; v: [B, H, T, V]; beta, g (or None), log_eta (or None): [B, H, T]; state: TTTState
+    whose offset is 0 (not checked). Returns o [B, H, T, V] and the state after the mini-batch (offset 0 again)."""
+    K, V = q.shape[-1], v.shape[-1]
+    live = torch.ones_like(beta)
+    g = torch.zeros_like(beta) if g is None else g
+    kern = _kernels(g.unsqueeze(2), log_eta.unsqueeze(2) if log_eta is not None else None, live.unsqueeze(2))
     kn = {name: x[:, :, 0] for name, x in kern.items()}  # the one block's kernels
     W_now = model.unpack(state.params, K, V)
-    P_now = model.unpack(state.momentum, K, V) if mu is not None else [None] * model.depth
-    out, W_end, P_end = _block(W_now, W_now, P_now, *heads_first, eta, mu, kn, model=model, loss=loss,
+    P_now = model.unpack(state.momentum, K, V) if log_eta is not None else [None] * model.depth
+    out, W_end, P_end = _block(W_now, W_now, P_now, q, k, v, beta, log_eta, kn, model=model, loss=loss,
                                loss_param=loss_param, dgd=dgd, ln=None, step_rule=step_rule)
     params = model.pack(W_end)
-    momentum = model.pack(P_end) if mu is not None else state.momentum
-    return out.transpose(1, 2), TTTState(params, momentum, params, state.offset)
+    momentum = model.pack(P_end) if log_eta is not None else state.momentum
+    return out, TTTState(params, momentum, params, state.offset)
 
 
 def _layer(Z, W0, P0, X, D, rho, kn):
