@@ -184,16 +184,16 @@ def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: 
         piece_mask = token_mask[:, start:stop] if token_mask is not None else None
         aligned = start > 0 or first == step  # the piece starts where a mini-batch of the step grid starts
         if _fusable(config) and mode == "chunk" and piece_mask is None and aligned and stop - start == step:
-            stacked = stacked if stacked is not None else _stack(list(state))
+            stacked = stacked if stacked is not None else _Stacked.of(config, state, d)
             y, stacked = _fused_piece(x[:, start:stop], config, params, stacked)
         else:
             if stacked is not None:
-                state, stacked = SelfModifyingState(*_unstack(stacked, len(MEMORIES))), None
+                state, stacked = stacked.state(config, d), None
             y, state = _piece(x[:, start:stop], config, params, state, piece_mask, mode, step, aligned)
         ys.append(y)
         start = stop
     if stacked is not None:
-        state = SelfModifyingState(*_unstack(stacked, len(MEMORIES)))
+        state = stacked.state(config, d)
     y = torch.cat(ys, dim=1) if ys else x.new_zeros(B, 0, H, d)
     return y, state
 
@@ -205,29 +205,49 @@ def _fusable(config: SelfModifyingConfig) -> bool:
             and config.memory_model is None and config.mini_batch_memory in (None, config.mini_batch))
 
 
-def _fused_piece(x, config: SelfModifyingConfig, params: OuterParams, stacked: TTTState):
-    """`_piece` for one whole aligned mini-batch of a `_fusable` configuration, on the six memories' states stacked
-    along the head axis in MEMORIES order (memory g, head h is head g H + h), kept stacked between mini-batches.
-    The anchor is the parameters (offset 0). Returns y [B, n, H, d] and the stacked state."""
+class _Stacked(NamedTuple):
+    """The six memories' states for `_fused_piece`: stacked along the head axis in MEMORIES order (memory g, head h
+    is head g H + h) and kept per layer ([B, 6 H, rows, columns] each; momenta [None] * depth without momentum)
+    between mini-batches, so no mini-batch packs, unpacks or copies them. offset: [B, 6 H], 0 between them."""
+
+    weights: list
+    momenta: list
+    offset: torch.Tensor
+
+    @staticmethod
+    def of(config: SelfModifyingConfig, state: SelfModifyingState, d: int) -> _Stacked:
+        stacked, model = _stack(list(state)), config.model("k", d)
+        momenta = model.unpack(stacked.momentum, d, d) if config.momentum else [None] * model.depth
+        return _Stacked(model.unpack(stacked.params, d, d), momenta, stacked.offset)
+
+    def state(self, config: SelfModifyingConfig, d: int) -> SelfModifyingState:
+        model = config.model("k", d)
+        params = model.pack(self.weights)
+        momentum = model.pack(self.momenta) if config.momentum else params.new_zeros(*params.shape[:2], 0)
+        return SelfModifyingState(*_unstack(TTTState(params, momentum, params, self.offset), len(MEMORIES)))
+
+
+def _fused_piece(x, config: SelfModifyingConfig, params: OuterParams, stacked: _Stacked):
+    """`_piece` for one whole aligned mini-batch of a `_fusable` configuration on the stacked states (`_Stacked`):
+    the anchor is the parameters (offset 0). Returns y [B, n, H, d] and the stacked states after it."""
     H, d = x.shape[-2], x.shape[-1]
-    model = config.model("k", d)
-    W = model.unpack(stacked.params, d, d)  # [B, 6 H, rows, columns] per layer
-    rows = torch.cat([_view(config, x, name).transpose(1, 2) for name in MEMORIES[:5]], dim=1)  # [B, 5 H, n, d]
-    reads, _ = model.forward([w[:, : 5 * H] for w in W], rows, None)
-    r_k, r_v, r_q, r_eta, r_alpha = reads.chunk(5, dim=1)  # [B, H, n, d] each
+    model, W, G = config.model("k", d), stacked.weights, len(MEMORIES)
+    views = [*MEMORIES[:-1], "k"]  # the main memory generates nothing: its share, on k's view, is not used
+    rows = torch.cat([_view(config, x, name).transpose(1, 2) for name in views], dim=1)  # [B, 6 H, n, d]
+    reads, _ = model.forward(W, rows, None)
+    r_k, r_v, r_q, r_eta, r_alpha, _ = reads.unflatten(1, (G, H)).unbind(1)  # [B, H, n, d] each
     k, q = F.normalize(r_k, dim=-1), F.normalize(r_q, dim=-1)
     v = F.normalize(r_v, dim=-1) if config.normalize_v else r_v
     eta = config.eta_max * torch.sigmoid((r_eta * params.w_eta[:, None]).sum(-1))  # [B, H, n]
     bias = 0.0 if params.b_alpha is None else params.b_alpha[:, None]
     g = F.logsigmoid((r_alpha * params.w_alpha[:, None]).sum(-1) + bias)
     log_mu = F.logsigmoid((rows[:, :H] * params.w_mu[:, None]).sum(-1)) if config.momentum else None
-    G = len(MEMORIES)
     targets, _ = model.forward(W, v.repeat(1, G, 1, 1), None)  # every memory's own M(v), [B, 6 H, n, d]
-    heads = functools.partial(torch.Tensor.repeat, repeats=(1, G, 1))
-    o, stacked = ttt_mini_batch(torch.cat([k.repeat(1, G - 1, 1, 1), q], dim=1), k.repeat(1, G, 1, 1), targets,
-                                heads(eta), heads(g), heads(log_mu) if log_mu is not None else None, stacked,
-                                model=model, loss=config.loss, dgd=config.dgd, step_rule=config.step_rule)
-    return o[:, (G - 1) * H:].transpose(1, 2), stacked  # the main memory's read-out
+    o, weights, momenta = ttt_mini_batch(
+        torch.cat([k.repeat(1, G - 1, 1, 1), q], dim=1), k.repeat(1, G, 1, 1), targets, eta.repeat(1, G, 1),
+        g.repeat(1, G, 1), log_mu.repeat(1, G, 1) if log_mu is not None else None, W, stacked.momenta,
+        model=model, loss=config.loss, dgd=config.dgd, step_rule=config.step_rule)
+    return o[:, (G - 1) * H:].transpose(1, 2), _Stacked(weights, momenta, stacked.offset)  # the main memory's read
 
 
 def _read(config: SelfModifyingConfig, name: str, state: TTTState, rows: torch.Tensor) -> torch.Tensor:
@@ -315,8 +335,14 @@ def _piece(x, config, params, state, mask, mode, step, aligned):
         initial = _stack([state._asdict()[name] for name in group])
         if aligned and mode == "chunk" and mask is None and x.shape[1] == mini_batch:
             heads_first = [None if t is None else t.transpose(1, 2) for t in args]
-            o, stacked = ttt_mini_batch(*heads_first, initial, model=model, loss=config.loss, dgd=config.dgd,
-                                        step_rule=config.step_rule)
+            d = k.shape[-1]
+            momenta = model.unpack(initial.momentum, d, d) if config.momentum else [None] * model.depth
+            o, weights, momenta = ttt_mini_batch(*heads_first, model.unpack(initial.params, d, d), momenta,
+                                                 model=model, loss=config.loss, dgd=config.dgd,
+                                                 step_rule=config.step_rule)
+            packed = model.pack(weights)
+            stacked = TTTState(packed, model.pack(momenta) if config.momentum else initial.momentum, packed,
+                               initial.offset)
             o = o.transpose(1, 2)
         else:
             o, stacked = ttt(*args, model=model, loss=config.loss, dgd=config.dgd, step_rule=config.step_rule,

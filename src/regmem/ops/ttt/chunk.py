@@ -119,25 +119,21 @@ def _block(anchor_w, W_now, P_now, q_n, k_n, v_n, eta_n, mu_n, kn, *, model: Inn
     return (out + q_n if model.residual else out), new_w, new_p
 
 
-def ttt_mini_batch(q, k, v, beta, g, log_eta, state: TTTState, *, model: InnerModel, loss="l2", loss_param=None,
-                   dgd: bool = False, step_rule="explicit") -> tuple[torch.Tensor, TTTState]:
-    """Exactly one whole mini-batch from a mini-batch start, heads first: `ttt(..., mode="chunk", mini_batch=T)` on
-    a state whose offset is 0, every token live, without the checks, the realignment and the dead block a continued
-    call pays for (a caller that runs a sequence mini-batch by mini-batch, like self-modifying Titans, knows it is
-    aligned). q, k: [B, H, T, K]; v: [B, H, T, V]; beta, g (or None), log_eta (or None): [B, H, T]; state: TTTState
-    whose offset is 0 (not checked). Returns o [B, H, T, V] and the state after the mini-batch (offset 0 again)."""
-    K, V = q.shape[-1], v.shape[-1]
+def ttt_mini_batch(q, k, v, beta, g, log_eta, weights: list, momenta: list, *, model: InnerModel, loss="l2",
+                   loss_param=None, dgd: bool = False, step_rule="explicit") -> tuple[torch.Tensor, list, list]:
+    """Exactly one whole mini-batch from a mini-batch start, heads first and per layer: `ttt(..., mode="chunk",
+    mini_batch=T)` on a state whose offset is 0, every token live, without the checks, the realignment and the dead
+    block a continued call pays for, and without packing the parameters (a caller that runs a sequence mini-batch
+    by mini-batch, like self-modifying Titans, knows it is aligned and keeps its layers apart between calls).
+    q, k: [B, H, T, K]; v: [B, H, T, V]; beta, g (or None), log_eta (or None): [B, H, T]; weights: the layers
+    [B, H, rows, columns] (`model.unpack` of the parameters, which are the anchor); momenta: the same for the
+    momentum, or [None] * depth without it. Returns o [B, H, T, V] and the layers' weights and momenta after."""
     live = torch.ones_like(beta)
     g = torch.zeros_like(beta) if g is None else g
     kern = _kernels(g.unsqueeze(2), log_eta.unsqueeze(2) if log_eta is not None else None, live.unsqueeze(2))
     kn = {name: x[:, :, 0] for name, x in kern.items()}  # the one block's kernels
-    W_now = model.unpack(state.params, K, V)
-    P_now = model.unpack(state.momentum, K, V) if log_eta is not None else [None] * model.depth
-    out, W_end, P_end = _block(W_now, W_now, P_now, q, k, v, beta, log_eta, kn, model=model, loss=loss,
-                               loss_param=loss_param, dgd=dgd, ln=None, step_rule=step_rule)
-    params = model.pack(W_end)
-    momentum = model.pack(P_end) if log_eta is not None else state.momentum
-    return out, TTTState(params, momentum, params, state.offset)
+    return _block(weights, weights, momenta, q, k, v, beta, log_eta, kn, model=model, loss=loss,
+                  loss_param=loss_param, dgd=dgd, ln=None, step_rule=step_rule)
 
 
 def _layer(Z, W0, P0, X, D, rho, kn):
