@@ -14,9 +14,11 @@ from regmem.nested.cms import SwiGLUWeights, swiglu
 D = 6
 
 
-def _cms(chunk_sizes=(2, 4), lr=0.05, variant="sequential", objective="value", dtype=torch.float64, seed=0):
+def _cms(chunk_sizes=(2, 4), lr=0.05, variant="sequential", objective="value", dtype=torch.float64, seed=0,
+         step_rule="normalized", persistent=False):
     torch.manual_seed(seed)
-    cms = CMS(D, CMSConfig(chunk_sizes=chunk_sizes, lr=lr, hidden=5, variant=variant, objective=objective))
+    cms = CMS(D, CMSConfig(chunk_sizes=chunk_sizes, lr=lr, hidden=5, variant=variant, objective=objective,
+                           step_rule=step_rule, persistent=persistent))
     with torch.no_grad():  # break the identity value map and unit norms, so every outer parameter matters
         cms.value.add_(0.3 * torch.randn_like(cms.value)) if cms.value is not None else None
         cms.norm_weight.add_(0.2 * torch.randn_like(cms.norm_weight))
@@ -28,7 +30,9 @@ def _x(B, T, dtype=torch.float64, seed=1):
 
 
 def _flat(state):
-    return [t for level in state.levels for part in level for t in (part or ())]
+    """Every tensor of the levels' states: weights, accumulators, input norms, learnt reset values."""
+    parts = [part for level in state.levels for part in level if part is not None]
+    return [t for part in parts for t in (part if isinstance(part, tuple) else (part,))]
 
 
 def _grads(cms, x, y, state):
@@ -40,10 +44,11 @@ def _grads(cms, x, y, state):
     return torch.autograd.grad(loss, [x, *cms.parameters()])
 
 
-@pytest.mark.parametrize("variant", ["sequential", "nested", "independent"])
+@pytest.mark.parametrize("step_rule", ["explicit", "normalized"])
+@pytest.mark.parametrize("variant", ["sequential", "nested", "nested_learned", "independent"])
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-4)], ids=["f64", "f32"])
-def test_batched_chunks_equal_the_token_loop_with_frozen_parameters(variant, dtype, tol):
-    cms = _cms(variant=variant, dtype=dtype)
+def test_batched_chunks_equal_the_token_loop_with_frozen_parameters(variant, step_rule, dtype, tol):
+    cms = _cms(variant=variant, dtype=dtype, step_rule=step_rule, lr=(0.05, 0.3))
     x = _x(2, 11, dtype).requires_grad_()
     y, state = cms(x)
     y_ref, state_ref = cms(x, mode="reference")
@@ -56,11 +61,12 @@ def test_batched_chunks_equal_the_token_loop_with_frozen_parameters(variant, dty
 
 @settings(max_examples=15, deadline=None)
 @given(B=st.integers(1, 3), T=st.integers(1, 19), sizes=st.sampled_from([(1,), (3,), (2, 4), (4, 2), (1, 2, 8)]),
-       variant=st.sampled_from(["sequential", "nested", "independent"]), split=st.integers(0, 19))
-def test_forms_state_passing_and_steps_agree_over_shapes(B, T, sizes, variant, split):
-    if variant == "nested" and sizes == (4, 2):
+       variant=st.sampled_from(["sequential", "nested", "nested_learned", "independent"]), split=st.integers(0, 19),
+       step_rule=st.sampled_from(["explicit", "normalized"]))
+def test_forms_state_passing_and_steps_agree_over_shapes(B, T, sizes, variant, split, step_rule):
+    if variant.startswith("nested") and sizes == (4, 2):
         sizes = (2, 4)
-    cms = _cms(chunk_sizes=sizes, variant=variant)
+    cms = _cms(chunk_sizes=sizes, variant=variant, step_rule=step_rule, lr=0.3)
     x = _x(B, T)
     y, state = cms(x)
     torch.testing.assert_close(cms(x, mode="reference")[0], y, rtol=1e-10, atol=1e-10)
@@ -72,8 +78,9 @@ def test_forms_state_passing_and_steps_agree_over_shapes(B, T, sizes, variant, s
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
 
-def test_prefill_then_one_token_steps_equal_one_call():
-    cms = _cms(chunk_sizes=(2, 3))
+@pytest.mark.parametrize("variant", ["sequential", "nested_learned"])
+def test_prefill_then_one_token_steps_equal_one_call(variant):
+    cms = _cms(chunk_sizes=(2, 6), variant=variant, lr=0.3)
     x = _x(2, 13)
     y, _ = cms(x)
     ys, state = [], None
@@ -85,9 +92,24 @@ def test_prefill_then_one_token_steps_equal_one_call():
     torch.testing.assert_close(torch.cat(ys, 1), y, rtol=1e-10, atol=1e-10)
 
 
-def test_a_level_changes_only_at_multiples_of_its_chunk_by_the_summed_token_errors():
-    """Eq. 71: theta is constant inside a chunk; at its end it moves by -lr * sum_t grad L(theta_start; u_t)."""
-    cms = _cms(chunk_sizes=(3,), lr=0.2)
+def _curvature_by_jacobian(theta, u_t):
+    """The normalized rule's c_t from the Jacobians of f_theta(u_t) [1, 1, D] in each weight matrix:
+    lambda_max(J J^T) for W_down, trace(J J^T) for W_gate and W_up."""
+    total = 0.0
+    for name in ("gate", "up", "down"):
+        def f(w, name=name):
+            return swiglu(theta._replace(**{name: w}), u_t).reshape(-1)
+        J = torch.func.jacrev(f)(getattr(theta, name)).reshape(D, -1)  # [D, parameters]
+        gram = J @ J.T
+        total = total + (torch.linalg.eigvalsh(gram)[-1] if name == "down" else gram.trace())
+    return total
+
+
+@pytest.mark.parametrize("step_rule", ["explicit", "normalized"])
+def test_a_level_changes_only_at_multiples_of_its_chunk_by_the_summed_token_errors(step_rule):
+    """Eq. 71: theta is constant inside a chunk; at its end it moves by -eta * sum_t grad L(theta_start; u_t), eta =
+    lr (explicit) or lr / (1 + lr sum_t c_t) (normalized)."""
+    cms = _cms(chunk_sizes=(3,), lr=0.2, step_rule=step_rule)
     x = _x(1, 7)
     thetas = []
     state = None
@@ -100,14 +122,38 @@ def test_a_level_changes_only_at_multiples_of_its_chunk_by_the_summed_token_erro
     assert not torch.equal(thetas[2].down, start.down) and torch.equal(thetas[1].down, start.down)
     # The first update by hand: per-token gradients at the initial weights, summed over tokens 0..2.
     u = cms.level_input(0, x[:, :3])
-    total = None
+    total, curvature = None, 0.0
     for t in range(3):
         theta = SwiGLUWeights(*(w.detach().clone().requires_grad_() for w in start))
         loss = 0.5 * ((swiglu(theta, u[:, t:t + 1]) - cms.target(0, u[:, t:t + 1])) ** 2).sum()
         g = torch.autograd.grad(loss, theta)
         total = g if total is None else [a + b for a, b in zip(total, g, strict=True)]
+        curvature = curvature + _curvature_by_jacobian(start, u[:, t:t + 1])
+    eta = 0.2 if step_rule == "explicit" else 0.2 / (1 + 0.2 * curvature)
     for w, g, got in zip(start, total, thetas[2], strict=True):
-        torch.testing.assert_close(got, w - 0.2 * g, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(got, w - eta * g, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("variant", ["sequential", "nested_learned"])
+def test_normalized_steps_stay_bounded_on_large_inputs_where_explicit_ones_diverge(variant):
+    """Level inputs of norm 10-100, lr 1, 1000 tokens: eq. 71 as printed blows up, the normalized step cannot."""
+    weights = {}
+    for rule in ("explicit", "normalized"):
+        cms = CMS(8, CMSConfig(chunk_sizes=(1, 4), lr=1.0, hidden=16, variant=variant, step_rule=rule)).double()
+        with torch.no_grad():  # gains 4..35 on a unit-RMS input: ||u_t|| between ~11 and ~99
+            cms.norm_weight.copy_(torch.linspace(4, 35, 8).repeat(2, 1))
+        gen = torch.Generator().manual_seed(1)
+        x = torch.randn(2, 1000, 8, dtype=torch.float64, generator=gen)
+        x = x / x.norm(dim=-1, keepdim=True) * (10 + 90 * torch.rand(2, 1000, 1, generator=gen, dtype=torch.float64))
+        u = cms.level_input(0, x)
+        assert 10 < u.norm(dim=-1).min() and u.norm(dim=-1).max() < 100
+        with torch.no_grad():
+            y, state = cms(x)
+        weights[rule] = torch.stack([w.abs().max() for level in state.levels for w in level.theta])
+        if rule == "normalized":
+            assert torch.isfinite(y).all()
+    assert weights["normalized"].max() < 10, weights["normalized"]
+    assert not (weights["explicit"] < 1e6).all(), weights["explicit"]  # overflowed to inf / NaN, or huge
 
 
 def test_tokens_of_a_chunk_read_the_chunk_start_parameters():
@@ -217,7 +263,11 @@ def test_reconstruct_objective_pulls_the_branch_toward_the_identity():
     ({"chunk_sizes": ()}, "chunk_sizes"), ({"chunk_sizes": (2, 0)}, "chunk_sizes"),
     ({"chunk_sizes": (2, 4), "lr": (0.1,)}, "lr lists 1 levels"), ({"lr": -1.0}, "lr must be"),
     ({"variant": "chain"}, "variant"), ({"objective": "ntp"}, "objective"), ({"hidden": -1}, "hidden"),
-    ({"chunk_sizes": (3, 4), "variant": "nested"}, "multiple"),
+    ({"chunk_sizes": (3, 4), "variant": "nested"}, "multiple"), ({"step_rule": "adam"}, "step_rule"),
+    ({"lr": (0.1, -0.1, 0.1)}, "lr must"), ({"persistent": (True,)}, "persistent lists 1"),
+    ({"persistent": 1}, "persistent must"), ({"persistent": (True, False, "yes")}, "persistent must"),
+    ({"chunk_sizes": (2, 4), "variant": "nested_learned", "persistent": (False, True)}, "persistent: a nested"),
+    ({"chunk_sizes": (2, 4), "variant": "nested_learned", "persistent": (True, False)}, "persistent: a nested"),
 ])
 def test_bad_configuration_raises_value_error_naming_it(kwargs, match):
     with pytest.raises(ValueError, match=match):
