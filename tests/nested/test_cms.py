@@ -292,3 +292,141 @@ def test_norm_eps_is_every_levels_rmsnorm_eps():
     h = _x(1, 3)
     expected = h / (h.square().mean(-1, keepdim=True) + 0.5).sqrt() * cms.norm_weight[0]
     torch.testing.assert_close(cms.level_input(0, h), expected, rtol=1e-12, atol=1e-12)
+
+
+def _token_loop(cms, x):
+    """A sequential or nested_learned CMS written as a plain loop over tokens (one row): every level reads its
+    chunk-start weights and accumulates per-token gradients (torch.func.grad) and curvatures; at a chunk's end it
+    steps (eq. 71), and at its parent's chunk's end its reset value takes the parent's step toward it and the level
+    restarts there (eq. 72 learnt in context)."""
+    config = cms.config
+    sizes, rates, parents = config.chunk_sizes, config.rates(), config.parents()
+    k, normalized = config.levels, config.step_rule == "normalized"
+    theta = [cms.initial_weights(level, 1) for level in range(k)]
+    init = list(theta)
+    grads = [SwiGLUWeights(*(torch.zeros_like(w) for w in t)) for t in theta]
+    curvature = [0.0] * k
+
+    def loss(w, u_t, target_t):
+        return 0.5 * ((swiglu(w, u_t) - target_t) ** 2).sum()
+
+    ys = []
+    for t in range(x.shape[1]):
+        h = x[:, t:t + 1]
+        for level in range(k):
+            u = cms.level_input(level, h)
+            g = torch.func.grad(loss)(theta[level], u, cms.target(level, u))
+            grads[level] = SwiGLUWeights(*(a + b for a, b in zip(grads[level], g, strict=True)))
+            curvature[level] = curvature[level] + (_curvature_by_jacobian(theta[level], u) if normalized else 0.0)
+            h = h + swiglu(theta[level], u)
+        ys.append(h)
+        for level in range(k):
+            if (t + 1) % sizes[level] == 0:
+                eta = rates[level] / (1 + rates[level] * curvature[level]) if normalized else rates[level]
+                theta[level] = SwiGLUWeights(*(w - eta * g for w, g in zip(theta[level], grads[level], strict=True)))
+                grads[level] = SwiGLUWeights(*(torch.zeros_like(w) for w in grads[level]))
+                curvature[level] = 0.0
+            parent = parents[level]
+            if config.variant == "nested_learned" and parent is not None and (t + 1) % sizes[parent] == 0:
+                step = rates[parent] / (1 + rates[parent]) if normalized else rates[parent]
+                init[level] = SwiGLUWeights(*(i + step * (w - i) for i, w in zip(init[level], theta[level],
+                                                                                   strict=True)))
+                theta[level] = init[level]
+    return torch.cat(ys, 1), theta, init
+
+
+@pytest.mark.parametrize("step_rule,lr", [("explicit", (0.1, 0.3)), ("normalized", (0.3, 0.5))])
+def test_nested_learned_equals_a_plain_token_loop(step_rule, lr):
+    cms = _cms(chunk_sizes=(2, 6), variant="nested_learned", lr=lr, step_rule=step_rule)
+    x = _x(1, 14)
+    y, state = cms(x)
+    y_loop, theta, init = _token_loop(cms, x)
+    torch.testing.assert_close(y, y_loop, rtol=1e-10, atol=1e-10)
+    for level in range(2):
+        for a, b in zip(state.levels[level].theta, theta[level], strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    for a, b in zip(state.levels[0].init, init[0], strict=True):  # the parent moved the child's reset value
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    assert not torch.equal(state.levels[0].init.down, cms.initial_weights(0, 1).down)
+    assert state.levels[1].init is None  # the slowest level has no parent
+
+
+def test_the_token_loop_is_the_sequential_chain_without_parents():
+    cms = _cms(chunk_sizes=(2, 6), lr=(0.3, 0.5))
+    x = _x(1, 14)
+    torch.testing.assert_close(cms(x)[0], _token_loop(cms, x)[0], rtol=1e-10, atol=1e-10)
+
+
+def test_nested_learned_with_a_frozen_parent_is_the_reset_variant_and_otherwise_differs():
+    x = _x(2, 15)
+    for rates, same in (((0.3, 0.0), True), ((0.3, 0.5), False)):
+        learned = _cms(chunk_sizes=(2, 6), variant="nested_learned", lr=rates)
+        reset = _cms(chunk_sizes=(2, 6), variant="nested", lr=rates)
+        y, state = learned(x)
+        y_reset, state_reset = reset(x)
+        assert torch.allclose(y, y_reset, rtol=1e-12, atol=1e-12) == same
+        if same:
+            torch.testing.assert_close(state.levels[0].init, learned.initial_weights(0, 2))
+            without_init = state._replace(levels=tuple(level._replace(init=None) for level in state.levels))
+            for a, b in zip(_flat(without_init), _flat(state_reset), strict=True):
+                torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_a_persistent_slow_level_changes_every_c_tokens_of_the_stream_across_sequences():
+    """Sequences of 3, 4, 6 and 2 tokens (none a multiple of C = 5), token by token: the persistent slow level moves
+    after stream tokens 5, 10 and 15 only, while the fast level restarts with every sequence."""
+    cms = _cms(chunk_sizes=(2, 5), lr=0.3, persistent=(False, True))
+    x = _x(1, 15)
+    state, changed, t = None, [], 0
+    for length in (3, 4, 6, 2):
+        state = cms.next_sequence(state) if state is not None else None
+        if state is not None:
+            assert torch.equal(state.levels[0].theta.down, cms.initial_weights(0, 1).down)  # the fast level restarts
+            assert state.offset.tolist() == [0] and state.stream.tolist() == [t]
+        for _ in range(length):
+            before = state.levels[1].theta.down if state is not None else cms.initial_weights(1, 1).down
+            _, state = cms(x[:, t:t + 1], state)
+            t += 1
+            if not torch.equal(state.levels[1].theta.down, before):
+                changed.append(t)
+    assert changed == [5, 10, 15]
+
+
+@pytest.mark.parametrize("variant", ["sequential", "nested_learned", "independent"])
+def test_a_stream_of_sequences_equals_token_steps_and_a_lone_persistent_level_one_long_call(variant):
+    """Each sequence in one call equals it token by token (the clocks of both levels); and a CMS whose one level
+    persists gives over the stream exactly what one call over the concatenated stream gives."""
+    cms = _cms(chunk_sizes=(2, 6), lr=0.3, variant=variant, persistent=True)
+    x = _x(2, 17)
+    lengths = (3, 5, 7, 2)
+    state, state_steps, ys = None, None, []
+    t = 0
+    for length in lengths:
+        if state is not None:
+            state, state_steps = cms.next_sequence(state), cms.next_sequence(state_steps)
+        y, state = cms(x[:, t:t + length], state)
+        ys.append(y)
+        for i in range(length):
+            y_i, state_steps = cms(x[:, t + i:t + i + 1], state_steps)
+            torch.testing.assert_close(y_i, y[:, i:i + 1], rtol=1e-10, atol=1e-10)
+        t += length
+    for a, b in zip(_flat(state), _flat(state_steps), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    y_all, state_all = cms(x)  # every level persists: the stream is one long sequence
+    torch.testing.assert_close(torch.cat(ys, 1), y_all, rtol=1e-10, atol=1e-10)
+    for a, b in zip(_flat(state), _flat(state_all), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    assert not any(t.requires_grad for t in _flat(cms.next_sequence(state_all)))  # no gradient across sequences
+
+
+def test_next_sequence_restarts_the_other_levels_and_none_resets_everything():
+    cms = _cms(chunk_sizes=(2, 4), lr=0.3)  # nothing persists: every sequence starts fresh
+    x = _x(2, 9)
+    _, state = cms(x)
+    y_next, _ = cms(x[:, :5], cms.next_sequence(state))
+    torch.testing.assert_close(y_next, cms(x[:, :5])[0], rtol=1e-12, atol=1e-12)
+    persistent = _cms(chunk_sizes=(2, 4), lr=0.3, persistent=(False, True))
+    _, state = persistent(x)
+    y_carried, _ = persistent(x[:, :5], persistent.next_sequence(state))
+    assert not torch.allclose(y_carried, persistent(x[:, :5])[0])  # the slow level remembers the first sequence
+    assert persistent.state_floats() == cms.state_floats()
