@@ -372,12 +372,16 @@ def _run_level(cms: CMS, level: int, u, weight, masked: bool, state: LevelState,
     outs, t = [], 0
     while t < T:
         stop = min(T, t + C - (start + t) % C)
-        out, state = _piece(cms, level, state, u[:, t:stop], target[:, t:stop], weight[:, t:stop], mode)
+        piece_weight = weight[:, t:stop] if masked else None  # None: every token real
+        out, state = _piece(cms, level, state, u[:, t:stop], target[:, t:stop], piece_weight, mode)
         outs.append(out)
         real = weight[:, stop - 1] > 0 if masked else None  # the rows whose token at the boundary is real
         chunk_end, parent_end = (start + stop) % C == 0, period is not None and (start + stop) % period == 0
         state = _boundaries(cms, level, state, (chunk_end, real), (parent_end, real))
         t = stop
+    if state.grad is None and cms.config.rates()[level] > 0:  # a chunk ended last: empty accumulators
+        fresh = cms.initial_level(level, u.shape[0])
+        state = state._replace(grad=zeros_like(state.theta), curvature=fresh.curvature)
     return torch.cat(outs, dim=1), state
 
 
@@ -394,12 +398,15 @@ def _step(cms: CMS, level: int, u, weight, masked: bool, state: LevelState, cloc
 def _piece(cms: CMS, level: int, state: LevelState, u, target, weight, mode: Mode):
     """Outputs of a piece inside one chunk at the frozen parameters; its gradient and curvature bound added to the
     level's accumulators."""
-    if state.grad is None:  # a frozen level
+    config = cms.config
+    if config.rates()[level] == 0:  # a frozen level
         return swiglu(state.theta, u), state
     form = swiglu_and_grad_reference if mode == "reference" else swiglu_and_grad
-    out, grad, curvature = form(state.theta, u, target, weight, state.curvature is not None)
-    curvature = None if curvature is None else state.curvature + curvature
-    return out, state._replace(grad=add(state.grad, grad), curvature=curvature)
+    out, grad, curvature = form(state.theta, u, target, weight, config.step_rule == "normalized")
+    if state.grad is not None:  # else the chunk starts here (end_chunk left no zeros to add to)
+        grad = add(state.grad, grad)
+        curvature = None if curvature is None else state.curvature + curvature
+    return out, state._replace(grad=grad, curvature=curvature)
 
 
 def _boundaries(cms: CMS, level: int, state: LevelState, chunk: tuple, parent: tuple) -> LevelState:
@@ -408,7 +415,7 @@ def _boundaries(cms: CMS, level: int, state: LevelState, chunk: tuple, parent: t
     config = cms.config
     _, rate, _, parent_rate = _schedule(config, level)
     (chunk_end, chunk_rows), (parent_end, parent_rows) = chunk, parent
-    if chunk_end and state.grad is not None:
+    if chunk_end and rate > 0:
         state = end_chunk(state, rate, config.step_rule, chunk_rows)
     if parent_end:
         init = state.init

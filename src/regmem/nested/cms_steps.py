@@ -28,7 +28,7 @@ class SwiGLUWeights(NamedTuple):
 class LevelState(NamedTuple):
     """theta: the level's current parameters; grad: the summed inner gradient of the unfinished chunk (None for a
     frozen level); curvature: [B], the unfinished chunk's summed `curvature_bound` (step rule "normalized" only, else
-    None); init: the value the
+    None); inside a block both are None right after a chunk ends (no zeros to add to); init: the value the
     level is reset to, learnt in context by its parent (variant "nested_learned" only, else None)."""
 
     theta: SwiGLUWeights
@@ -45,21 +45,22 @@ def swiglu(theta: SwiGLUWeights, u: torch.Tensor) -> torch.Tensor:
 def swiglu_and_grad(theta: SwiGLUWeights, u, target, weight, curvature: bool):
     """f_theta(u) [B, n, D] and the gradient of sum_t weight_t / 2 ||f_theta(u_t) - target_t||^2 written out (per
     row, shaped like theta), sharing one forward; with `curvature`, also sum_t weight_t curvature_bound_t [B].
-    u, target [B, n, D]; weight [B, n]."""
+    u, target [B, n, D]; weight [B, n], or None for every weight 1."""
     z_gate, z_up = torch.bmm(u, theta.gate), torch.bmm(u, theta.up)  # [B, n, F]
     s = torch.sigmoid(z_gate)
     act = z_gate * s  # silu
     a = act * z_up
     out = torch.bmm(a, theta.down)  # [B, n, D]
-    e = (out - target) * weight.unsqueeze(-1)
+    e = out - target if weight is None else (out - target) * weight.unsqueeze(-1)
     da = torch.bmm(e, theta.down.transpose(1, 2))  # [B, n, F]
-    gain = z_up * s * (1.0 + z_gate * (1.0 - s))  # d a / d z_gate: silu'(z) = s (1 + z (1 - s))
+    gain = z_up * (s + act * (1.0 - s))  # d a / d z_gate: silu'(z) = s (1 + z (1 - s))
     d_up, d_gate = da * act, da * gain
     ut = u.transpose(1, 2)  # [B, D, n]
     grad = SwiGLUWeights(torch.bmm(ut, d_gate), torch.bmm(ut, d_up), torch.bmm(a.transpose(1, 2), e))
     if not curvature:
         return out, grad, None
-    return out, grad, (weight * curvature_bound(theta, u, act, gain, a)).sum(1)
+    bound = curvature_bound(theta, u, act, gain, a)  # [B, n]
+    return out, grad, (bound if weight is None else weight * bound).sum(1)
 
 
 def curvature_bound(theta: SwiGLUWeights, u, act, gain, a) -> torch.Tensor:
@@ -78,6 +79,7 @@ def swiglu_and_grad_reference(theta: SwiGLUWeights, u, target, weight, curvature
         return 0.5 * (weight_t.unsqueeze(-1) * (swiglu(w, u_t) - target_t) ** 2).sum()
 
     B = u.shape[0]
+    weight = torch.ones(u.shape[:2], dtype=u.dtype, device=u.device) if weight is None else weight
     outs = []
     total = SwiGLUWeights(*(torch.zeros_like(w) for w in theta))
     norms = torch.zeros(B, dtype=u.dtype, device=u.device)
@@ -102,14 +104,19 @@ def zeros_like(w: SwiGLUWeights) -> SwiGLUWeights:
 
 def end_chunk(state: LevelState, rate: float, rule: StepRule, done: torch.Tensor | None) -> LevelState:
     """Eq. 71 at a chunk's end: theta - eta * (the chunk's summed gradient), eta = rate ("explicit") or rate / (1 +
-    rate * the chunk's summed curvature bound) ("normalized"), and cleared accumulators, on the rows where `done` [B]
-    (every row for None)."""
+    rate * the chunk's summed curvature bound) ("normalized"), and cleared accumulators, on the rows where `done` [B].
+    For done=None (every row) the cleared accumulators are None: the next piece's sums start them (no zeros)."""
     theta, grad, curvature, init = state
-    eta = rate if rule == "explicit" else (rate / (1.0 + rate * curvature)).view(-1, 1, 1)  # [B, 1, 1]
-    stepped = SwiGLUWeights(*(w - eta * g for w, g in zip(theta, grad, strict=True)))
+    if rule == "explicit":
+        stepped = SwiGLUWeights(*(w.add(g, alpha=-rate) for w, g in zip(theta, grad, strict=True)))
+    else:
+        eta = (rate / (1.0 + rate * curvature)).view(-1, 1, 1)  # [B, 1, 1]
+        stepped = SwiGLUWeights(*(torch.addcmul(w, eta, g, value=-1.0) for w, g in zip(theta, grad, strict=True)))
+    if done is None:
+        return LevelState(stepped, None, None, init)
     theta, grad = where(done, stepped, theta), where(done, zeros_like(grad), grad)
     if curvature is not None:
-        curvature = torch.zeros_like(curvature) if done is None else torch.where(done, 0.0, curvature)
+        curvature = torch.where(done, 0.0, curvature)
     return LevelState(theta, grad, curvature, init)
 
 
