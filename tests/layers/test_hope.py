@@ -110,7 +110,8 @@ def test_the_layers_defaults_are_their_configs():
 @pytest.mark.parametrize("name", ["hope", "hope_attention"])
 def test_each_cms_option_is_that_field_of_the_cms_config(name):
     """The JSON form of mixer_kwargs ({"hope": {"cms_chunk_sizes": [2, 8], ...}}: lists for tuples) included."""
-    options = {"chunk_sizes": [2, 8], "lr": [0.1, 0.0], "hidden": 12, "variant": "nested", "objective": "reconstruct"}
+    options = {"chunk_sizes": [2, 8], "lr": [0.1, 0.0], "hidden": 12, "variant": "nested", "objective": "reconstruct",
+               "step_rule": "explicit", "persistent": [True, True]}
     mixer = build_mixer(name, D, H, **{f"cms_{field}": value for field, value in options.items()})
     assert mixer.cms.config == CMSConfig(**options)
 
@@ -122,6 +123,7 @@ def test_each_cms_option_is_that_field_of_the_cms_config(name):
     ("hope_attention", {"cms": False, "cms_chunk_sizes": (2,)}, "cms=False"),
     ("hope", {"read": "later"}, "read must"),
     ("hope", {"cms_variant": "chain"}, "variant must"),
+    ("hope", {"cms_step_rule": "adam"}, "step_rule must"),
 ])
 def test_options_a_layer_cannot_use_raise_value_error(name, options, match):
     with pytest.raises(ValueError, match=match):

@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from regmem.layers.hope import CMS_MIXERS
 from regmem.models import (
     FFN_CONFIGS,
     LM,
@@ -23,11 +24,13 @@ from regmem.models import (
     NoFFN,
     SwiGLUConfig,
 )
+from regmem.models.ffn import ffn_from_dict, ffn_to_dict
 
 OLD = Path(__file__).parent / "old_configs"
 # What each old flat config.json means in the typed configs: every non-default flat field of its kind carried over.
 OLD_FFNS = {
-    "cms": CMSConfig(chunk_sizes=(2, 4), lr=(0.05, 0.01), hidden=21, variant="nested", objective="reconstruct"),
+    "cms": CMSConfig(chunk_sizes=(2, 4), lr=(0.05, 0.01), hidden=21, variant="nested", objective="reconstruct",
+                     step_rule="explicit"),  # the only step rule when they were written
     "moe": MoEConfig(expansion=3.0, activation="solu", temperature=2.0, experts=2, top_k=1),
     "moe_swiglu": MoEConfig(expansion=2.0, expert="swiglu", experts=4, top_k=2),
     "multihead": MultiHeadFFNConfig(expansion=2.0, heads=2),
@@ -78,7 +81,9 @@ def test_old_flat_checkpoints_load_as_the_same_model(name, tmp_path):
     assert isinstance(flat["ffn"], str) and "ffn_expansion" in flat  # the old format
     model = LM.from_pretrained(OLD / name).eval()
     assert model.config.ffn == OLD_FFNS[name]
-    assert model.config.norm_eps == flat["norm_eps"] and model.config.mixer_kwargs == flat["mixer_kwargs"]
+    # A CMS mixer keeps the step rule of then (CMSConfig.step_rule), which the logits below need.
+    kwargs = {k: {"cms_step_rule": "explicit", **v} if k in CMS_MIXERS else v for k, v in flat["mixer_kwargs"].items()}
+    assert model.config.norm_eps == flat["norm_eps"] and model.config.mixer_kwargs == kwargs
     expected = load_file(str(OLD / name / "expected.safetensors"))
     with torch.no_grad():
         torch.testing.assert_close(model(expected["input_ids"]), expected["logits"])
@@ -114,3 +119,9 @@ def test_an_old_flat_config_keeps_loading_with_options_of_mixers_no_layer_uses()
     assert LMConfig.from_dict(flat).mixer_kwargs == {"gla": {"expand_v": 2.0}}
     with pytest.raises(ValueError, match="no layer uses"):
         LMConfig(vocab_size=10, mixer="gla", mixer_kwargs={"attn": {"qk_norm": True}})
+
+
+def test_a_cms_dict_without_a_step_rule_loads_with_the_rule_it_was_written_under():
+    """ffn_to_dict writes every field, so a "cms" dict without step_rule predates it: eq. 71's explicit step."""
+    assert ffn_from_dict({"kind": "cms", "chunk_sizes": [2, 4]}).step_rule == "explicit"
+    assert ffn_from_dict(ffn_to_dict(CMSConfig())) == CMSConfig() and CMSConfig().step_rule == "normalized"

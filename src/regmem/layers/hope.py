@@ -10,8 +10,9 @@ only MLP, as in the paper. Every Table-6 ablation is a constructor flag: self-mo
 `cms=False` ("w/o CMS", which leaves self-modifying Titans alone).
 
 CMS options: `cms_chunk_sizes` (one per level, fast first as in Fig. 5), `cms_lr` (inner learning rate),
-`cms_variant`, `cms_objective`, `cms_hidden` (0: 8/3 d_model): the fields of CMSConfig (regmem/nested/cms.py), whose
-defaults they read; with `cms=False` setting any of them raises ValueError.
+`cms_variant`, `cms_objective`, `cms_hidden` (0: 8/3 d_model), `cms_step_rule` ("normalized", which cannot diverge,
+or "explicit", eq. 71 as printed), `cms_persistent` (levels carried across the sequences of a stream): the fields of
+CMSConfig (regmem/nested/cms.py), whose defaults they read; with `cms=False` setting any of them raises ValueError.
 
 State: `HopeState(inner, cms)`, the inner mixer's state and the CMS's.
 """
@@ -23,7 +24,9 @@ from typing import NamedTuple
 from regmem.layers.attention import SoftmaxAttention
 from regmem.layers.self_modifying import SelfModifyingTitans
 from regmem.nested import CMS, CMSConfig, CMSState
-from regmem.nested.cms import Objective, Variant
+from regmem.nested.cms import Objective, StepRule, Variant
+
+CMS_MIXERS = ("hope", "hope_attention")  # the registry names of the mixers with `cms_*` options (registry.py)
 
 
 class HopeState(NamedTuple):
@@ -39,9 +42,11 @@ class _ThenCMS:
     def __init__(self, d_model: int, n_heads: int, *, cms: bool = True,
                  cms_chunk_sizes: tuple[int, ...] = CMSConfig.chunk_sizes,
                  cms_lr: float | tuple[float, ...] = CMSConfig.lr, cms_variant: Variant = CMSConfig.variant,
-                 cms_objective: Objective = CMSConfig.objective, cms_hidden: int = CMSConfig.hidden, **inner):
+                 cms_objective: Objective = CMSConfig.objective, cms_hidden: int = CMSConfig.hidden,
+                 cms_step_rule: StepRule = CMSConfig.step_rule,
+                 cms_persistent: bool | tuple[bool, ...] = CMSConfig.persistent, **inner):
         config = CMSConfig(chunk_sizes=cms_chunk_sizes, lr=cms_lr, hidden=cms_hidden, variant=cms_variant,
-                           objective=cms_objective)
+                           objective=cms_objective, step_rule=cms_step_rule, persistent=cms_persistent)
         if not cms and config != CMSConfig():
             raise ValueError(f"the cms_* options apply only with cms=True, got cms=False and {config}")
         super().__init__(d_model, n_heads, **inner)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from regmem.layers import MIXERS, is_mixer_name
 from regmem.layers.ffn import check_heads_divide
+from regmem.layers.hope import CMS_MIXERS
 from regmem.models.ffn import (
     FFNConfig,
     FFNKind,
@@ -121,7 +122,12 @@ def _from_flat(d: dict) -> dict:
         levels = len(options.get("chunk_sizes", CMSConfig.chunk_sizes))
         if flat.get("cms_levels", levels) != levels:
             raise ValueError(f"cms_chunk_sizes lists {levels} levels but cms_levels = {flat['cms_levels']}")
-    if isinstance(rest.get("mixer_kwargs"), dict):  # the flat format kept options of mixers no layer used
-        layers = set(layer_mixers(rest.get("mixer", LMConfig.mixer), rest.get("n_layers", LMConfig.n_layers)))
-        rest = {**rest, "mixer_kwargs": {k: v for k, v in rest["mixer_kwargs"].items() if k in layers}}
+        options["step_rule"] = "explicit"  # the only rule before CMSConfig.step_rule
+    layers = set(layer_mixers(rest.get("mixer", LMConfig.mixer), rest.get("n_layers", LMConfig.n_layers)))
+    kwargs = rest.get("mixer_kwargs", {})
+    if isinstance(kwargs, dict):  # the flat format kept options of mixers no layer used
+        kwargs = {k: v for k, v in kwargs.items() if k in layers}
+        for name in layers & set(CMS_MIXERS):  # their CMS had only eq. 71's explicit step
+            kwargs[name] = {"cms_step_rule": "explicit", **kwargs.get(name, {})}
+        rest = {**rest, "mixer_kwargs": kwargs}
     return {**rest, "ffn": config_class(**options)}

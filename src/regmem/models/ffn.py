@@ -159,11 +159,14 @@ def ffn_to_dict(ffn: FFNConfig) -> dict:
 
 
 def ffn_from_dict(d: dict) -> FFNConfig:
-    """The inverse of ffn_to_dict; a missing kind, an unknown kind or an unknown field raises ValueError."""
+    """The inverse of ffn_to_dict; a missing kind, an unknown kind or an unknown field raises ValueError. A "cms"
+    dict without "step_rule" was written before that field and loads with the rule of then, "explicit"."""
     if "kind" not in d:
         raise ValueError(f"an ffn dict needs a 'kind' among {tuple(FFN_CONFIGS)}, got keys {sorted(d)}")
     fields = {k: v for k, v in d.items() if k != "kind"}
     cls = type(resolve_ffn(d["kind"]))
+    if cls is CMSConfig:  # ffn_to_dict writes every field: a CMS without one predates step_rule, when eq. 71's
+        fields.setdefault("step_rule", "explicit")  # explicit step was the only one
     unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}
     if unknown:
         raise ValueError(f"unknown ffn keys for kind {d['kind']!r}: {sorted(unknown)}")

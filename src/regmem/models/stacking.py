@@ -21,22 +21,22 @@ import torch
 from regmem.models.ffn import SwiGLU, SwiGLUConfig
 from regmem.models.lm import LM
 from regmem.nested import CMSConfig
-from regmem.nested.cms import Objective, Variant
+from regmem.nested.cms import Objective, StepRule, Variant
 
 Extra = Literal["zero", "copy"]  # how the levels after the first start (module docstring)
 
 
 def stack_levels(model: LM, chunk_sizes: tuple[int, ...], lr: float | tuple[float, ...] = CMSConfig.lr, *,
                  variant: Variant = CMSConfig.variant, objective: Objective = CMSConfig.objective,
-                 extra: Extra = "zero") -> LM:
+                 step_rule: StepRule = CMSConfig.step_rule, extra: Extra = "zero") -> LM:
     """A new LM: `model`'s weights, every SwiGLU FFN replaced by a CMS seeded from it (module docstring). lr,
-    variant and objective are CMSConfig's fields (and defaults); the levels are as wide as the SwiGLU."""
+    variant, objective and step_rule are CMSConfig's fields (and defaults); the levels are as wide as the SwiGLU."""
     if not isinstance(model.config.ffn, SwiGLUConfig):
         raise ValueError(f"model must have SwiGLU FFNs to stack levels from, got ffn={model.config.ffn!r}")
     if extra not in get_args(Extra):
         raise ValueError(f"extra must be one of {get_args(Extra)}, got {extra!r}")
     cms = CMSConfig(chunk_sizes=tuple(chunk_sizes), lr=lr, hidden=model.config.ffn.hidden(model.config.d_model),
-                    variant=variant, objective=objective)
+                    variant=variant, objective=objective, step_rule=step_rule)
     config = dataclasses.replace(model.config, ffn=cms)
     reference = next(model.parameters())
     stacked = LM(config).to(device=reference.device, dtype=reference.dtype)

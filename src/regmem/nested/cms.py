@@ -4,7 +4,7 @@ A chain of k residual MLP levels. Level l has a chunk size C_l and an inner lear
 theta_l are fast weights of the sequence (one copy per row), changed only when a chunk of C_l tokens ends:
 
     y_t = MLP_{theta_k}( ... MLP_{theta_1}(x_t))                                  (eq. 70, sequential: eq. 73)
-    theta_l <- theta_l - lr_l * sum_{t in chunk} grad L(theta_l; u_t)   at t = 0 (mod C_l), else unchanged  (eq. 71)
+    theta_l <- theta_l - eta_l * sum_{t in chunk} grad L(theta_l; u_t)  at t = 0 (mod C_l), else unchanged  (eq. 71)
 
 Every token of a chunk reads the frozen chunk-start parameters, so a chunk is one batched call, and every gradient
 of a chunk is taken at those parameters (the sum in eq. 71 runs over the chunk's C_l tokens; the paper's index range
@@ -25,14 +25,53 @@ Both are local: available inside the forward pass and at test time without label
 mentions, each level's share of the next-token loss, needs the labels and a backward pass through the layers above;
 it is not implemented.)
 
+The step eta_l of eq. 71 (`step_rule`):
+    "explicit"     eta = lr_l, eq. 71 as printed. On W_down, whose loss is quadratic (Hessian sum_t a_t a_t^T, a_t
+                   the hidden activations of the chunk), the step maps W_down -> (I - lr sum_t a_t a_t^T) W_down + ...,
+                   which expands once lr * lambda_max(sum_t a_t a_t^T) > 2; W_gate's and W_up's curvature grows with
+                   W_down and the activations. Large inputs or a large lr make a level diverge, and its activations
+                   grow with its own weights, so one bad chunk feeds the next (Hope's CMS went to NaN on
+                   self-modifying Titans' outputs, benchmarks/README.md).
+    "normalized"   eta = lr_l / (1 + lr_l * sum_{t in chunk} c_t), one step per level and row, c_t a bound on the
+                   largest eigenvalue of the Gauss-Newton curvature J_t^T J_t of f_theta(u_t) in all of theta:
+                       c_t = ||a_t||^2 + ||u_t||^2 sum_f (silu(z_t)_f^2 + (silu'(z_t) z'_t)_f^2) ||W_down[f]||^2
+                   (z = u W_gate, z' = u W_up; the three terms are W_down's, W_up's and W_gate's blocks, each
+                   lambda_max(W_down^T diag(c) W_down) bounded by its trace). Then eta * lambda_max(sum_t J_t^T J_t)
+                   < 1 for any input size and any lr: the linearised step is a non-expansion, and on W_down, whose
+                   loss is quadratic, the homogeneous part I - eta sum_t a_t a_t^T has its spectrum in (0, 1]. For one
+                   token and a linear level it is the exact proximal step, the normalised LMS step lr / (1 + lr
+                   ||x||^2); for a chunk it uses the bound in place of the chunk's curvature (the exact
+                   chunk-proximal step needs a solve per chunk). It departs from the printed paper; it is the default
+                   because a default that cannot diverge is wanted (lr * sum c_t -> 0 recovers "explicit", and a
+                   large lr tends to the step 1 / sum c_t).
+Both are exact in both forms: the chunk form sums c_t with the gradients, the token loop token by token, and a
+partial chunk carries its sum in `CMSState`.
+
 Variants (`variant`):
-    "sequential"   the chain of eq. 73 (Hope, eq. 97).
-    "nested"       eq. 72: a level is reset to its meta-learned initial value whenever its parent -- the next slower
-                   level, the one with the next larger chunk size, which must be a multiple of its own -- ends a
-                   chunk; the slowest level is never reset inside a context.
-    "independent"  eq. 74: every level reads the same input, y = x + sum_l w_l f_{theta_l}(u_l), weights w learnt.
+    "sequential"      the chain of eq. 73 (Hope, eq. 97).
+    "nested"          eq. 72: a level is reset to its meta-learned initial value whenever its parent -- the next
+                      slower level, the one with the next larger chunk size, which must be a multiple of its own --
+                      ends a chunk; the slowest level is never reset inside a context.
+    "nested_learned"  eq. 72 read as "the initial value of level s+1 is learnt in level s": the child's reset value
+                      is itself a fast weight of the parent's level (starting at the meta-learned initial value),
+                      updated in context at the parent's frequency with the parent's lr and step rule. When the
+                      parent's chunk ends -- one context of the child, C_parent / C_child of its steps -- the reset
+                      value takes the parent's step on 1/2 ||init - theta_child||^2 (init <- init + eta (theta_child -
+                      init), eta = lr_parent for "explicit", lr_parent / (1 + lr_parent) for "normalized": that
+                      objective's proximal step, a convex combination), then the child restarts from it. This is the
+                      first-order (Reptile, arXiv:1803.02999) step toward eq. 72's argmin over the parent's contexts:
+                      the init moves toward where the child's own learning takes it. With lr_parent = 0 it is
+                      "nested".
+    "independent"     eq. 74: every level reads the same input, y = x + sum_l w_l f_{theta_l}(u_l), weights w learnt.
 The chain runs in the order given (chunk_sizes[0] first); ascending chunk sizes are Fig. 5's fast-first stacking
 (eq. 70's index order would put the slowest first: pass the sizes in that order for it).
+
+Persistent levels (`persistent`): Fig. 5 gives the slow levels chunks far longer than a context, so their updates
+happen across the sequences of a stream. A persistent level keeps its weights, its partial chunk and its own clock
+(`CMSState.stream`, tokens since the last reset) from one sequence to the next: `CMS.next_sequence(state)` starts a
+new sequence, returning the other levels to their initial values and detaching the persistent ones (the outer
+gradient does not cross a sequence: Fig. 5's BPTT length 1); state=None resets everything. In the nested variants a
+level and its parent persist alike (a parent's reset schedule runs on its child's clock).
 
 Forms: "chunk" (one batched call per chunk, gradients written out) and "reference" (a token loop, every per-token
 gradient by torch.func.grad at the frozen chunk-start parameters, applied when the chunk ends). Both carry the
@@ -51,20 +90,37 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from regmem.nested.cms_steps import (
+    STEP_RULES,
+    LevelState,
+    StepRule,
+    SwiGLUWeights,
+    add,
+    end_chunk,
+    learn_init,
+    swiglu,
+    swiglu_and_grad,
+    swiglu_and_grad_reference,
+    where,
+    zeros_like,
+)
 from regmem.ops.common import permute_time, real_first_order, restore_time, shared_offset
 
-Variant = Literal["sequential", "nested", "independent"]
+Variant = Literal["sequential", "nested", "nested_learned", "independent"]
 Objective = Literal["value", "reconstruct"]
 Mode = Literal["chunk", "reference"]
 VARIANTS, OBJECTIVES, MODES = get_args(Variant), get_args(Objective), get_args(Mode)
+NESTED = ("nested", "nested_learned")  # the variants whose levels a parent resets (eq. 72)
+__all__ = ["CMS", "CMSConfig", "CMSState", "LevelState", "StepRule", "SwiGLUWeights", "swiglu"]
 
 
 @dataclass(frozen=True)
 class CMSConfig:
     """chunk_sizes: C_l per level in chain order (their number is the number of levels); lr: the inner learning
-    rate, one for every level or one per level (0 freezes a level); hidden: F, the SwiGLU width of every level.
-    These defaults are the only ones: Hope's `cms_*` options, `LMConfig(ffn="cms")` and `stack_levels` read them
-    from here. `kind` tags it among an LM's FFN configs (regmem/models/ffn.py)."""
+    rate, one for every level or one per level (0 freezes a level); hidden: F, the SwiGLU width of every level;
+    persistent: one flag for every level or one per level (module docstring). These defaults are the only ones:
+    Hope's `cms_*` options, `LMConfig(ffn="cms")` and `stack_levels` read them from here. `kind` tags it among an
+    LM's FFN configs (regmem/models/ffn.py)."""
 
     kind: ClassVar[Literal["cms"]] = "cms"
     chunk_sizes: tuple[int, ...] = (16, 64, 256)  # tokens per update of each level; Fig. 5 stacks 16 under slower
@@ -72,6 +128,8 @@ class CMSConfig:
     hidden: int = 0  # 0: round(8/3 D), the LM's SwiGLU width at expansion 4
     variant: Variant = "sequential"  # eq. 73, Hope's chain (eq. 97)
     objective: Objective = "value"  # a meta-learned view of the level's own inputs (module docstring)
+    step_rule: StepRule = "normalized"  # cannot diverge (module docstring); "explicit" is eq. 71 as printed
+    persistent: bool | tuple[bool, ...] = False  # no level carries its weights from one sequence to the next
 
     def __post_init__(self):
         sizes = tuple(self.chunk_sizes)
@@ -88,13 +146,31 @@ class CMSConfig:
             raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        if self.step_rule not in STEP_RULES:
+            raise ValueError(f"step_rule must be one of {STEP_RULES}, got {self.step_rule!r}")
         if self.hidden < 0:
             raise ValueError(f"hidden must be >= 0, got {self.hidden}")
-        if self.variant == "nested":
+        self._check_persistent()
+        if self.variant in NESTED:
             for level, parent in enumerate(self.parents()):
                 if parent is not None and sizes[parent] % sizes[level]:
                     raise ValueError(f"chunk_sizes: a nested level's parent chunk must be a multiple of its own, "
                                      f"got {sizes[parent]} over {sizes[level]}")
+
+    def _check_persistent(self):
+        flags = self.persistent
+        if isinstance(flags, list | tuple):
+            flags = tuple(flags)
+            object.__setattr__(self, "persistent", flags)
+            if len(flags) != self.levels:
+                raise ValueError(f"persistent lists {len(flags)} levels but chunk_sizes lists {self.levels}")
+        if not all(isinstance(f, bool) for f in self.persists()):
+            raise ValueError(f"persistent must be a bool or a tuple of bools, got {self.persistent!r}")
+        if self.variant in NESTED:
+            for level, parent in enumerate(self.parents()):
+                if parent is not None and self.persists()[parent] != self.persists()[level]:
+                    raise ValueError(f"persistent: a nested level and its parent must both persist or both not, "
+                                     f"got {self.persistent!r} for chunk_sizes {self.chunk_sizes}")
 
     @property
     def levels(self) -> int:
@@ -103,58 +179,31 @@ class CMSConfig:
     def rates(self) -> tuple[float, ...]:
         return self.lr if isinstance(self.lr, tuple) else (float(self.lr),) * self.levels
 
+    def persists(self) -> tuple[bool, ...]:
+        return self.persistent if isinstance(self.persistent, tuple) else (self.persistent,) * self.levels
+
     def width(self, d_model: int) -> int:
         return self.hidden or round(8 / 3 * d_model)
 
     def parents(self) -> list[int | None]:
-        """Per level, the level that resets it (variant "nested"): the one with the next larger chunk size."""
+        """Per level, the level that resets it (the nested variants): the one with the next larger chunk size."""
         sizes = self.chunk_sizes
         return [min((j for j in range(len(sizes)) if sizes[j] > c), key=lambda j: sizes[j], default=None)
                 for c in sizes]
 
-
-class SwiGLUWeights(NamedTuple):
-    """A level's SwiGLU parameters per row: gate, up [B, D, F], down [B, F, D] (or one of these gradients)."""
-
-    gate: torch.Tensor
-    up: torch.Tensor
-    down: torch.Tensor
-
-
-class LevelState(NamedTuple):
-    """theta: the level's current parameters; grad: the summed inner gradient of the unfinished chunk (None for a
-    frozen level)."""
-
-    theta: SwiGLUWeights
-    grad: SwiGLUWeights | None
+    def learns_init(self, level: int) -> bool:
+        """Whether the level's reset value is a fast weight of its parent (variant "nested_learned")."""
+        return self.variant == "nested_learned" and self.parents()[level] is not None
 
 
 class CMSState(NamedTuple):
-    """levels: one LevelState per level; offset: [B] int64, tokens seen per row (chunks count from a row's first
-    real token)."""
+    """levels: one LevelState per level; offset: [B] int64, tokens of the current sequence seen per row (chunks
+    count from a row's first real token); stream: [B] int64, tokens since the last reset (the clock of the persistent
+    levels; equal to offset until `CMS.next_sequence`)."""
 
     levels: tuple[LevelState, ...]
     offset: torch.Tensor
-
-
-def swiglu(theta: SwiGLUWeights, u: torch.Tensor) -> torch.Tensor:
-    """f_theta(u): u [B, n, D] -> [B, n, D]."""
-    return torch.bmm(F.silu(torch.bmm(u, theta.gate)) * torch.bmm(u, theta.up), theta.down)
-
-
-def swiglu_grad(theta: SwiGLUWeights, u: torch.Tensor, target: torch.Tensor, weight: torch.Tensor) -> SwiGLUWeights:
-    """The gradient of sum_t weight_t / 2 ||f_theta(u_t) - target_t||^2, written out: u, target [B, n, D], weight
-    [B, n]. Returns it per row, shaped like theta."""
-    z_gate, z_up = torch.bmm(u, theta.gate), torch.bmm(u, theta.up)  # [B, n, F]
-    s = torch.sigmoid(z_gate)
-    act = z_gate * s  # silu
-    a = act * z_up
-    e = (torch.bmm(a, theta.down) - target) * weight.unsqueeze(-1)  # [B, n, D]
-    da = torch.bmm(e, theta.down.transpose(1, 2))  # [B, n, F]
-    d_up = da * act
-    d_gate = da * z_up * s * (1.0 + z_gate * (1.0 - s))  # silu'(z) = s (1 + z (1 - s))
-    ut = u.transpose(1, 2)  # [B, D, n]
-    return SwiGLUWeights(torch.bmm(ut, d_gate), torch.bmm(ut, d_up), torch.bmm(a.transpose(1, 2), e))
+    stream: torch.Tensor
 
 
 class CMS(nn.Module):
@@ -181,21 +230,39 @@ class CMS(nn.Module):
         self.mix = nn.Parameter(torch.ones(k)) if self.config.variant == "independent" else None
 
     def state_floats(self) -> int:
-        """Floats of decoding state per sequence: every level's weights, and its gradient accumulator if it
-        updates (constant in the context length)."""
-        per_level = self.gate.shape[1] * self.gate.shape[2] * 3
-        return sum(per_level * (2 if rate > 0 else 1) for rate in self.config.rates())
+        """Floats of decoding state per sequence: every level's weights, its gradient accumulator (and curvature
+        sum for the normalized rule) if it updates, and its learnt reset value (nested_learned); constant in the context
+        length."""
+        weights = self.gate.shape[1] * self.gate.shape[2] * 3
+        total = 0
+        for level, rate in enumerate(self.config.rates()):
+            total += weights * (1 + (rate > 0) + self.config.learns_init(level))
+            total += (rate > 0 and self.config.step_rule == "normalized")
+        return total
 
     def initial_weights(self, level: int, B: int) -> SwiGLUWeights:
         return SwiGLUWeights(*(w[level].unsqueeze(0).expand(B, -1, -1) for w in (self.gate, self.up, self.down)))
 
+    def initial_level(self, level: int, B: int) -> LevelState:
+        theta = self.initial_weights(level, B)
+        updates = self.config.rates()[level] > 0
+        grad = zeros_like(theta) if updates else None
+        normalized = updates and self.config.step_rule == "normalized"
+        curvature = torch.zeros(B, dtype=self.gate.dtype, device=self.gate.device) if normalized else None
+        return LevelState(theta, grad, curvature, theta if self.config.learns_init(level) else None)
+
     def initial_state(self, B: int) -> CMSState:
-        levels = []
-        for level, rate in enumerate(self.config.rates()):
-            theta = self.initial_weights(level, B)
-            grad = SwiGLUWeights(*(torch.zeros_like(w) for w in theta)) if rate > 0 else None
-            levels.append(LevelState(theta, grad))
-        return CMSState(tuple(levels), torch.zeros(B, dtype=torch.long, device=self.gate.device))
+        zeros = torch.zeros(B, dtype=torch.long, device=self.gate.device)
+        return CMSState(tuple(self.initial_level(level, B) for level in range(self.config.levels)), zeros, zeros)
+
+    def next_sequence(self, state: CMSState) -> CMSState:
+        """The state at the start of the stream's next sequence: the persistent levels keep their weights, partial
+        chunk and clock (detached: the outer gradient does not cross sequences), the others restart from their
+        initial values, and the sequence offset restarts at 0. Pass state=None to `forward` to reset everything."""
+        B = state.offset.shape[0]
+        levels = tuple(_detach(old) if keep else self.initial_level(level, B)
+                       for level, (keep, old) in enumerate(zip(self.config.persists(), state.levels, strict=True)))
+        return CMSState(levels, torch.zeros_like(state.offset), state.stream)
 
     def forward(self, x, state: CMSState | None = None, *, attention_mask=None, mode: Mode = "chunk"):
         if mode not in MODES:
@@ -215,13 +282,7 @@ class CMS(nn.Module):
         if mask is not None:  # real tokens first, so every row's chunks start at its first real token (padding.py)
             order = real_first_order(mask)
             x, mask = permute_time(x, order), permute_time(mask, order)
-        if fresh:
-            start = 0
-        elif T == 1:
-            start = None  # a one-token step: each row at its own offset, no host read
-        else:
-            start = shared_offset(state.offset)
-        y, state = run_cms(self, x, state, mask, mode, start)
+        y, state = run_cms(self, x, state, mask, mode, _starts(self.config, state, fresh, T))
         return (restore_time(y, order) if order is not None else y), state
 
     def level_input(self, level: int, h: torch.Tensor) -> torch.Tensor:
@@ -243,15 +304,35 @@ class CMS(nn.Module):
 
 
 def _reset_note(config: CMSConfig, level: int) -> str:
-    if config.variant != "nested":
+    if config.variant not in NESTED:
         return ""
     parent = config.parents()[level]
-    return "" if parent is None else f"reset every {config.chunk_sizes[parent]} tokens"
+    if parent is None:
+        return ""
+    learnt = " to a value its parent learns" if config.learns_init(level) else ""
+    return f"reset every {config.chunk_sizes[parent]} tokens{learnt}"
 
 
-def run_cms(cms: CMS, x, state: CMSState, mask, mode: Mode, start: int | None):
-    """The chain over a [B, T, D] block; `start` is the rows' shared offset (None for one-token steps, where each
-    row keeps its own)."""
+def _detach(state: LevelState) -> LevelState:
+    return LevelState(*(None if part is None else
+                        part.detach() if isinstance(part, torch.Tensor) else SwiGLUWeights(*(t.detach() for t in part))
+                        for part in state))
+
+
+def _starts(config: CMSConfig, state: CMSState, fresh: bool, T: int) -> tuple[int | None, int | None]:
+    """The rows' shared (sequence, stream) offsets; None for one-token steps, where each row keeps its own and
+    boundaries are masks (no host read)."""
+    if fresh:
+        return 0, 0
+    if T == 1:
+        return None, None
+    start = shared_offset(state.offset)
+    return start, (shared_offset(state.stream) if any(config.persists()) else start)
+
+
+def run_cms(cms: CMS, x, state: CMSState, mask, mode: Mode, starts: tuple[int | None, int | None]):
+    """The chain over a [B, T, D] block; `starts` the rows' shared (sequence, stream) offsets (None for one-token
+    steps)."""
     config = cms.config
     B, T, _ = x.shape
     weight = torch.ones(B, T, dtype=x.dtype, device=x.device) if mask is None else mask.to(x.dtype)
@@ -259,8 +340,11 @@ def run_cms(cms: CMS, x, state: CMSState, mask, mode: Mode, start: int | None):
     for level in range(config.levels):
         source = x if config.variant == "independent" else h
         u = cms.level_input(level, source)
-        branch, level_state = _run_level(cms, level, u, weight, mask is not None, state.levels[level], state.offset,
-                                         start, mode)
+        persists = config.persists()[level]
+        clock, start = (state.stream, starts[1]) if persists else (state.offset, starts[0])
+        level_run = _run_level if start is not None else _step
+        branch, level_state = level_run(cms, level, u, weight, mask is not None, state.levels[level], clock, start,
+                                        mode)
         new.append(level_state)
         if config.variant == "independent":
             out = out + cms.mix[level] * branch
@@ -268,88 +352,75 @@ def run_cms(cms: CMS, x, state: CMSState, mask, mode: Mode, start: int | None):
             h = h + branch
     y = out if config.variant == "independent" else h
     real = weight.sum(1).to(torch.long)
-    return y, CMSState(tuple(new), state.offset + real)
+    return y, CMSState(tuple(new), state.offset + real, state.stream + real)
 
 
-def _run_level(cms: CMS, level: int, u, weight, masked: bool, state: LevelState, offset, start, mode):
-    """One level over the block: outputs [B, T, D] and its state after the block."""
-    config = cms.config
-    C, rate = config.chunk_sizes[level], config.rates()[level]
-    parent = config.parents()[level] if config.variant == "nested" else None
-    period = config.chunk_sizes[parent] if parent is not None else None
+def _schedule(config: CMSConfig, level: int) -> tuple[int, float, int | None, float]:
+    """(chunk size, lr, the parent's chunk size or None, the parent's lr) of a level."""
+    parent = config.parents()[level] if config.variant in NESTED else None
+    rates = config.rates()
+    return (config.chunk_sizes[level], rates[level], None if parent is None else config.chunk_sizes[parent],
+            0.0 if parent is None else rates[parent])
+
+
+def _run_level(cms: CMS, level: int, u, weight, masked: bool, state: LevelState, clock, start: int, mode: Mode):
+    """One level over the block, the rows at the shared offset `start` of the level's clock: outputs [B, T, D] and
+    its state after the block."""
+    C, _, period, _ = _schedule(cms.config, level)
     T = u.shape[1]
-    if start is None:  # one token per row, each row at its own offset: boundaries as masks, no host read
-        return _step(cms, level, u, weight, state, offset, C, rate, period)
-    theta, grad = state
     target = cms.target(level, u)
     outs, t = [], 0
     while t < T:
         stop = min(T, t + C - (start + t) % C)
-        out, piece_grad = _piece(theta, u[:, t:stop], target[:, t:stop], weight[:, t:stop], rate, mode)
+        piece_weight = weight[:, t:stop] if masked else None  # None: every token real
+        out, state = _piece(cms, level, state, u[:, t:stop], target[:, t:stop], piece_weight, mode)
         outs.append(out)
-        if rate > 0:
-            grad = _add(grad, piece_grad)
-            if (start + stop) % C == 0:  # the chunk ended: apply where the row's token there is real (eq. 71)
-                theta, grad = _end_chunk(theta, grad, rate, weight[:, stop - 1] > 0 if masked else None)
-        if period is not None and (start + stop) % period == 0:  # the parent's chunk ended (eq. 72)
-            done = weight[:, stop - 1] > 0 if masked else None
-            theta = _where(done, cms.initial_weights(level, u.shape[0]), theta)
+        real = weight[:, stop - 1] > 0 if masked else None  # the rows whose token at the boundary is real
+        chunk_end, parent_end = (start + stop) % C == 0, period is not None and (start + stop) % period == 0
+        state = _boundaries(cms, level, state, (chunk_end, real), (parent_end, real))
         t = stop
-    return torch.cat(outs, dim=1), LevelState(theta, grad)
+    if state.grad is None and cms.config.rates()[level] > 0:  # a chunk ended last: empty accumulators
+        fresh = cms.initial_level(level, u.shape[0])
+        state = state._replace(grad=zeros_like(state.theta), curvature=fresh.curvature)
+    return torch.cat(outs, dim=1), state
 
 
-def _step(cms, level, u, weight, state: LevelState, offset, C, rate, period):
-    theta, grad = state
-    out, piece_grad = _piece(theta, u, cms.target(level, u), weight, rate, "chunk")
-    if rate > 0:
-        grad = _add(grad, piece_grad)
-        theta, grad = _end_chunk(theta, grad, rate, (torch.remainder(offset + 1, C) == 0) & (weight[:, 0] > 0))
-    if period is not None:
-        done = (torch.remainder(offset + 1, period) == 0) & (weight[:, 0] > 0)
-        theta = _where(done, cms.initial_weights(level, u.shape[0]), theta)
-    return out, LevelState(theta, grad)
+def _step(cms: CMS, level: int, u, weight, masked: bool, state: LevelState, clock, start: None, mode: Mode):
+    """One token per row, each row at its own offset `clock` [B]: the boundaries are masks."""
+    C, _, period, _ = _schedule(cms.config, level)
+    out, state = _piece(cms, level, state, u, cms.target(level, u), weight, mode)
+    real = weight[:, 0] > 0
+    chunk_rows = (torch.remainder(clock + 1, C) == 0) & real
+    parent_rows = None if period is None else (torch.remainder(clock + 1, period) == 0) & real
+    return out, _boundaries(cms, level, state, (True, chunk_rows), (period is not None, parent_rows))
 
 
-def _piece(theta: SwiGLUWeights, u, target, weight, rate: float, mode: Mode):
-    """Outputs of a piece inside one chunk at the frozen parameters, and its summed inner gradient (None when the
-    level is frozen)."""
-    if mode == "reference":
-        return _piece_reference(theta, u, target, weight, rate)
-    out = swiglu(theta, u)
-    return out, (swiglu_grad(theta, u, target, weight) if rate > 0 else None)
+def _piece(cms: CMS, level: int, state: LevelState, u, target, weight, mode: Mode):
+    """Outputs of a piece inside one chunk at the frozen parameters; its gradient and curvature bound added to the
+    level's accumulators."""
+    config = cms.config
+    if config.rates()[level] == 0:  # a frozen level
+        return swiglu(state.theta, u), state
+    form = swiglu_and_grad_reference if mode == "reference" else swiglu_and_grad
+    out, grad, curvature = form(state.theta, u, target, weight, config.step_rule == "normalized")
+    if state.grad is not None:  # else the chunk starts here (end_chunk left no zeros to add to)
+        grad = add(state.grad, grad)
+        curvature = None if curvature is None else state.curvature + curvature
+    return out, state._replace(grad=grad, curvature=curvature)
 
 
-def _piece_reference(theta: SwiGLUWeights, u, target, weight, rate: float):
-    """Token by token: f_theta(u_t) and grad L(theta; u_t) by torch.func.grad, summed."""
-    def loss(w: SwiGLUWeights, u_t, target_t, weight_t):  # u_t, target_t [B, 1, D]; weight_t [B, 1]
-        return 0.5 * (weight_t.unsqueeze(-1) * (swiglu(w, u_t) - target_t) ** 2).sum()
-
-    outs, total = [], None
-    for t in range(u.shape[1]):
-        piece = slice(t, t + 1)
-        outs.append(swiglu(theta, u[:, piece]))
-        if rate > 0:
-            g = torch.func.grad(loss)(theta, u[:, piece], target[:, piece], weight[:, piece])
-            total = g if total is None else _add(total, g)
-    if rate > 0 and total is None:
-        total = SwiGLUWeights(*(torch.zeros_like(w) for w in theta))
-    return torch.cat(outs, dim=1), total
-
-
-def _add(a: SwiGLUWeights, b: SwiGLUWeights) -> SwiGLUWeights:
-    return SwiGLUWeights(*(x + y for x, y in zip(a, b, strict=True)))
-
-
-def _end_chunk(theta: SwiGLUWeights, grad: SwiGLUWeights, rate: float, done: torch.Tensor | None):
-    """Eq. 71 at a chunk's end: theta - rate * (the chunk's summed gradient), and a cleared accumulator, on the rows
-    where `done` [B] (every row for None)."""
-    stepped = SwiGLUWeights(*(w - rate * g for w, g in zip(theta, grad, strict=True)))
-    return _where(done, stepped, theta), _where(done, SwiGLUWeights(*(torch.zeros_like(g) for g in grad)), grad)
-
-
-def _where(done: torch.Tensor | None, new: SwiGLUWeights, old: SwiGLUWeights) -> SwiGLUWeights:
-    """new on the rows where done (every row for None), else old."""
-    if done is None:
-        return new
-    pick = done.view(-1, 1, 1)
-    return SwiGLUWeights(*(torch.where(pick, a, b) for a, b in zip(new, old, strict=True)))
+def _boundaries(cms: CMS, level: int, state: LevelState, chunk: tuple, parent: tuple) -> LevelState:
+    """After a piece: eq. 71 if the level's chunk ended, then eq. 72's reset if its parent's chunk ended. chunk,
+    parent: (whether it may have ended, on which rows [B] bool, None for every row)."""
+    config = cms.config
+    _, rate, _, parent_rate = _schedule(config, level)
+    (chunk_end, chunk_rows), (parent_end, parent_rows) = chunk, parent
+    if chunk_end and rate > 0:
+        state = end_chunk(state, rate, config.step_rule, chunk_rows)
+    if parent_end:
+        init = state.init
+        if init is not None:  # nested_learned: the parent's in-context step on the reset value
+            init = where(parent_rows, learn_init(init, state.theta, parent_rate, config.step_rule), init)
+        reset = init if init is not None else cms.initial_weights(level, state.theta.gate.shape[0])
+        state = state._replace(theta=where(parent_rows, reset, state.theta), init=init)
+    return state
