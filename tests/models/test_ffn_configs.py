@@ -11,7 +11,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from regmem.layers.hope import CMS_MIXERS
 from regmem.models import (
     FFN_CONFIGS,
     LM,
@@ -24,6 +23,7 @@ from regmem.models import (
     NoFFN,
     SwiGLUConfig,
 )
+from regmem.models.config import DEFAULTS_BEFORE_2
 from regmem.models.ffn import ffn_from_dict, ffn_to_dict
 
 OLD = Path(__file__).parent / "old_configs"
@@ -81,8 +81,8 @@ def test_old_flat_checkpoints_load_as_the_same_model(name, tmp_path):
     assert isinstance(flat["ffn"], str) and "ffn_expansion" in flat  # the old format
     model = LM.from_pretrained(OLD / name).eval()
     assert model.config.ffn == OLD_FFNS[name]
-    # A CMS mixer keeps the step rule of then (CMSConfig.step_rule), which the logits below need.
-    kwargs = {k: {"cms_step_rule": "explicit", **v} if k in CMS_MIXERS else v for k, v in flat["mixer_kwargs"].items()}
+    # A mixer whose defaults changed since keeps those of then (DEFAULTS_BEFORE_2), which the logits below need.
+    kwargs = {k: {**DEFAULTS_BEFORE_2.get(k, {}), **v} for k, v in flat["mixer_kwargs"].items()}
     assert model.config.norm_eps == flat["norm_eps"] and model.config.mixer_kwargs == kwargs
     expected = load_file(str(OLD / name / "expected.safetensors"))
     with torch.no_grad():
@@ -125,3 +125,17 @@ def test_a_cms_dict_without_a_step_rule_loads_with_the_rule_it_was_written_under
     """ffn_to_dict writes every field, so a "cms" dict without step_rule predates it: eq. 71's explicit step."""
     assert ffn_from_dict({"kind": "cms", "chunk_sizes": [2, 4]}).step_rule == "explicit"
     assert ffn_from_dict(ffn_to_dict(CMSConfig())) == CMSConfig() and CMSConfig().step_rule == "normalized"
+
+
+def test_a_config_written_before_format_2_keeps_the_defaults_it_was_trained_with():
+    """Format 2 changed self-modifying Titans' and the CMS's defaults (step rules, input views, momentum, eta_max):
+    a dict without "format" (any earlier release) loads with the old values, one with it with the new."""
+    config = LMConfig(vocab_size=10, d_model=16, n_heads=2, n_layers=1, mixer="hope",
+                      mixer_kwargs={"hope": {"mini_batch": 4}})
+    d = config.to_dict()
+    assert d["format"] == 2 and LMConfig.from_dict(d) == config
+    old = LMConfig.from_dict({k: v for k, v in d.items() if k != "format"})
+    assert old.mixer_kwargs["hope"] == {**DEFAULTS_BEFORE_2["hope"], "mini_batch": 4}
+    assert LM(old).blocks[0].mixer.config.step_rule == "explicit"
+    with pytest.raises(ValueError, match="format"):
+        LMConfig.from_dict({**d, "format": 3})

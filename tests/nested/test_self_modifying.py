@@ -135,8 +135,8 @@ STATIC = frozenset({"k", "v", "q", "eta", "alpha"})
 
 
 def test_static_projections_linear_memory_dot_loss_no_dgd_is_gated_linear_attention():
-    config = _config(static=STATIC, memory_model=InnerModel(), dgd=False, step_rule="explicit", loss="dot",
-                                 self_values=False, read="updated", mini_batch=1, mini_batch_memory=1,
+    config = _config(static=STATIC, memory_model=InnerModel(), dgd=False, momentum=False, step_rule="explicit",
+                                 loss="dot", self_values=False, read="updated", mini_batch=1, mini_batch_memory=1,
                                  normalize_v=False, eta_max=1.0)
     params, x = _params(config), _x()
     params.init["memory"].zero_()
@@ -147,7 +147,7 @@ def test_static_projections_linear_memory_dot_loss_no_dgd_is_gated_linear_attent
 
 
 def test_with_the_l2_objective_it_is_the_decoupled_gated_delta_rule():
-    config = _config(static=STATIC, memory_model=InnerModel(), dgd=False, step_rule="explicit",
+    config = _config(static=STATIC, memory_model=InnerModel(), dgd=False, momentum=False, step_rule="explicit",
                                  self_values=False, read="updated", mini_batch=1, mini_batch_memory=1,
                                  normalize_v=False, eta_max=1.0)
     params, x = _params(config), _x()

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 from regmem.layers import MIXERS, is_mixer_name
 from regmem.layers.ffn import check_heads_divide
-from regmem.layers.hope import CMS_MIXERS
 from regmem.models.ffn import (
     FFNConfig,
     FFNKind,
@@ -67,14 +66,21 @@ class LMConfig:
         d = dataclasses.asdict(self)
         d["mixer"] = list(self.mixer) if isinstance(self.mixer, tuple) else self.mixer
         d["ffn"] = ffn_to_dict(self.ffn)
-        return d
+        return {**d, "format": FORMAT}
 
     @classmethod
     def from_dict(cls, d: dict) -> LMConfig:
         """The inverse of to_dict. A config.json of the flat format written before the typed FFN configs
-        (`"ffn": "cms", "cms_chunk_sizes": [...], "moe_experts": 4, ...`) loads as the same model."""
+        (`"ffn": "cms", "cms_chunk_sizes": [...], "moe_experts": 4, ...`) loads as the same model, and a config
+        without "format" (written before format 2) keeps the defaults it was trained with (DEFAULTS_BEFORE_2)."""
+        d = dict(d)
+        version = d.pop("format", 1)
+        if version not in (1, FORMAT):
+            raise ValueError(f"format must be 1 or {FORMAT} (this version of regmem), got {version!r}")
         if FLAT_FFN_KEYS & set(d):
             d = _from_flat(d)
+        if version < 2:
+            d = _defaults_before_2(d)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -82,6 +88,28 @@ class LMConfig:
         if isinstance(d.get("ffn"), dict):
             d = {**d, "ffn": ffn_from_dict(d["ffn"])}
         return cls(**d)
+
+
+FORMAT = 2  # of to_dict's output; 1 (no "format" key) is every config written before it
+
+# Mixer options whose defaults changed with format 2 (regmem/layers/self_modifying.py, regmem/nested/cms.py): a
+# config without "format" was trained with these values, so they are filled in where it does not set them.
+DEFAULTS_BEFORE_2 = {
+    "self_modifying_titans": {"step_rule": "explicit", "inputs": "shared", "momentum": False, "eta_max": 0.05},
+    "hope": {"step_rule": "explicit", "inputs": "shared", "momentum": False, "eta_max": 0.05,
+             "cms_step_rule": "explicit"},
+    "hope_attention": {"cms_step_rule": "explicit"},
+}
+
+
+def _defaults_before_2(d: dict) -> dict:
+    layers = set(layer_mixers(d.get("mixer", LMConfig.mixer), d.get("n_layers", LMConfig.n_layers)))
+    kwargs = d.get("mixer_kwargs", {})
+    if not isinstance(kwargs, dict):
+        return d
+    kwargs = {**kwargs, **{name: {**DEFAULTS_BEFORE_2[name], **kwargs.get(name, {})}
+                           for name in layers & set(DEFAULTS_BEFORE_2)}}
+    return {**d, "mixer_kwargs": kwargs}
 
 
 def layer_mixers(mixer: str | tuple[str, ...] | list[str], n_layers: int) -> list[str]:
@@ -127,7 +155,5 @@ def _from_flat(d: dict) -> dict:
     kwargs = rest.get("mixer_kwargs", {})
     if isinstance(kwargs, dict):  # the flat format kept options of mixers no layer used
         kwargs = {k: v for k, v in kwargs.items() if k in layers}
-        for name in layers & set(CMS_MIXERS):  # their CMS had only eq. 71's explicit step
-            kwargs[name] = {"cms_step_rule": "explicit", **kwargs.get(name, {})}
         rest = {**rest, "mixer_kwargs": kwargs}
     return {**rest, "ffn": config_class(**options)}

@@ -59,7 +59,7 @@ class SelfModifyingConfig:
     hidden: int = 0  # width of each memory's hidden layer; 0 means the head dim
     activation: Activation = "silu"  # between the two layers of each memory (eq. 89 leaves it open)
     dgd: bool = True  # False: "w/o DGD" (plain GD inner rule)
-    momentum: bool = False  # inner momentum ("w/o momentum" is False)
+    momentum: bool = True  # inner momentum (Table 6's full model; "w/o momentum" is False)
     weight_decay: bool = True  # False: alpha_t = 1 ("w/o weight decay")
     adaptive_q: bool = True  # False: q = x W_q, a static linear projection
     static: frozenset[StaticMemory] = frozenset()  # memories (not the main one) never updated at test time
@@ -69,7 +69,7 @@ class SelfModifyingConfig:
     read: Read = "updated"  # the main memory after each token's update (TTT's convention); "anchor" is eq. 90
     loss: Loss = "l2"  # the inner objective of every memory (eq. 85: l2)
     step_rule: StepRule = "proximal"  # "explicit" is eq. 88 as printed; "proximal" cannot expand (regmem.ops.ttt)
-    eta_max: float = 0.05  # eta_t = eta_max * sigmoid(.); larger ones diverged (regmem/layers/self_modifying.py)
+    eta_max: float = 1.0  # eta_t = eta_max * sigmoid(.); the proximal rule keeps any eta from expanding
     mini_batch: int = 16  # tokens per mini-batch of every memory but the main one (Fig. 5's chunk of 16)
     mini_batch_memory: int | None = None  # the main memory's mini-batch; None means mini_batch
     memory_model: InnerModel | None = None  # the main memory's model; None means the residual MLP
