@@ -64,16 +64,19 @@ def test_the_cms_and_each_ablation_flag_change_the_computation():
 
 def test_keys_and_queries_reach_the_memories_as_unit_vectors(monkeypatch):
     seen = []
-    engine = smt.ttt
 
-    def spy(q, k, *args, **kwargs):
-        seen.append((q, k))
-        return engine(q, k, *args, **kwargs)
+    def spy(engine):
+        def call(q, k, *args, **kwargs):
+            seen.append((engine.__name__, q, k))
+            return engine(q, k, *args, **kwargs)
+        return call
 
-    monkeypatch.setattr(smt, "ttt", spy)
+    # T = 9 in mini-batches of 2: four whole ones run stacked (ttt_mini_batch), the last token the engine (ttt)
+    monkeypatch.setattr(smt, "ttt", spy(smt.ttt))
+    monkeypatch.setattr(smt, "ttt_mini_batch", spy(smt.ttt_mini_batch))
     _hope(normalize_v=True)(_x())
-    assert seen
-    for q, k in seen:
+    assert [name for name, _, _ in seen] == ["ttt_mini_batch"] * 4 + ["ttt"]
+    for _, q, k in seen:
         torch.testing.assert_close(k.norm(dim=-1), torch.ones_like(k[..., 0]))
         torch.testing.assert_close(q.norm(dim=-1), torch.ones_like(q[..., 0]))
 
@@ -128,3 +131,15 @@ def test_each_cms_option_is_that_field_of_the_cms_config(name):
 def test_options_a_layer_cannot_use_raise_value_error(name, options, match):
     with pytest.raises(ValueError, match=match):
         build_mixer(name, D, H, **options)
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0])
+def test_the_default_memories_stay_bounded_where_the_printed_step_overflows(scale):
+    """Self-modifying Titans' six memories at init, 256 tokens: with the default proximal step they stay bounded at
+    any input scale; eq. 88's explicit step (at the same eta_max 1 and momentum) overflows."""
+    x = scale * _x(2, 256)
+    for rule, bounded in (("proximal", True), ("explicit", False)):
+        torch.manual_seed(0)
+        _, (_, memories) = SelfModifyingTitans(D, H, step_rule=rule).double()(x)
+        largest = torch.stack([s.params.abs().max() for s in memories if s is not None]).max()
+        assert bool(torch.isfinite(largest) & (largest < 10)) == bounded, (rule, largest)

@@ -1,24 +1,31 @@
 """SelfModifyingTitans: the mixer of Nested Learning's self-modifying Titans (arXiv:2512.24695, Sec. 8.1-8.3), the
 core of Hope, on the functional composite `regmem.nested.self_modifying_titans`.
 
-    x_h = conv(W_in x) per head (short causal conv, window 4, Hope's "local convolutions")
-    y_h = self_modifying_titans(x_h)    six residual-MLP memories, each fitted at test time to its own values
+    x_k, x_v, x_q = conv(W_in x) per head (short causal conv, window 4, Hope's "local convolutions")
+    y_h = self_modifying_titans(x_k, x_v, x_q)    six residual-MLP memories, each fitted at test time to its own values
     out = W_o norm(y) ⊙ silu(W_g x)
 
-The inner step is eta_t = eta_max * sigmoid(.) with eta_max = 0.05, and v_t is L2-normalised like k_t and q_t
-(`normalize_v=True`, regmem's default; the paper normalises q and k only). Measured without it (benchmarks/README.md):
-an LM with this layer trained on MQAR (quick preset) diverges to NaN -- within 25 steps at eta_max = 0.5, within 512
-at 0.05, and also with dgd=False: every memory regresses onto its own M(v) with v = M_v(x), a positive feedback once
-M_v's gain exceeds one, and M_v's parameters grow first. With unit v the targets stay bounded; the same run then
-trains without a NaN (120 steps at lr 0.03 where the unnormalised one failed at step 19).
+Defaults (SelfModifyingConfig holds them, the only place) and each departure from the printed paper:
+- the proximal step rule (`step_rule="proximal"`): every memory layer steps with eta / (1 + eta ||x_l||^2 ...)
+  instead of eq. 88's eta (regmem/ops/ttt/DERIVATION.md §6). Eq. 88's explicit step expands once eta ||x||^2 > 1;
+  the proximal one is its exact minimiser for one input and cannot (tests/ops/test_ttt_stable.py).
+- v_t is L2-normalised like k_t and q_t (`normalize_v=True`; the paper normalises q and k only). Measured without it
+  (benchmarks/README.md): the memories regress onto their own M(v) with v = M_v(x), a positive feedback once M_v's
+  gain exceeds one; an LM on MQAR went NaN within 25 steps at eta_max 0.5. The proximal rule bounds each step but
+  not this loop: at init (d_model 16, eta_max 1) inputs three times the unit scale made the unnormalised v
+  overflow within 256 tokens.
+- M_k (with M_eta, M_alpha), M_v and M_q read their own projection of the input (`inputs="separate"`; eq. 94 feeds
+  all one x_t). With one shared x every memory starts near the identity of the same vector, so k, v and q start
+  equal and must be pulled apart by the memories' MLPs alone; three views are what a linear attention's W_k, W_v,
+  W_q give. `inputs="shared"` is the printed form.
+- eta_t = eta_max * sigmoid(.) with eta_max = 1, inner momentum on (Table 6's full model; "w/o momentum" is
+  `momentum=False`), and the main memory is read after each token's update (`read="updated"`, as TTT does), so a
+  query can recall pairs of its own mini-batch; `read="anchor"` is eq. 90.
 
 Outer parameters: the projection, conv, the six initial memories M_□,0 [H, P] (meta-learned through the unrolled
 inner updates), the gate read-outs, and the output norm and gate. Every Table-6 ablation is a constructor option (a
-field of SelfModifyingConfig, whose defaults -- eta_max 0.05, normalize_v, read="updated" -- are these):
-`dgd=False`, `momentum=False`, `weight_decay=False`, `static=("k", "v", "q")` (any subset), `adaptive_q=False`.
-The layer reads the main memory after each token's update (`read="updated"`, as TTT does) by default, so a query can
-recall pairs of its own mini-batch; `read="anchor"` is the paper's eq. 90 (nothing written inside a mini-batch is
-readable before the mini-batch ends).
+field of SelfModifyingConfig): `dgd=False`, `momentum=False`, `weight_decay=False`, `static=("k", "v", "q")` (any
+subset), `adaptive_q=False`.
 
 Padding (regmem/ops/common/padding.py): padded inputs are zeroed, each row's real tokens are moved to its front
 ("real tokens first": mini-batches count from a row's first real token), the padded tail changes no memory
