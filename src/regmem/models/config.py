@@ -93,22 +93,36 @@ class LMConfig:
 FORMAT = 2  # of to_dict's output; 1 (no "format" key) is every config written before it
 
 # Mixer options whose defaults changed with format 2 (regmem/layers/self_modifying.py, regmem/nested/cms.py): a
-# config without "format" was trained with these values, so they are filled in where it does not set them.
+# config without "format" was trained with these values, so they are filled in where it does not set them. The
+# CMS's width then was the LM's SwiGLU width, round(8/3 d_model), for every level (now split over the levels).
 DEFAULTS_BEFORE_2 = {
     "self_modifying_titans": {"step_rule": "explicit", "inputs": "shared", "momentum": False, "eta_max": 0.05},
-    "hope": {"step_rule": "explicit", "inputs": "shared", "momentum": False, "eta_max": 0.05,
-             "cms_step_rule": "explicit"},
-    "hope_attention": {"cms_step_rule": "explicit"},
+    "hope": {"step_rule": "explicit", "inputs": "shared", "momentum": False, "eta_max": 0.05},
 }
+CMS_BEFORE_2 = {"step_rule": "explicit"}  # and hidden = round(8/3 d_model): the CMS of an FFN, Hope, Hope-Attention
 
 
 def _defaults_before_2(d: dict) -> dict:
+    d_model = d.get("d_model", LMConfig.d_model)
+    cms_then = {**CMS_BEFORE_2, "hidden": round(8 / 3 * d_model)}
+    ffn = d.get("ffn")
+    if isinstance(ffn, dict) and ffn.get("kind") == "cms":
+        d = {**d, "ffn": {**ffn, **{k: v for k, v in cms_then.items() if not ffn.get(k)}}}
+    elif ffn == "cms":
+        d = {**d, "ffn": {"kind": "cms", **cms_then}}
+    elif isinstance(ffn, CMSConfig):
+        d = {**d, "ffn": dataclasses.replace(ffn, hidden=ffn.hidden or cms_then["hidden"])}
     layers = set(layer_mixers(d.get("mixer", LMConfig.mixer), d.get("n_layers", LMConfig.n_layers)))
     kwargs = d.get("mixer_kwargs", {})
     if not isinstance(kwargs, dict):
         return d
-    kwargs = {**kwargs, **{name: {**DEFAULTS_BEFORE_2[name], **kwargs.get(name, {})}
-                           for name in layers & set(DEFAULTS_BEFORE_2)}}
+    kwargs = dict(kwargs)
+    for name in layers & {"self_modifying_titans", "hope", "hope_attention"}:
+        options = {**DEFAULTS_BEFORE_2.get(name, {}), **kwargs.get(name, {})}
+        if name != "self_modifying_titans" and options.get("cms", True):
+            options = {**{f"cms_{k}": v for k, v in cms_then.items()}, **options}
+            options["cms_hidden"] = options["cms_hidden"] or cms_then["hidden"]
+        kwargs[name] = options
     return {**d, "mixer_kwargs": kwargs}
 
 

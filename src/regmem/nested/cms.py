@@ -125,7 +125,7 @@ class CMSConfig:
     kind: ClassVar[Literal["cms"]] = "cms"
     chunk_sizes: tuple[int, ...] = (16, 64, 256)  # tokens per update of each level; Fig. 5 stacks 16 under slower
     lr: float | tuple[float, ...] = 1e-3  # inner step size; the LM and Hope trained with 1e-3 (benchmarks/README.md)
-    hidden: int = 0  # 0: round(8/3 D), the LM's SwiGLU width at expansion 4
+    hidden: int = 0  # 0: round(8/3 D / k): the LM's SwiGLU width split over the k levels (the FFN's parameters)
     variant: Variant = "sequential"  # eq. 73, Hope's chain (eq. 97)
     objective: Objective = "value"  # a meta-learned view of the level's own inputs (module docstring)
     step_rule: StepRule = "normalized"  # cannot diverge (module docstring); "explicit" is eq. 71 as printed
@@ -183,7 +183,9 @@ class CMSConfig:
         return self.persistent if isinstance(self.persistent, tuple) else (self.persistent,) * self.levels
 
     def width(self, d_model: int) -> int:
-        return self.hidden or round(8 / 3 * d_model)
+        """F of every level: `hidden`, or the SwiGLU width of the LM's FFN (8/3 D) split over the levels, so a CMS
+        that replaces an FFN has its parameters (and, per token, its forward cost)."""
+        return self.hidden or round(8 / 3 * d_model / self.levels)
 
     def parents(self) -> list[int | None]:
         """Per level, the level that resets it (the nested variants): the one with the next larger chunk size."""
