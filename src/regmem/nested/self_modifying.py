@@ -244,10 +244,10 @@ def _fused_piece(x, config: SelfModifyingConfig, params: OuterParams, stacked: _
     log_mu = F.logsigmoid((rows[:, :H] * params.w_mu[:, None]).sum(-1)) if config.momentum else None
     targets, _ = model.forward(W, v.repeat(1, G, 1, 1), None)  # every memory's own M(v), [B, 6 H, n, d]
     o, weights, momenta = ttt_mini_batch(
-        torch.cat([k.repeat(1, G - 1, 1, 1), q], dim=1), k.repeat(1, G, 1, 1), targets, eta.repeat(1, G, 1),
-        g.repeat(1, G, 1), log_mu.repeat(1, G, 1) if log_mu is not None else None, W, stacked.momenta,
-        model=model, loss=config.loss, dgd=config.dgd, step_rule=config.step_rule)
-    return o[:, (G - 1) * H:].transpose(1, 2), _Stacked(weights, momenta, stacked.offset)  # the main memory's read
+        q, k.repeat(1, G, 1, 1), targets, eta.repeat(1, G, 1), g.repeat(1, G, 1),
+        log_mu.repeat(1, G, 1) if log_mu is not None else None, W, stacked.momenta, model=model, loss=config.loss,
+        dgd=config.dgd, step_rule=config.step_rule, read=lambda t: t[:, (G - 1) * H:])  # only the main memory reads
+    return o.transpose(1, 2), _Stacked(weights, momenta, stacked.offset)
 
 
 def _read(config: SelfModifyingConfig, name: str, state: TTTState, rows: torch.Tensor) -> torch.Tensor:

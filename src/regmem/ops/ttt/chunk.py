@@ -97,21 +97,28 @@ def ttt_chunk_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: Inn
 
 
 def _block(anchor_w, W_now, P_now, q_n, k_n, v_n, eta_n, mu_n, kn, *, model: InnerModel, loss, loss_param, dgd, ln,
-           step_rule):
+           step_rule, read=None):
     """One block of c tokens inside one mini-batch (module docstring): gradients at the anchor's layers `anchor_w`,
-    the recurrence from (W_now, P_now) (lists per layer; P None without momentum). q_n, k_n: [B, H, c, K]; v_n:
-    [B, H, c, V]; eta_n, mu_n (log momentum retention or None): [B, H, c]; kn: the block's decay kernels
-    (`_kernels`). Returns the outputs [B, H, c, V] and the layers' (W, Pi) at the block's end."""
-    y, trace = model.forward(anchor_w, k_n, ln)  # [B, H, c, V]
+    the recurrence from (W_now, P_now) (lists per layer; P None without momentum). q_n, k_n: [..., c, K]; v_n:
+    [..., c, V]; eta_n, mu_n (log momentum retention or None): [..., c]; kn: the block's decay kernels (`_kernels`);
+    the leading dims [...] ([B, H] in the chunk form) broadcast. `read` (None: all) selects, from every tensor's
+    leading dims, the memories whose query path is computed (q_n is already selected): a caller that reads one of
+    several stacked memories skips the others' reads. Returns the outputs [..., c, V] and the layers' (W, Pi) at the
+    block's end."""
+    y, trace = model.forward(anchor_w, k_n, ln)  # [..., c, V]
     dy = loss_grad(loss, y, v_n, loss_param)
     deltas = model.backward(anchor_w, trace, dy, ln)
     steps, rhos = layer_steps(step_rule, eta_n.unsqueeze(-1), *norms_sq(trace[0], deltas, dy),
-                              mu_n.unsqueeze(-1) if mu_n is not None else None)  # each layer's, [B, H, c, 1]
+                              mu_n.unsqueeze(-1) if mu_n is not None else None)  # each layer's, [..., c, 1]
     z = q_n
     new_w, new_p = [], []
     layers = zip(W_now, P_now, trace[0], deltas, steps, rhos, strict=True)
     for layer, (W0, P0, X, delta, eta, rho) in enumerate(layers):
-        h, W_end, P_end = _layer(model.layer_input(z), W0, P0, X, -eta * delta, rho if dgd else None, kn)
+        D = -eta * delta
+        W_end, P_end, E = _layer_state(W0, P0, X, D, rho if dgd else None, kn)
+        pick = read or (lambda t: t)
+        h = _layer_read(model.layer_input(z), *(None if t is None else pick(t) for t in (W0, P0, X, D, E)),
+                        {name: pick(t) for name, t in kn.items()})
         new_w.append(W_end)
         new_p.append(P_end)
         z = activation(model.activation, h) if layer < model.depth - 1 else h
@@ -120,47 +127,57 @@ def _block(anchor_w, W_now, P_now, q_n, k_n, v_n, eta_n, mu_n, kn, *, model: Inn
 
 
 def ttt_mini_batch(q, k, v, beta, g, log_eta, weights: list, momenta: list, *, model: InnerModel, loss="l2",
-                   loss_param=None, dgd: bool = False, step_rule="explicit") -> tuple[torch.Tensor, list, list]:
+                   loss_param=None, dgd: bool = False, step_rule="explicit",
+                   read=None) -> tuple[torch.Tensor, list, list]:
     """Exactly one whole mini-batch from a mini-batch start, heads first and per layer: `ttt(..., mode="chunk",
     mini_batch=T)` on a state whose offset is 0, every token live, without the checks, the realignment and the dead
     block a continued call pays for, and without packing the parameters (a caller that runs a sequence mini-batch
     by mini-batch, like self-modifying Titans, knows it is aligned and keeps its layers apart between calls).
-    q, k: [B, H, T, K]; v: [B, H, T, V]; beta, g (or None), log_eta (or None): [B, H, T]; weights: the layers
-    [B, H, rows, columns] (`model.unpack` of the parameters, which are the anchor); momenta: the same for the
-    momentum, or [None] * depth without it. Returns o [B, H, T, V] and the layers' weights and momenta after."""
+    k: [..., T, K]; v: [..., T, V]; beta, g (or None), log_eta (or None): [..., T]; weights: the layers
+    [..., rows, columns] (`model.unpack` of the parameters, which are the anchor); momenta: the same for the
+    momentum, or [None] * depth without it. The leading dims ([B, H], or e.g. [B, memories, H]) broadcast, so
+    inputs shared by several memories are passed once. q: [..., T, K] of the memories `read` selects (`_block`).
+    Returns o [..., T, V] and the layers' weights and momenta after the mini-batch."""
     live = torch.ones_like(beta)
     g = torch.zeros_like(beta) if g is None else g
-    kern = _kernels(g.unsqueeze(2), log_eta.unsqueeze(2) if log_eta is not None else None, live.unsqueeze(2))
-    kn = {name: x[:, :, 0] for name, x in kern.items()}  # the one block's kernels
+    kern = _kernels(g.unsqueeze(-2), log_eta.unsqueeze(-2) if log_eta is not None else None, live.unsqueeze(-2))
+    kn = {name: x.squeeze(g.ndim - 1) for name, x in kern.items()}  # the one block's kernels (N = 1)
     return _block(weights, weights, momenta, q, k, v, beta, log_eta, kn, model=model, loss=loss,
-                  loss_param=loss_param, dgd=dgd, ln=None, step_rule=step_rule)
+                  loss_param=loss_param, dgd=dgd, ln=None, step_rule=step_rule, read=read)
 
 
-def _layer(Z, W0, P0, X, D, rho, kn):
-    """One layer of one mini-batch in the dual form (module docstring). Z, X: [B, H, C, d_in] query-path and
-    key-path inputs; W0, P0: [B, H, d_in, d_out] parameters and momentum entering the mini-batch (P0 None without
-    momentum); D: [B, H, C, d_out] the rows -eta_i delta_i; rho: [B, H, C, 1] or None (no DGD). Returns the query
-    path's pre-activations [B, H, C, d_out] and the layer's (W, Pi) at the mini-batch end."""
-    Xt = X.transpose(-1, -2)  # [B, H, d_in, C]
-    ZX = Z @ Xt  # [B, H, C, C]
-    M = kn["M"]
-    h = kn["a"].unsqueeze(-1) * (Z @ W0) + (M * ZX) @ D
+def _layer_state(W0, P0, X, D, rho, kn):
+    """One layer of one mini-batch in the dual form (module docstring), its state: X: [..., C, d_in] the key-path
+    inputs; W0, P0: [..., d_in, d_out] parameters and momentum entering the mini-batch (P0 None without momentum);
+    D: [..., C, d_out] the rows -eta_i delta_i; rho: [..., C, 1] or None (no DGD). Returns the layer's (W, Pi) at the
+    mini-batch end and the DGD errors E [..., C, d_out] (None without DGD)."""
+    Xt = X.transpose(-1, -2)  # [..., d_in, C]
     W_end = kn["a_end"][..., None, None] * W0 + Xt @ (kn["M_end"].unsqueeze(-1) * D)
-    P_end = None
+    P_end = E = None
     if P0 is not None:
-        h = h + kn["b"].unsqueeze(-1) * (Z @ P0)
         W_end = W_end + kn["b_end"][..., None, None] * P0
         P_end = kn["c_end"][..., None, None] * P0 + Xt @ (kn["E_end"].unsqueeze(-1) * D)
     if rho is not None:  # the DGD errors e_i = -rho_i x_i W_{i-1}: one triangular solve
-        XX = X @ Xt  # [B, H, C, C]
+        XX = X @ Xt  # [..., C, C]
         rhs = kn["a_prev"].unsqueeze(-1) * (X @ W0) + (kn["M_prev"] * XX) @ D
         if P0 is not None:
             rhs = rhs + kn["b_prev"].unsqueeze(-1) * (X @ P0)
         L = rho * (kn["Gam_prev"] * XX)  # strictly lower
-        E = torch.linalg.solve_triangular(L, -rho * rhs, upper=False, unitriangular=True)  # [B, H, C, d_out]
-        h = h + (kn["Gam"] * ZX) @ E
+        E = torch.linalg.solve_triangular(L, -rho * rhs, upper=False, unitriangular=True)  # [..., C, d_out]
         W_end = W_end + Xt @ (kn["Gam_end"].unsqueeze(-1) * E)
-    return h, W_end, P_end
+    return W_end, P_end, E
+
+
+def _layer_read(Z, W0, P0, X, D, E, kn):
+    """The query path of `_layer_state`'s layer: Z [..., C, d_in] reads the parameters after each token. Returns
+    the pre-activations [..., C, d_out]."""
+    ZX = Z @ X.transpose(-1, -2)  # [..., C, C]
+    h = kn["a"].unsqueeze(-1) * (Z @ W0) + (kn["M"] * ZX) @ D
+    if P0 is not None:
+        h = h + kn["b"].unsqueeze(-1) * (Z @ P0)
+    if E is not None:
+        h = h + (kn["Gam"] * ZX) @ E
+    return h
 
 
 def _kernels(g, log_eta, live):
