@@ -14,7 +14,11 @@
   bias-free GELU MLP of depth 2 (width 4K) with output layer norm, SGD with data-dependent momentum and weight decay.
   `TitansLinear` (titans.py) is the same memory with a linear regressor and its closed-form chunk algebra.
 - `dgd=True` on any of them adds Delta Gradient Descent's state-dependent decay (Nested Learning, arXiv:2512.24695,
-  eq. 88), layer by layer.
+  eq. 88), layer by layer; `step_rule="proximal"` replaces the printed explicit step by one that cannot expand
+  (regmem/ops/ttt/DERIVATION.md §6). The default stays "explicit": TTT's and Titans' rules as published, with
+  normalised keys. Measured on an untrained layer (d_model 64, 64 tokens): Titans-MLP with DGD at mini-batch 1 and
+  inner_lr 1 reached |W| = 3.6e18 under the explicit rule, its output kept finite by the layer norm, and 0.75 under
+  the proximal one (tests/layers/test_deep_memory_stable.py).
 
 The initial memory theta_0 [H, P] (and the output layer norm's affine) are parameters of the layer, trained by the
 outer optimiser through the unrolled inner updates ("meta-learned initial memory").
@@ -39,7 +43,7 @@ from torch import nn
 from regmem.layers.memory import MemoryMixer
 from regmem.ops import InnerModel, TTTState, ttt
 from regmem.ops.common import permute_time, real_first_order, restore_time
-from regmem.ops.ttt.model import Loss
+from regmem.ops.ttt.model import Loss, StepRule
 
 
 class DeepMemoryMixer(MemoryMixer):
@@ -49,11 +53,14 @@ class DeepMemoryMixer(MemoryMixer):
     weight_decay: bool = False  # data-dependent weight decay alpha_t
 
     def __init__(self, d_model: int, n_heads: int, *, inner_model: InnerModel, inner_lr: float = 1.0,
-                 mini_batch: int = 16, dgd: bool = False, loss: Loss = "l2", qk_norm: bool = True,
-                 **memory_kwargs):
+                 mini_batch: int = 16, dgd: bool = False, loss: Loss = "l2", step_rule: StepRule = "explicit",
+                 qk_norm: bool = True, **memory_kwargs):
         super().__init__(d_model, n_heads, qk_norm=qk_norm, **memory_kwargs)
         if loss not in get_args(Loss):
             raise ValueError(f"loss must be one of {get_args(Loss)}, got {loss!r}")
+        if step_rule not in get_args(StepRule):
+            raise ValueError(f"step_rule must be one of {get_args(StepRule)}, got {step_rule!r}")
+        self.step_rule = step_rule
         inner_model.check_dims(self.key_dim, self.value_dim)
         self.inner_model, self.inner_lr, self.mini_batch, self.dgd, self.loss = (
             inner_model, inner_lr, mini_batch, dgd, loss)
@@ -85,6 +92,7 @@ class DeepMemoryMixer(MemoryMixer):
             q, k, v, beta, g, log_eta, mask = (permute_time(t, order) for t in (q, k, v, beta, g, log_eta, mask))
         ln = {"ln_weight": self.ln_weight, "ln_bias": self.ln_bias} if self.inner_model.layer_norm else {}
         o, state = ttt(q, k, v, beta, g, log_eta, model=self.inner_model, loss=self.loss, dgd=self.dgd,
+                       step_rule=self.step_rule,
                        mini_batch=self.mini_batch, initial_state=memory, output_final_state=True, mode=mode,
                        chunk_size=min(self.chunk_size, self.mini_batch), token_mask=mask, **ln)
         if order is not None:
