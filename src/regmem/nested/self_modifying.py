@@ -16,11 +16,19 @@ future), and every inner gradient is taken there; the updates themselves follow 
 `mini_batch` (the paper's two chunk sizes). The read-out y_t uses the main memory at its mini-batch start
 (eq. 90, `read="anchor"`; at mini-batch 1 this is eq. 86's M_{t-1}) or after the token's own update
 (`read="updated"`, TTT's convention and the default). v_t is L2-normalised like k_t and q_t by default
-(`normalize_v`; the paper normalises q and k only): regmem/layers/self_modifying.py says why.
+(`normalize_v`; the paper normalises q and k only), every memory steps by the engine's proximal rule
+(`step_rule="proximal"`; "explicit" is eq. 88 as printed) and M_k (M_eta, M_alpha), M_v, M_q read their own view
+of the input (`inputs="separate"`; "shared" is eq. 94's one x_t): regmem/layers/self_modifying.py says why.
+
+Speed: the six memories share one architecture by default, so each whole mini-batch is one stacked forward for the
+generated tensors, one for the targets and one block of the engine's chunk form (`_fused_piece`), the memories kept
+stacked and per layer between mini-batches, and only the main memory's query path is computed; other
+configurations, padded rows and pieces cut by a continued state run the general `_piece`.
 
 Decisions where the paper is silent (documented, each a flag): eta and alpha are scalars per head, the memory
 output reduced by learned vectors w_eta, w_alpha; the activation is SiLU; DGD acts on each layer with that layer's
-input; inner momentum (`momentum=True`) is Titans' Pi_t = mu_t Pi_{t-1} - eta_t G_t with mu_t = sigmoid(x_t . w_mu);
+input; inner momentum (`momentum=True`, the default: Table 6's full model) is Titans' Pi_t = mu_t Pi_{t-1} -
+eta_t G_t with mu_t = sigmoid(x_t . w_mu) (under the proximal rule (1 - mu_t) eta_t G_t enters it: regmem.ops.ttt);
 a "static" memory is never updated at test time (its meta-learned initial MLP stays; Table 6 ablates static k, v,
 q); q is adaptive by default (Table 6 ablates "w/o inner-projection q").
 
