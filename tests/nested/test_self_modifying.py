@@ -79,11 +79,11 @@ def test_token_steps_and_a_split_sequence_equal_one_call(config):
     _close_states(state, s_full, "final")
 
 
-@pytest.mark.parametrize("momentum", [False, True])
-def test_the_fused_path_equals_the_reference_form(momentum):
+@pytest.mark.parametrize(("momentum", "layer_norm"), [(False, False), (True, False), (True, True)])
+def test_the_fused_path_equals_the_reference_form(momentum, layer_norm):
     """Six alike memories (the layer's default) run stacked, one engine block per mini-batch (`_fused_piece`);
     T = 11 ends inside a mini-batch and a continued call starts inside one, so both paths run and hand over."""
-    config = _config(momentum=momentum, mini_batch=4, eta_max=0.3)
+    config = _config(momentum=momentum, layer_norm=layer_norm, mini_batch=4, eta_max=0.3)
     params, x = _params(config), _x()
     y_ref, s_ref = self_modifying_titans(x, config, params, mode="reference")
     y, s = self_modifying_titans(x, config, params)
@@ -108,6 +108,7 @@ def test_causal():
 @pytest.mark.parametrize("flag", [{"dgd": False}, {"momentum": False}, {"weight_decay": False},
                                   {"static": frozenset({"k"})}, {"static": frozenset({"v"})},
                                   {"adaptive_q": False}, {"self_values": False}, {"read": "updated"},
+                                  {"layer_norm": True},
                                   {"normalize_v": True}])
 def test_every_ablation_switch_changes_the_computation(flag):
     base = _config(momentum=True, mini_batch=2, mini_batch_memory=2, eta_max=0.3, **PAPER)

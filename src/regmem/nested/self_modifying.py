@@ -66,6 +66,7 @@ class SelfModifyingConfig:
 
     hidden: int = 0  # width of each memory's hidden layer; 0 means the head dim
     activation: Activation = "silu"  # between the two layers of each memory (eq. 89 leaves it open)
+    layer_norm: bool = False  # True: each memory is x + LN(MLP(x)) (TTT's and Titans' form) instead of eq. 89's
     dgd: bool = True  # False: "w/o DGD" (plain GD inner rule)
     momentum: bool = True  # inner momentum (Table 6's full model; "w/o momentum" is False)
     weight_decay: bool = True  # False: alpha_t = 1 ("w/o weight decay")
@@ -107,7 +108,7 @@ class SelfModifyingConfig:
     def model(self, name: str, d: int) -> InnerModel:
         if name == "memory" and self.memory_model is not None:
             return self.memory_model
-        return InnerModel((self.hidden or d,), self.activation, residual=True)
+        return InnerModel((self.hidden or d,), self.activation, residual=True, layer_norm=self.layer_norm)
 
     def mini_batch_of(self, name: str) -> int:
         """The mini-batch of memory `name`."""
