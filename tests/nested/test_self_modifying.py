@@ -108,7 +108,7 @@ def test_causal():
 @pytest.mark.parametrize("flag", [{"dgd": False}, {"momentum": False}, {"weight_decay": False},
                                   {"static": frozenset({"k"})}, {"static": frozenset({"v"})},
                                   {"adaptive_q": False}, {"self_values": False}, {"read": "updated"},
-                                  {"layer_norm": True},
+                                  {"layer_norm": False},
                                   {"normalize_v": True}])
 def test_every_ablation_switch_changes_the_computation(flag):
     base = _config(momentum=True, mini_batch=2, mini_batch_memory=2, eta_max=0.3, **PAPER)

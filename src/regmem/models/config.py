@@ -96,8 +96,9 @@ FORMAT = 2  # of to_dict's output; 1 (no "format" key) is every config written b
 # config without "format" was trained with these values, so they are filled in where it does not set them. The
 # CMS's width then was the LM's SwiGLU width, round(8/3 d_model), for every level (now split over the levels).
 DEFAULTS_BEFORE_2 = {
-    "self_modifying_titans": {"step_rule": "explicit", "inputs": "shared", "momentum": False, "eta_max": 0.05},
-    "hope": {"step_rule": "explicit", "inputs": "shared", "momentum": False, "eta_max": 0.05},
+    "self_modifying_titans": {"step_rule": "explicit", "inputs": "shared", "momentum": False, "eta_max": 0.05,
+                              "layer_norm": False},
+    "hope": {"step_rule": "explicit", "inputs": "shared", "momentum": False, "eta_max": 0.05, "layer_norm": False},
 }
 CMS_BEFORE_2 = {"step_rule": "explicit"}  # and hidden = round(8/3 d_model): the CMS of an FFN, Hope, Hope-Attention
 

@@ -66,7 +66,8 @@ class SelfModifyingConfig:
 
     hidden: int = 0  # width of each memory's hidden layer; 0 means the head dim
     activation: Activation = "silu"  # between the two layers of each memory (eq. 89 leaves it open)
-    layer_norm: bool = False  # True: each memory is x + LN(MLP(x)) (TTT's and Titans' form) instead of eq. 89's
+    # each memory is x + LN(MLP(x)), TTT's and Titans' form; False: eq. 89's x + MLP(x) (layers/self_modifying.py)
+    layer_norm: bool = True
     dgd: bool = True  # False: "w/o DGD" (plain GD inner rule)
     momentum: bool = True  # inner momentum (Table 6's full model; "w/o momentum" is False)
     weight_decay: bool = True  # False: alpha_t = 1 ("w/o weight decay")
