@@ -163,6 +163,7 @@ def test_with_the_l2_objective_it_is_the_decoupled_gated_delta_rule():
     ({"static": frozenset({"memory"})}, "static"), ({"mini_batch_memory": 3}, "mini_batch_memory"),
     ({"mini_batch": 0}, "mini_batch"), ({"read": "later"}, "read"), ({"activation": "softplus"}, "activation"),
     ({"loss": "l1"}, "loss"), ({"eta_max": -0.1}, "eta_max"), ({"hidden": -1}, "hidden"),
+    ({"step_rule": "implicit"}, "step_rule"), ({"inputs": "tied"}, "inputs"),
 ])
 def test_bad_configuration_raises_value_error_naming_it(bad, field):
     with pytest.raises(ValueError, match=f"^{field} must"):
