@@ -26,8 +26,6 @@ from regmem.layers.self_modifying import SelfModifyingTitans
 from regmem.nested import CMS, CMSConfig, CMSState
 from regmem.nested.cms import Objective, StepRule, Variant
 
-CMS_MIXERS = ("hope", "hope_attention")  # the registry names of the mixers with `cms_*` options (registry.py)
-
 
 class HopeState(NamedTuple):
     inner: object

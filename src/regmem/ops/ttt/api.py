@@ -46,7 +46,7 @@ def ttt(q, k, v, beta, g=None, log_eta=None, *, model: InnerModel | None = None,
         G_t = grad_theta loss(f_theta(k_t), v_t) at theta_{s(t)}
         Pi_t = exp(log_eta_t) Pi_{t-1} - beta_t G_t                   (momentum; Pi_t = -beta_t G_t without it)
         W_{l,t} = (exp(g_t) I - rho_t x_l x_l^T) W_{l,t-1} + Pi_{l,t}   (rho_t = beta_t with dgd, else 0)
-    (with step_rule="proximal" every beta_t of layer l is beta_t / (1 + beta_t ||x_l||^2): model.step_sizes)
+    (with step_rule="proximal" layer l steps with a smaller beta_t that cannot expand: model.layer_steps)
         o_t = f_{theta_t}(scale * q_t)
     - *Test-time regression* (arXiv:2501.12352, Sec. 3, eq. 8 with an MLP regressor and a streaming-SGD solver);
     - TTT-Linear / TTT-MLP (Sun et al., arXiv:2407.04620, Sec. 2.3-2.7): mini-batch inner GD, no decay/momentum;
@@ -69,8 +69,9 @@ def ttt(q, k, v, beta, g=None, log_eta=None, *, model: InnerModel | None = None,
         loss: "l2" | "dot" | "huber" | "lp" (model.py); loss_param: the Huber delta or the exponent p.
         dgd: add Delta Gradient Descent's state-dependent decay -beta_t x_l x_l^T to every layer.
         step_rule: "explicit" (every layer steps with beta_t, the papers' printed rule) or "proximal" (layer l steps
-            with beta_t / (1 + beta_t ||x_l||^2), x_l its input at the anchor: the exact proximal step of the l2 loss
-            and of DGD's eq. 56 for one input, which cannot expand whatever ||x_l||; model.step_sizes).
+            with beta_t / (1 + beta_t max(||x_l||^2, ||G_l||^2 / ||dloss/df||^2)), x_l its input at the anchor; on
+            the output layer the exact proximal step of the l2 loss and of DGD's eq. 56 for one input, which cannot
+            expand whatever ||x_l||; momentum then accumulates (1 - mu_t) of each step: model.layer_steps).
         ln_weight, ln_bias: [H, V] affine of the output layer norm when `model.layer_norm` (None: no affine).
         scale: multiplies q; None means 1 (a nonlinear memory is read at the query itself, so the K^-1/2 of
             attention scores that other ops default to has no meaning here).
