@@ -46,6 +46,16 @@ from regmem.analysis.snr import (
     min_head_dim_formula,
     paper_inverse_snr,
 )
+from regmem.analysis.stability import (
+    deltaformer_pass_matrices,
+    read_bound,
+    read_error,
+    spectral_norm,
+    value_pass_bound,
+    value_pass_error,
+    value_pass_exact_bound,
+    value_pass_first_order,
+)
 from regmem.analysis.swap_construction import (
     GQA_POINTS,
     apply_kernel,
@@ -152,4 +162,13 @@ __all__ = [
     "swap_reflection",
     "sylvester_hadamard",
     "welch_bound",
+    # stability of DeltaFormer's value pass and read (Sec. 3.2, eqs. 50-52)
+    "deltaformer_pass_matrices",
+    "read_bound",
+    "read_error",
+    "spectral_norm",
+    "value_pass_bound",
+    "value_pass_error",
+    "value_pass_exact_bound",
+    "value_pass_first_order",
 ]
