@@ -57,11 +57,14 @@ OPTION_VARIANTS = {  # "<registry key>-<what the options do>": options beyond th
     "lstm-conv-narrow": {"short_conv": 3, "hidden_size": 8},
     "deltaformer-gqa-conv-token-beta": {"n_kv_heads": 1, "short_conv": 3, "beta": "token"},
     "deltaformer-linear-round-norotary": {"erase_kernel": "linear", "read_kernel": "round", "rotary": False},
+    "moe_attn-top2-qknorm-gqa-conv": {"top_k": 2, "qk_norm": True, "n_kv_heads": 1, "short_conv": 3},
+    "moba-top1-norotary-headnorm": {"top_k": 1, "rotary": False, "head_norm": True},
 }
 CASES = {name: {} for name in MIXERS} | OPTION_VARIANTS
 # Defaults that are large for these sizes (Hope's CMS levels would not update within the tests' 13 tokens).
 SMALLER = {"mamba2": {"state_size": 8}, "mamba": {"state_size": 4}, "hope": {"cms_chunk_sizes": (2, 4, 8)},
-           "hope_attention": {"cms_chunk_sizes": (2, 4)}}
+           "hope_attention": {"cms_chunk_sizes": (2, 4)}, "moe_attn": {"block_size": 3},
+           "moba": {"block_size": 3, "top_k": 2}}
 
 _LIN, _GD = Regressor("linear"), Solver("gd_step")
 # Each mixer's point of the design space (arXiv:2501.12352, Sec. 3 and Table 1; HLA is arXiv:2510.27258).
@@ -96,6 +99,8 @@ RECIPES = {
     "deltaformer": Recipe(Weights("uniform"), Regressor("kernel"), Solver("sgd")),
     "lstm": None,  # a nonlinear recurrence, no point of the design space (regmem/layers/lstm.py)
     "fox": None,  # query similarity times a scalar decay: no single weighting (regmem/layers/fox.py)
+    "moe_attn": None,  # query similarity times a block-routing gate (regmem/layers/block_attention.py)
+    "moba": None,
 }
 
 
@@ -264,4 +269,5 @@ def test_registry_covers_the_issue_mixers():
     assert set(MIXERS) >= {"attn", "linear", "retnet", "mamba2", "gla", "deltanet", "gated_deltanet", "longhorn",
                            "nlms", "delta_product", "titans", "local_linear", "mesa", "rls", "hla",
                            "ahla", "ttt_linear", "ttt_mlp", "titans_mlp", "mamba",
-                           "self_modifying_titans", "lstm", "hope", "hope_attention", "fox", "deltaformer"}
+                           "self_modifying_titans", "lstm", "hope", "hope_attention", "fox", "deltaformer",
+                           "moe_attn", "moba"}

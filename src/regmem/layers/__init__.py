@@ -2,6 +2,7 @@
 
 from regmem.layers.attention import AttentionState, KVCache, SoftmaxAttention
 from regmem.layers.base import Mixer
+from regmem.layers.block_attention import MoBA, MoEAttention
 from regmem.layers.conv import ShortConvolution
 from regmem.layers.deep_memory import TTTMLP, DeepMemoryMixer, TitansMLP, TTTLinear
 from regmem.layers.delta_product import DeltaProduct
@@ -59,6 +60,8 @@ __all__ = [
     "MemoryMixer",
     "MemoryState",
     "Mixer",
+    "MoBA",
+    "MoEAttention",
     "RetNet",
     "RotaryEmbedding",
     "SelfModifyingTitans",

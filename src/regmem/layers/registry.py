@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from regmem.layers.attention import SoftmaxAttention
 from regmem.layers.base import Mixer
+from regmem.layers.block_attention import MoBA, MoEAttention
 from regmem.layers.deep_memory import TTTMLP, TitansMLP, TTTLinear
 from regmem.layers.delta_product import DeltaProduct
 from regmem.layers.deltaformer import DeltaFormer
@@ -57,6 +58,8 @@ MIXERS: dict[str, type[Mixer]] = {
     "hope_attention": HopeAttention,
     "deltaformer": DeltaFormer,  # softmax attention + the delta rule (arXiv:2505.19488 Sec. 2.2)
     "fox": ForgettingAttention,  # softmax attention x a forget gate (arXiv:2505.19488 eqs. 30-31); recipe None
+    "moe_attn": MoEAttention,  # attention over blocks of keys mixed by a router (arXiv:2505.19488 eq. 25); recipe None
+    "moba": MoBA,  # attention over the top-k blocks of keys (arXiv:2505.19488 eqs. 26-27); recipe None
     "lstm": LSTM,  # the nonlinear recurrence of Nested Learning's Table 5; outside the design space (recipe None)
 }
 

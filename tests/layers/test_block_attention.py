@@ -1,0 +1,93 @@
+"""MoE attention (eq. 25) and MoBA's gate (eqs. 26-27) of arXiv:2505.19488 (Sec. 2.1, "Sparsity"), checked against
+a token-by-token transcription of the equations on small random instances, and their limits: one block, or every
+block selected, is softmax attention. The mixer contract is tests/layers/test_mixers.py's."""
+
+import pytest
+import torch
+
+from regmem.layers import MoBA, MoEAttention, SoftmaxAttention, build_mixer
+
+D_MODEL, HEADS, HEAD_DIM, BLOCK, T = 8, 2, 4, 3, 11
+
+
+def _projections(mixer, x):
+    """q, k, v [T, H, D] of one row, as the mixer projects them (no rotary, no conv, no QK-norm)."""
+    return (proj(x).unflatten(-1, (HEADS, HEAD_DIM)) for proj in (mixer.q_proj, mixer.k_proj, mixer.v_proj))
+
+
+def _block_scores(q_t, k, t):
+    """<q_t, mean-pool(k_i, i in E_e, i <= t)> for every block e up to t's (eq. 27, before the 1 / sqrt(D))."""
+    return torch.stack([q_t @ k[e * BLOCK:min((e + 1) * BLOCK, t + 1)].mean(0) for e in range(t // BLOCK + 1)])
+
+
+def _selected(scores, own, top_k):
+    """Eq. 26 with MoBA's causal rule: the own block plus the top_k - 1 best earlier blocks."""
+    if top_k is None:
+        return list(range(own + 1))
+    earlier = scores[:own].argsort(descending=True)[:top_k - 1].tolist()
+    return sorted(earlier + [own])
+
+
+def _direct(mixer, x, kind, top_k):
+    """The equations, one query and head at a time: x [T, d_model] -> [T, d_model]."""
+    q, k, v = _projections(mixer, x)
+    scale, out = HEAD_DIM ** -0.5, torch.zeros(T, HEADS, HEAD_DIM, dtype=x.dtype)
+    for t in range(T):
+        for h in range(HEADS):
+            own = t // BLOCK
+            scores = _block_scores(q[t, h], k[:, h], t) * scale
+            chosen = _selected(scores, own, top_k)
+            logits = (k[:t + 1, h] @ q[t, h]) * scale  # [t + 1]
+            if kind == "moba":  # softmax over the union of the selected blocks
+                keys = [i for i in range(t + 1) if i // BLOCK in chosen]
+                out[t, h] = torch.softmax(logits[keys], 0) @ v[keys, h]
+            else:  # a softmax router mixing each block's softmax attention
+                gates = torch.softmax(scores[chosen], 0)
+                for g, e in zip(gates, chosen, strict=True):
+                    keys = list(range(e * BLOCK, min((e + 1) * BLOCK, t + 1)))
+                    out[t, h] += g * (torch.softmax(logits[keys], 0) @ v[keys, h])
+    return mixer.o_proj(out.flatten(-2))
+
+
+def _mixer(cls, **options):
+    torch.manual_seed(0)
+    return cls(D_MODEL, HEADS, head_dim=HEAD_DIM, rotary=False, block_size=BLOCK, **options).double()
+
+
+@pytest.mark.parametrize("cls,kind,top_k", [(MoBA, "moba", 1), (MoBA, "moba", 2), (MoBA, "moba", 3),
+                                            (MoEAttention, "moe", None), (MoEAttention, "moe", 2)],
+                         ids=["moba-top1", "moba-top2", "moba-top3", "moe-dense", "moe-top2"])
+@pytest.mark.parametrize("seed", range(3))
+def test_mixer_is_the_equations(cls, kind, top_k, seed):
+    mixer = _mixer(cls, top_k=top_k)
+    x = torch.randn(2, T, D_MODEL, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        y, _ = mixer(x)
+        for b in range(2):
+            torch.testing.assert_close(y[b], _direct(mixer, x[b], kind, top_k), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("build", [lambda: _mixer(MoBA, top_k=4), lambda: _mixer(MoEAttention),
+                                   lambda: MoEAttention(D_MODEL, HEADS, head_dim=HEAD_DIM, block_size=T).double()],
+                         ids=["moba-every-block", "moe-dense", "moe-one-block"])
+def test_limits_are_softmax_attention(build):
+    """MoBA selecting every block, and MoE attention with a single block, are softmax attention. The dense MoE
+    router over several blocks is not (its experts normalise separately): checked to differ."""
+    mixer = build()
+    attention = SoftmaxAttention(D_MODEL, HEADS, head_dim=HEAD_DIM, rotary=mixer.rotary is not None).double()
+    attention.load_state_dict(mixer.state_dict())
+    x = torch.randn(2, T, D_MODEL, dtype=torch.float64)
+    with torch.no_grad():
+        difference = (mixer(x)[0] - attention(x)[0]).abs().max()
+    several_experts = isinstance(mixer, MoEAttention) and mixer.block_size < T
+    assert (difference > 1e-3) if several_experts else (difference < 1e-12), difference
+
+
+@pytest.mark.parametrize("options,match", [({"block_size": 0}, "block_size"), ({"top_k": 0}, "top_k"),
+                                           ({"block_size": 2.5}, "block_size")])
+def test_bad_options_raise_value_error_naming_them(options, match):
+    for name in ("moe_attn", "moba"):
+        with pytest.raises(ValueError, match=match):
+            build_mixer(name, D_MODEL, HEADS, **options)
+    with pytest.raises(ValueError, match="top_k"):
+        MoBA(D_MODEL, HEADS, top_k=None)
