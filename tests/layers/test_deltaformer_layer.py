@@ -23,6 +23,43 @@ def test_zero_beta_is_grouped_query_softmax_attention():
     torch.testing.assert_close(layer(_x())[0], attn(_x())[0], rtol=1e-12, atol=1e-12)
 
 
+def _rms(x, gain, eps):
+    return gain * x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+
+
+def test_rms_normalizer_is_app_d2s_formula():
+    """normalizer="rms" (App. D.2): u_t = alpha v_t - beta RMSNorm_1(sum_j a_j sum_{i<t} exp(w_t^j.k_i/sqrt(D)) u_i)
+    and o_t = RMSNorm_2(sum_{i<=t} exp(q_t.k_i/sqrt(D)) u_i), transcribed token by token with unnormalised exp (the
+    layer's row scalings vanish at eps = 1e-30). Two erase vectors per head (eq. 111), random gains and gates."""
+    torch.manual_seed(2)
+    layer = DeltaFormer(12, 4, n_kv_heads=2, rotary=False, normalizer="rms", norm_eps=1e-30).double()
+    with torch.no_grad():
+        for p in (layer.erase_norm.weight, layer.read_norm.weight, layer.alpha, layer.beta, layer.erase_weights):
+            p.normal_()
+    x = _x(T=9)
+    y, _ = layer(x)
+    q, k, v, w, _ = layer._project(x, None, None)  # [B, T, 4 | 2, 3]
+    B, T, D, eps = 2, 9, 3, 1e-30
+    w = w.reshape(B, T, 2, 2, D)  # [B, T, H_kv, G, D]
+    u = torch.zeros(B, T, 2, D, dtype=torch.float64)
+    o = torch.zeros(B, T, 4, D, dtype=torch.float64)
+    with torch.no_grad():
+        for b in range(B):
+            for t in range(T):
+                for h in range(2):
+                    e = sum(layer.erase_weights[h, j] * torch.exp(w[b, t, h, j] @ k[b, i, h] / D ** 0.5) * u[b, i, h]
+                            for j in range(2) for i in range(t)) if t else torch.zeros(D, dtype=torch.float64)
+                    u[b, t, h] = layer.alpha[h] * v[b, t, h] - layer.beta[h] * _rms(e, layer.erase_norm.weight, eps)
+                for hq in range(4):
+                    r = sum(torch.exp(q[b, t, hq] @ k[b, i, hq // 2] / D ** 0.5) * u[b, i, hq // 2]
+                            for i in range(t + 1))
+                    o[b, t, hq] = _rms(r, layer.read_norm.weight, eps)
+        expected = layer.o_proj(o.flatten(-2))
+    torch.testing.assert_close(y, expected, rtol=1e-9, atol=1e-11)
+    layer.erase_norm, layer.read_norm = None, None  # the control: the Z of eqs. 94-95 give another function
+    assert (layer(x)[0] - y).abs().max() > 1e-3
+
+
 def test_listing2_softmax_uses_zero_filled_denominators():
     """Row t of the listing's kappa_1 divides by sum_{i<t} exp(s_ti) + (T - t): the masked scores count as exp(0)."""
     torch.manual_seed(1)
@@ -55,6 +92,9 @@ def test_listing2_softmax_uses_zero_filled_denominators():
     ({"beta": "vector"}, "beta"),
     ({"n_kv_heads": 3}, "n_kv_heads"),
     ({"erase_kernel": "exp", "listing2_softmax": True}, "listing2_softmax"),
+    ({"normalizer": "layer"}, "normalizer"),
+    ({"normalizer": "rms", "erase_kernel": "exp"}, "erase_kernel and read_kernel"),
+    ({"normalizer": "rms", "listing2_softmax": True}, "listing2_softmax"),
 ])
 def test_bad_options_raise_value_error_naming_them(options, argument):
     with pytest.raises(ValueError, match=argument):

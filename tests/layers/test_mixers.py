@@ -57,6 +57,8 @@ OPTION_VARIANTS = {  # "<registry key>-<what the options do>": options beyond th
     "lstm-conv-narrow": {"short_conv": 3, "hidden_size": 8},
     "deltaformer-gqa-conv-token-beta": {"n_kv_heads": 1, "short_conv": 3, "beta": "token"},
     "deltaformer-linear-round-norotary": {"erase_kernel": "linear", "read_kernel": "round", "rotary": False},
+    "deltaformer-rms-gqa-conv": {"normalizer": "rms", "n_kv_heads": 1, "short_conv": 3},
+    "deltaformer-rms-token-beta": {"normalizer": "rms", "beta": "token"},
     "moe_attn-top2-qknorm-gqa-conv": {"top_k": 2, "qk_norm": True, "n_kv_heads": 1, "short_conv": 3},
     "moba-top1-norotary-headnorm": {"top_k": 1, "rotary": False, "head_norm": True},
 }

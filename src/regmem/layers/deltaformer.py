@@ -22,6 +22,22 @@ token's erase and read, and rotary positions count each row's real tokens, so pa
 before normalising: row t's denominator gains T - t spurious exp(0) terms, so a prefix's output depends on the
 call's length. It is a full-sequence path (materialised T x T, no cache, no padding) kept to compare with the
 paper's toy runs; the default is the normalised kernel of eq. 94.
+
+`normalizer="rms"` puts RMSNorm in place of the normalisers Z^(1), Z^(2) of eqs. 94-95, as App. D.2 proposes
+("the normalization terms could alternatively use RMSNorm"): with the exp kernel and per-head norms over D with
+learnable gains (initialised at 1),
+
+    u_t = alpha v_t - beta_t RMSNorm_1( sum_{i<t} sum_j a_j exp(w_t^j . k_i / sqrt(D)) u_i )
+    o_t = RMSNorm_2( sum_{i<=t} exp(q_t . k_i / sqrt(D)) u_i )
+
+Our reading (the paper gives no formula): each norm acts on the whole unnormalised sum of its pass, where Z would
+divide it. RMSNorm is scale invariant, so each sum may be computed divided by a positive number of its row, which
+keeps exp from overflowing and equals the formula with eps scaled by that number squared (identical as eps -> 0):
+the read is the op's softmax read (divided by Z^(2) itself) followed by RMSNorm_2, the erase sum is divided by the
+largest exp of its row. The value pass is no longer linear in u (the norm of row t depends on the earlier u),
+so no triangular solve or chunk form computes it: the layer runs it token by token (`_rms_values`, O(T^2 D) work in
+T sequential steps) and hands the u to the op with beta = 0, which then only reads. Both kernels must be "softmax",
+the normalised kernels whose Z the norm replaces.
 """
 
 from __future__ import annotations
@@ -29,6 +45,7 @@ from __future__ import annotations
 from typing import Literal, NamedTuple, get_args
 
 import torch
+import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
@@ -40,6 +57,20 @@ from regmem.ops.common import ScoreKernel, score_kernel
 from regmem.ops.deltaformer import check_kernels
 
 BetaKind = Literal["scalar", "token"]  # a learnable beta per head (Listing 2), or sigmoid(Linear(x_t)) per token
+Normalizer = Literal["z", "rms"]  # Z^(1), Z^(2) of eqs. 94-95, or RMSNorm in their place (App. D.2)
+
+
+def check_normalizer(normalizer: Normalizer, erase_kernel: ScoreKernel, read_kernel: ScoreKernel,
+                     listing2_softmax: bool) -> None:
+    """ValueError unless `normalizer` is "z" or "rms", and "rms" comes with both kernels "softmax" (whose Z it
+    replaces) and without Listing 2's path."""
+    if normalizer not in get_args(Normalizer):
+        raise ValueError(f"normalizer must be one of {get_args(Normalizer)}, got {normalizer!r}")
+    if normalizer == "rms" and (erase_kernel, read_kernel) != ("softmax", "softmax"):
+        raise ValueError(f"normalizer='rms' replaces the Z of the softmax kernels: erase_kernel and read_kernel must "
+                         f"be 'softmax', got {erase_kernel!r} and {read_kernel!r}")
+    if normalizer == "rms" and listing2_softmax:
+        raise ValueError("normalizer='rms' and listing2_softmax exclude each other")
 
 
 class DeltaFormerState(NamedTuple):
@@ -70,6 +101,8 @@ class DeltaFormer(Mixer):
         bias: bool = False,  # biases on the projections (Listing 2's nn.Linear defaults have them)
         chunk_size: int = 64,  # rows per block of the chunk form
         listing2_softmax: bool = False,  # Listing 2's zero-filled softmax for kappa_1 (module docstring)
+        normalizer: Normalizer = "z",  # "rms": RMSNorm in place of Z^(1), Z^(2) (App. D.2, module docstring)
+        norm_eps: float = 1e-5,  # eps of those norms
     ):
         super().__init__()
         n_kv_heads = n_kv_heads or n_heads
@@ -80,6 +113,7 @@ class DeltaFormer(Mixer):
             raise ValueError(f"beta must be 'scalar' or 'token', got {beta!r}")
         if listing2_softmax and erase_kernel != "softmax":
             raise ValueError(f"listing2_softmax applies to erase_kernel='softmax', got {erase_kernel!r}")
+        check_normalizer(normalizer, erase_kernel, read_kernel, listing2_softmax)
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.head_dim, self.short_conv, self.chunk_size = head_dim or d_model // n_heads, short_conv, chunk_size
         self.kernels = {"erase_kernel": erase_kernel, "read_kernel": read_kernel, "decimals": decimals}
@@ -95,6 +129,9 @@ class DeltaFormer(Mixer):
         groups = n_heads // n_kv_heads
         self.erase_weights = nn.Parameter(torch.full((n_kv_heads, groups), 1.0 / groups))  # a_j of eq. 111
         self.o_proj = nn.Linear(q_dim, d_model, bias=bias)
+        rms = normalizer == "rms"
+        self.erase_norm = nn.RMSNorm(self.head_dim, eps=norm_eps) if rms else None  # RMSNorm_1, in place of Z^(1)
+        self.read_norm = nn.RMSNorm(self.head_dim, eps=norm_eps) if rms else None  # RMSNorm_2, in place of Z^(2)
 
     def forward(self, x, state=None, *, attention_mask=None):
         check_mixer_input(x, attention_mask, self.d_model)
@@ -118,10 +155,38 @@ class DeltaFormer(Mixer):
         # the decode step uses the recurrent form by name (module docstring); everything else the chunk form
         mode = "recurrent" if past is not None and T == 1 else "chunk"
         options = {"chunk_size": self.chunk_size} if mode == "chunk" else {}
-        o, cache = deltaformer(q, k, v, w, alpha, beta, erase_weights=self.erase_weights.to(x.dtype),
-                               initial_state=past, output_final_state=True, key_mask=None if plain else key_mask,
-                               mode=mode, **self.kernels, **options)
+        erase_weights = self.erase_weights.to(x.dtype)
+        if self.erase_norm is not None:  # RMSNorm in place of Z^(1): the values token by token; the op only reads
+            v = self._rms_values(k, v, w, alpha, beta, past, None if plain else key_mask)
+            alpha, beta = torch.ones_like(alpha), torch.zeros_like(beta)
+        o, cache = deltaformer(q, k, v, w, alpha, beta, erase_weights=erase_weights, initial_state=past,
+                               output_final_state=True, key_mask=None if plain else key_mask, mode=mode,
+                               **self.kernels, **options)
+        if self.read_norm is not None:  # RMSNorm in place of Z^(2), on the softmax read (module docstring)
+            o = self.read_norm(o)
         return self.o_proj(o.flatten(-2)), DeltaFormerState(conv_cache, cache, key_mask)
+
+    def _rms_values(self, k, v, w, alpha, beta, past, key_mask):
+        """u_t = alpha v_t - beta_t RMSNorm_1(sum_{i<t} A[t, i] u_i) over the new tokens, one at a time (module
+        docstring): k, v [B, T, H_kv, D]; w [B, T, H_kv, G, D]; alpha, beta [B, T, H_kv]; past: the KUState cache
+        or None; key_mask [B, S + T] or None. Returns u [B, T, H_kv, D] in v's dtype."""
+        dtype = torch.promote_types(v.dtype, torch.float32)
+        keys = k if past is None else torch.cat([past.k.to(k.dtype), k], dim=1)  # [B, S + T, H_kv, D]
+        values = [] if past is None else list(past.u.to(dtype).unbind(1))  # u of the cached tokens, [B, H_kv, D] each
+        S, weights, norm = len(values), self.erase_weights.to(dtype), self.erase_norm
+        gain = norm.weight.to(dtype)  # RMSNorm_1 in the compute dtype
+        for t in range(v.shape[1]):
+            e = v.new_zeros(v.shape[0], v.shape[2], v.shape[3], dtype=dtype)  # [B, H_kv, D]: the empty sum
+            if S + t:
+                scores = torch.einsum("bhgd,bshd->bhgs", w[:, t], keys[:, :S + t]).to(dtype) * self.head_dim ** -0.5
+                if key_mask is not None:  # padded keys take no part
+                    scores = scores.masked_fill(~key_mask[:, None, None, :S + t], float("-inf"))
+                peak = scores.amax(dim=(-2, -1), keepdim=True).clamp(min=torch.finfo(dtype).min)  # [B, H_kv, 1, 1]
+                A = torch.einsum("bhgs,hg->bhs", torch.exp(scores - peak), weights)  # [B, H_kv, S + t]
+                e = torch.einsum("bhs,bshd->bhd", A, torch.stack(values, dim=1))
+            values.append(alpha[:, t, :, None].to(dtype) * v[:, t].to(dtype)
+                          - beta[:, t, :, None].to(dtype) * F.rms_norm(e, norm.normalized_shape, gain, norm.eps))
+        return torch.stack(values[S:], dim=1).to(v.dtype)  # [B, T, H_kv, D]
 
     def _project(self, x, mask, conv_cache):
         """q, w: [B, T, H, D]; k, v: [B, T, H_kv, D], through the short convolutions when there are any."""
