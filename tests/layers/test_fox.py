@@ -7,7 +7,8 @@ Zhong et al., arXiv:2505.19488, Sec. 2.1 (eqs. 18 and 30-31), in float64 on tiny
 - decoding in chunks of several tokens after a prefill equals one forward, and the cache holds each key's decay;
 - softmax attention + per-head RMSNorm equals un-normalised exp attention + the same norm (up to its eps), and
   LinearAttention without output gate is linear attention + per-head RMSNorm: the two arms of the paper's
-  multi-head experiment (Sec. 3.1).
+  multi-head experiment (Sec. 3.1);
+- the bilinear gate (W_G x_i)^T x_t proposed after eq. 31, and `gate="bilinear"` against eq. 30 with that gate.
 
 The mixer contract (prefill + steps, padding, state size, gradients) runs on "fox" in test_mixers.py.
 """
@@ -20,6 +21,7 @@ import torch.nn.functional as F
 
 from regmem.layers import LinearAttention, SoftmaxAttention
 from regmem.layers.fox import ForgettingAttention
+from regmem.layers.gates import BilinearGate
 
 D_MODEL, HEADS = 16, 2
 
@@ -158,3 +160,42 @@ def test_forget_gate_is_logsigmoid_and_padding_keeps_everything():
         log_alpha = fox.log_forget(x, mask)
         _close(log_alpha[:, 2:], F.logsigmoid(fox.f_proj(x[:, 2:]) + fox.f_bias), "real tokens")
     assert torch.equal(log_alpha[:, :2], torch.zeros(1, 2, HEADS, dtype=torch.float64))
+
+
+def test_bilinear_gate_is_the_papers_formula():
+    """g_i(x_{i:t}) = (W_G x_i)^T x_t, per head (arXiv:2505.19488, Sec. 2.1, the gate proposed after eq. 31)."""
+    torch.manual_seed(3)
+    gate = BilinearGate(D_MODEL, HEADS).double()
+    xq, xk = _x(2, 5, seed=4), _x(2, 7, seed=5)
+    g = gate(xq, xk)
+    assert g.shape == (2, HEADS, 5, 7)
+    for b, h, t, s in [(0, 0, 0, 0), (1, 1, 4, 6), (0, 1, 2, 5), (1, 0, 3, 1)]:
+        _close(g[b, h, t, s], (gate.weight[h] @ xk[b, s]) @ xq[b, t], f"g[{b}, {h}, {t}, {s}]")
+
+
+def test_bilinear_gated_attention_is_eq30_with_the_bilinear_gate():
+    """gate="bilinear": o_t = sum_{i<=t} g_ti exp(q_t.k_i / sqrt(D)) v_i / sum_{i<=t} exp(q_t.k_i / sqrt(D)), by a
+    loop over queries, heads and keys; and the forget-gate parameters do not exist in this mode."""
+    fox = _fox(gate="bilinear")
+    assert not hasattr(fox, "f_proj") and not hasattr(fox, "f_bias")
+    x, D = _x(2, 9), D_MODEL // HEADS
+    with torch.no_grad():
+        y, state = fox(x)
+        q, k, v = (proj(x).unflatten(-1, (HEADS, D)) for proj in (fox.q_proj, fox.k_proj, fox.v_proj))
+        o = torch.zeros(2, 9, HEADS, D, dtype=torch.float64)
+        for b in range(2):
+            for t in range(9):
+                for h in range(HEADS):
+                    kernel = [math.exp(q[b, t, h] @ k[b, i, h] / math.sqrt(D)) for i in range(t + 1)]
+                    gates = [(fox.bilinear.weight[h] @ x[b, i]) @ x[b, t] for i in range(t + 1)]
+                    o[b, t, h] = sum(g * c * v[b, i, h] for i, (g, c) in enumerate(zip(gates, kernel, strict=True)))
+                    o[b, t, h] /= sum(kernel)
+        _close(y, fox.o_proj(o.flatten(-2)), "bilinear-gated attention")
+    _close(state.kv.x, x, "the cache keeps every token's input")
+
+
+def test_bilinear_gate_options_are_checked():
+    with pytest.raises(ValueError, match="gate must be"):
+        ForgettingAttention(D_MODEL, HEADS, gate="sigmoid")
+    with pytest.raises(ValueError, match="gate_bias_init"):
+        ForgettingAttention(D_MODEL, HEADS, gate="bilinear", gate_bias_init=1.0)

@@ -28,6 +28,17 @@ The gate bias b_h is a parameter of its own, initialised at `gate_bias_init` (de
 strong recency, as with a default-initialised bias; a large value starts close to plain softmax attention), so an
 LM's init, which zeroes every Linear bias, keeps it.
 
+`gate="bilinear"` replaces the cumulative forget product by the FFN-style gate the paper proposes after eq. 31,
+g_i(x_{i:t}) = (W_G x_i)^T x_t (`regmem.layers.gates.BilinearGate`, one W_G per head), with no cumulative product:
+
+    o_{t,h} = sum_{i<=t} g_{t,i,h} exp(q_t.k_i / sqrt(D)) v_i / sum_{i<=t} exp(q_t.k_i / sqrt(D))
+
+The gate is signed, so it cannot be a bias inside the softmax, nor join its normaliser (a signed denominator could
+vanish): our choice is softmax attention's own normaliser, i.e. the gate multiplies the softmax weights (the paper
+omits normalisers, eq. 30). The read is then a materialised [B, H, T, S] product of the softmax weights and the
+gate (torch, not SDPA), and the KV cache also keeps each token's input x_i (d_model floats per token) for the gate.
+The forget gate's parameters (`f_proj`, `f_bias`) do not exist in this mode.
+
 Not a point of the design space: the test-time-regression recipes (`regmem.recipe`) have one weighting per point,
 and FoX's weights are the product of query similarity (softmax attention's) and a scalar decay (GLA's, Mamba-2's).
 Its `recipe` is therefore None (as for the LSTM, regmem/layers/lstm.py), and `regmem recipes` does not list it.
@@ -35,16 +46,20 @@ Its `recipe` is therefore None (as for the LSTM, regmem/layers/lstm.py), and `re
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from regmem.layers.attention import AttentionState, SoftmaxAttention
-from regmem.layers.base import check_mixer_input
+from regmem.layers.base import check_mixer_input, repeat_heads
+from regmem.layers.gates import BilinearGate
 from regmem.ops.common import zero_padding
 from regmem.ops.common.decay import segsum
+from regmem.ops.nonparametric.similarity import allowed_pairs
+
+GateKind = Literal["forget", "bilinear"]  # eq. 31's cumulative forget product, or the bilinear gate (docstring)
 
 
 class ForgettingKVCache(NamedTuple):
@@ -55,6 +70,16 @@ class ForgettingKVCache(NamedTuple):
     v: torch.Tensor
     mask: torch.Tensor
     log_decay: torch.Tensor
+
+
+class BilinearKVCache(NamedTuple):
+    """k, v: [B, S, H_kv, D] after rotary; mask: [B, S] bool, False at padded tokens; x: [B, S, d_model], each
+    token's mixer input (the x_i of the bilinear gate)."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    mask: torch.Tensor
+    x: torch.Tensor
 
 
 class ForgettingAttention(SoftmaxAttention):
@@ -74,14 +99,24 @@ class ForgettingAttention(SoftmaxAttention):
         short_conv: int = 0,  # kernel of a causal depthwise conv on q, k, v; 0 = off
         head_norm: bool = False,  # per-head RMSNorm on the attention output
         norm_eps: float = 1e-5,  # eps of that norm
-        gate_bias_init: float = 0.0,  # initial b_h; alpha = sigmoid(b_h) at x = 0
+        gate_bias_init: float = 0.0,  # initial b_h; alpha = sigmoid(b_h) at x = 0 (gate "forget" only)
+        gate: GateKind = "forget",  # eq. 31's forget product, or the bilinear gate (module docstring)
     ):
         super().__init__(d_model, n_heads, head_dim, n_kv_heads, rotary, rope_base, qk_norm, short_conv,
                          head_norm, norm_eps)
-        self.f_proj = nn.Linear(d_model, n_heads, bias=False)
-        self.f_bias = nn.Parameter(torch.full((n_heads,), float(gate_bias_init)))
+        if gate not in get_args(GateKind):
+            raise ValueError(f"gate must be one of {get_args(GateKind)}, got {gate!r}")
+        if gate == "bilinear" and gate_bias_init != 0.0:
+            raise ValueError("gate_bias_init applies to gate='forget', not to the bilinear gate")
+        self.bilinear = BilinearGate(d_model, n_heads) if gate == "bilinear" else None
+        if gate == "forget":
+            self.f_proj = nn.Linear(d_model, n_heads, bias=False)
+            self.f_bias = nn.Parameter(torch.full((n_heads,), float(gate_bias_init)))
 
     def levels(self) -> list[dict]:
+        if self.bilinear is not None:
+            return [{"tensors": "KV cache (every key and value) and each token's input", "period": 1,
+                     "objective": "none: softmax attention weights times a bilinear gate (W_G x_i)^T x_t"}]
         return [{"tensors": "KV cache (every key and value) and each key's log decay", "period": 1,
                  "objective": "none: softmax attention re-weighted by a cumulative forget gate, not one regression"}]
 
@@ -91,14 +126,33 @@ class ForgettingAttention(SoftmaxAttention):
         conv_cache, past = state if state is not None else (None, None)
         given_mask = attention_mask.bool() if attention_mask is not None else None
         q, k, v, conv_cache = self._project(x, conv_cache, given_mask, past)
-        log_decay = self._log_decay(self.log_forget(x, given_mask), past)  # [B, H, T, S]
         offset = past.k.shape[1] if past is not None else 0
         mask = given_mask if given_mask is not None else torch.ones(B, T, dtype=torch.bool, device=x.device)
+        if self.bilinear is not None:
+            o, cache = self._bilinear_read(x, q, k, v, mask, past)
+            return self._output(o), AttentionState(conv_cache, cache)
+        log_decay = self._log_decay(self.log_forget(x, given_mask), past)  # [B, H, T, S]
         if past is not None:
             k, v, mask = torch.cat([past.k, k], 1), torch.cat([past.v, v], 1), torch.cat([past.mask, mask], 1)
         o = self._attend(q, k, v, mask, offset, plain=False, log_decay=log_decay)
         cache = ForgettingKVCache(k, v, mask, log_decay[:, :, -1].transpose(1, 2))  # decay to the newest token
         return self._output(o), AttentionState(conv_cache, cache)
+
+    def _bilinear_read(self, x, q, k, v, mask, past):
+        """o_t = sum_{i<=t} g_ti softmax_i(q_t.k_i scale) v_i with the bilinear gate g (module docstring): x
+        [B, T, d_model], q [B, T, H, D], k, v [B, T, H_kv, D], mask [B, T] -> o [B, T, H, D] and the cache."""
+        offset = past.k.shape[1] if past is not None else 0
+        if past is not None:
+            k, v, mask = torch.cat([past.k, k], 1), torch.cat([past.v, v], 1), torch.cat([past.mask, mask], 1)
+            x = torch.cat([past.x, x], 1)  # [B, S, d_model]
+        gate = self.bilinear(x[:, offset:], x)  # [B, H, T, S]
+        q_scaled, k_scaled, scale = self._scaled(q, k)
+        scale = self.head_dim ** -0.5 if scale is None else scale
+        logits = scale * torch.einsum("bthd,bshd->bhts", q_scaled, repeat_heads(k_scaled, self.n_heads))
+        allowed = allowed_pairs(q.shape[1], k.shape[1], offset, mask, device=q.device)  # [B, 1, T, S]
+        weights = torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1) * gate  # [B, H, T, S]
+        o = torch.einsum("bhts,bshd->bthd", weights, repeat_heads(v, self.n_heads))
+        return o, BilinearKVCache(k, v, mask, x)
 
     def log_forget(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """log alpha_t = logsigmoid(w . x_t + b) per head: x [B, T, d_model] -> [B, T, H], in at least float32;
@@ -120,4 +174,6 @@ class ForgettingAttention(SoftmaxAttention):
         return torch.cat([from_past, within], dim=-1)  # [B, H, T, S]
 
     def state_floats(self, seq_len: int) -> int:
+        if self.bilinear is not None:
+            return super().state_floats(seq_len) + self.d_model * seq_len  # every cached token's input
         return super().state_floats(seq_len) + self.n_heads * seq_len  # the log decay of every cached key

@@ -11,6 +11,11 @@ state-dict keys name them directly; these functions only create and apply them.
 
 RetNet's fixed decays (Sun et al. 2023, arXiv:2307.08621, Sec. 2.2), gamma_h = 1 - 2^(-5 - h), are the
 constant decay of RetNet and the initial decay of HLA.
+
+The bilinear gate (`BilinearGate`) proposed by Zhong, Xu, Ao, Shi, *Understanding Transformer from the Perspective of
+Associative Memory* (arXiv:2505.19488, Sec. 2.1, "Gating", after eqs. 30-31): in place of the cumulative forget
+product g_i(x_{i:t}) = prod_{j=i+1}^t alpha_j of gated attention, an FFN-style gate g_i(x_{i:t}) = (W_G x_i)^T x_t,
+one d_model x d_model matrix W_G per head. ForgettingAttention's `gate="bilinear"` (fox.py) uses it.
 """
 
 from __future__ import annotations
@@ -54,3 +59,18 @@ def log_retention(A_log: torch.Tensor, dt: torch.Tensor) -> torch.Tensor:
 def retnet_decay_exponents(n_heads: int) -> torch.Tensor:
     """e_h = 5 + h [H] (float32), so that RetNet's decays are gamma_h = 1 - 2^(-e_h)."""
     return 5.0 + torch.arange(n_heads, dtype=torch.float32)
+
+
+class BilinearGate(nn.Module):
+    """g[b, h, t, s] = (W_G^h x_s)^T x_t (arXiv:2505.19488, Sec. 2.1, the gate proposed after eq. 31), signed and
+    unbounded; W_G: [H, d_model, d_model], drawn N(0, 1 / d_model^2) so that g has about unit scale at init for
+    inputs of unit-scale entries (Var g = sum_ab W_ab^2 x_a^2 y_b^2 ~ 1)."""
+
+    def __init__(self, d_model: int, n_heads: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n_heads, d_model, d_model) / d_model)
+
+    def forward(self, x_query: torch.Tensor, x_keys: torch.Tensor) -> torch.Tensor:
+        """x_query [B, T, d_model] (the x_t), x_keys [B, S, d_model] (the x_i) -> g [B, H, T, S]."""
+        written = torch.einsum("hde,bse->bshd", self.weight.to(x_keys.dtype), x_keys)  # [B, S, H, d]: W_G x_i
+        return torch.einsum("bshd,btd->bhts", written, x_query)
