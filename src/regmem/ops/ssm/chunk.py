@@ -21,9 +21,11 @@ Legend: B batch, T time, D channels, N state size, C chunk size.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
-from regmem.ops.ssm.discretize import Discretization, discretize
+from regmem.ops.ssm.discretize import Discretization
 
 
 def selective_scan_chunk_core(x, delta, B, C, *, initial_state, A, discretization: Discretization,
@@ -39,9 +41,54 @@ def selective_scan_chunk_core(x, delta, B, C, *, initial_state, A, discretizatio
     return y.transpose(0, 1), h  # [B, T, D], [B, D, N]
 
 
+class _APieces(NamedTuple):
+    """A's pieces for one call, [D, N] each: A, 1/A with 0 where A = 0, and the indicator of A = 0 (ZOH's limit)."""
+
+    A: torch.Tensor
+    inv_A: torch.Tensor
+    is_zero: torch.Tensor
+
+
+def _a_pieces(A: torch.Tensor) -> _APieces:
+    is_zero = A == 0
+    return _APieces(A, torch.where(is_zero, torch.zeros_like(A), 1 / A), is_zero.to(A.dtype))
+
+
+def _discretize(x, delta, B, a: _APieces, discretization: Discretization):
+    """Step 1 for x, delta: [C, B, D]; B: [C, B, N] -> (Abar, Bbar / B, Bbar x): [C, B, D, N] ([C, B, D, 1] for
+    the "simple" weight delta). The same values as discretize.py with fewer passes: ZOH's weight is
+    expm1(delta A) / A, and delta where A = 0."""
+    step = delta.unsqueeze(-1)  # [C, B, D, 1]
+    z = step * a.A  # [C, B, D, N], log Abar
+    if discretization == "simple":
+        return z.exp_(), step, (step * x.unsqueeze(-1)) * B.unsqueeze(-2)
+    em = z.expm1_()
+    weight = torch.addcmul(step * a.is_zero, em, a.inv_A)  # [C, B, D, N]
+    return em.add_(1), weight, (weight * x.unsqueeze(-1)).mul_(B.unsqueeze(-2))
+
+
+def _discretization_grads(x, delta, B, a: _APieces, decay, weight, lam, g_decay, discretization: Discretization):
+    """Step 1 backwards: dL/dx, dL/ddelta, dL/dB of the chunk and its term of dL/dA [D, N], from lam = dL/d(Bbar x)
+    and g_decay = dL/dAbar (both [C, B, D, N], overwritten). With z = delta A: dAbar/dz = Abar; ZOH's weight w has
+    dw/ddelta = Abar and dw/dA = (delta Abar - w) / A, whose limit at A = 0 is delta^2 / 2."""
+    step = delta.unsqueeze(-1)  # [C, B, D, 1]
+    g_z = g_decay.mul_(decay)  # [C, B, D, N], dL/dz through Abar
+    g_xB = lam * weight  # [C, B, D, N], dL/d(x_d B_n)
+    gx = torch.einsum("cbdn,cbn->cbd", g_xB, B)
+    gB = torch.einsum("cbdn,cbd->cbn", g_xB, x)
+    g_w = lam.mul_(x.unsqueeze(-1)).mul_(B.unsqueeze(-2))  # [C, B, D, N], dL/dw
+    if discretization == "simple":
+        return gx, torch.addcmul(g_w, g_z, a.A).sum(-1), gB, (g_z * step).sum((0, 1))
+    g_delta = torch.addcmul(g_w * decay, g_z, a.A).sum(-1)  # [C, B, D]
+    dw_dA = torch.addcmul(weight, step, decay, value=-1).mul_(-a.inv_A)  # [C, B, D, N], (delta Abar - w) / A
+    dw_dA.addcmul_(step.square(), a.is_zero, value=0.5)
+    gA = torch.addcmul(g_w.mul_(dw_dA), g_z, step).sum((0, 1))  # [D, N]
+    return gx, g_delta, gB, gA
+
+
 def _scan(decay: torch.Tensor, inputs: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """Step 2: decay, inputs: [C, B, D, N]; h: [B, D, N] -> every state of the chunk H: [C, B, D, N]."""
-    H = inputs.clone()
+    """Step 2 in place on inputs: decay, inputs: [C, B, D, N]; h: [B, D, N] -> every state of the chunk H."""
+    H = inputs
     H[0].addcmul_(decay[0], h)
     for t in range(1, H.shape[0]):
         H[t].addcmul_(decay[t], H[t - 1])
@@ -62,12 +109,13 @@ class _ChunkedScan(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, delta, A, B, C, h0, discretization, chunk_size):
+        a = _a_pieces(A)
         y = x.new_empty(x.shape)  # [T, B, D]
         h, starts = h0, []
         for t0 in range(0, x.shape[0], chunk_size):
             w = slice(t0, t0 + chunk_size)
-            log_decay, inputs = discretize(x[w], delta[w], A, B[w], discretization)  # [C, B, D, N]
-            H = _scan(torch.exp(log_decay), inputs, h)  # [C, B, D, N]
+            decay, _, inputs = _discretize(x[w], delta[w], B[w], a, discretization)  # [C, B, D, N]
+            H = _scan(decay, inputs, h)  # [C, B, D, N]
             y[w] = torch.einsum("cbdn,cbn->cbd", H, C[w])
             starts.append(h)
             h = H[-1].clone()  # a copy: a view would keep the whole chunk alive
@@ -79,26 +127,20 @@ class _ChunkedScan(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, gy, gh):
         x, delta, A, B, C, starts = ctx.saved_tensors
-        grads = {name: torch.zeros_like(t) for name, t in (("x", x), ("delta", delta), ("A", A), ("B", B), ("C", C))}
-        wanted = [n for n, need in zip(("x", "delta", "A", "B"), ctx.needs_input_grad[:4], strict=True) if need]
+        a = _a_pieces(A)
+        gx, g_delta, gB, gC = (torch.empty_like(t) for t in (x, delta, B, C))
+        gA = torch.zeros_like(A)
         for i, t0 in reversed(list(enumerate(range(0, x.shape[0], ctx.chunk_size)))):
             w = slice(t0, t0 + ctx.chunk_size)
-            leaves = {"x": x[w], "delta": delta[w], "A": A, "B": B[w]}
-            leaves = {n: (t.detach().requires_grad_() if n in wanted else t) for n, t in leaves.items()}
-            with torch.enable_grad():  # step 1 again, recorded
-                log_decay, inputs = discretize(leaves["x"], leaves["delta"], leaves["A"], leaves["B"],
-                                               ctx.discretization)  # [C, B, D, N]
-                decay = torch.exp(log_decay)
-            H = _scan(decay.detach(), inputs.detach(), starts[i])  # [C, B, D, N], step 2 again
-            grads["C"][w] = torch.einsum("cbdn,cbd->cbn", H, gy[w])
-            lam = _adjoint(decay.detach(), gy[w].unsqueeze(-1) * C[w].unsqueeze(-2), gh)  # [C, B, D, N]
-            g_decay = lam * torch.cat([starts[i].unsqueeze(0), H[:-1]])  # [C, B, D, N], lambda_t ⊙ H_{t-1}
-            gh = decay[0].detach() * lam[0]  # [B, D, N], dL/d(starting state)
-            if wanted:
-                found = torch.autograd.grad((decay, inputs), [leaves[n] for n in wanted], (g_decay, lam))
-                for name, grad in zip(wanted, found, strict=True):
-                    if name == "A":
-                        grads["A"] += grad
-                    else:
-                        grads[name][w] = grad
-        return grads["x"], grads["delta"], grads["A"], grads["B"], grads["C"], gh, None, None
+            decay, weight, inputs = _discretize(x[w], delta[w], B[w], a, ctx.discretization)  # step 1 again
+            H = _scan(decay, inputs, starts[i])  # [C, B, D, N], step 2 again
+            gC[w] = torch.einsum("cbdn,cbd->cbn", H, gy[w])
+            lam = _adjoint(decay, gy[w].unsqueeze(-1) * C[w].unsqueeze(-2), gh)  # [C, B, D, N], dL/dH_t
+            g_decay = torch.empty_like(lam)  # lambda_t ⊙ H_{t-1}
+            torch.mul(lam[1:], H[:-1], out=g_decay[1:])
+            torch.mul(lam[0], starts[i], out=g_decay[0])
+            gh = decay[0] * lam[0]  # [B, D, N], dL/d(starting state)
+            gx[w], g_delta[w], gB[w], gA_chunk = _discretization_grads(
+                x[w], delta[w], B[w], a, decay, weight, lam, g_decay, ctx.discretization)
+            gA += gA_chunk
+        return gx, g_delta, gA, gB, gC, gh, None, None
