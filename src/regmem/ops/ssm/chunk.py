@@ -88,19 +88,20 @@ def _discretization_grads(x, delta, B, a: _APieces, decay, weight, lam, g_decay,
 
 def _scan(decay: torch.Tensor, inputs: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     """Step 2 in place on inputs: decay, inputs: [C, B, D, N]; h: [B, D, N] -> every state of the chunk H."""
-    H = inputs
-    H[0].addcmul_(decay[0], h)
-    for t in range(1, H.shape[0]):
-        H[t].addcmul_(decay[t], H[t - 1])
-    return H
+    states, decays = inputs.unbind(0), decay.unbind(0)  # one token's [B, D, N] views, taken once
+    states[0].addcmul_(decays[0], h)
+    for t in range(1, len(states)):
+        states[t].addcmul_(decays[t], states[t - 1])
+    return inputs
 
 
 def _adjoint(decay: torch.Tensor, lam: torch.Tensor, carried: torch.Tensor) -> torch.Tensor:
     """lam: [C, B, D, N] holding C_t gy_t^T on entry, dL/dH_t on return (in place); carried: dL/dH_{C-1} from the
     next chunk [B, D, N]."""
-    lam[-1] += carried
-    for t in range(lam.shape[0] - 2, -1, -1):
-        lam[t].addcmul_(decay[t + 1], lam[t + 1])
+    grads, decays = lam.unbind(0), decay.unbind(0)
+    grads[-1].add_(carried)
+    for t in range(len(grads) - 2, -1, -1):
+        grads[t].addcmul_(decays[t + 1], grads[t + 1])
     return lam
 
 
