@@ -12,8 +12,6 @@ state h: [Nseq, D, N]; Nseq = B, or the number of sequences with `cu_seqlens` (t
 
 from __future__ import annotations
 
-import torch
-
 from regmem.ops.common import (
     Call,
     check_at_least,
