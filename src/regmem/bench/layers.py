@@ -18,6 +18,8 @@ state (the recurrent form). A fixed-size state makes the step cost the same at e
 - `cms`: Nested Learning's Continuum Memory System (regmem/nested/cms.py) with three SwiGLU levels of the LM's FFN
   width 8/3 d_model, updated every 16, 64 and 256 tokens; `swiglu`: one such FFN (the LM's), its baseline.
 - `hope`: self-modifying Titans (mini-batch 16) followed by that CMS; `gated_deltanet`, its baseline at equal d_model.
+- `mamba`: Mamba-1 (state 16 per channel, d_inner = 2 d_model, the selective scan's chunk form); `mamba2`, its
+  baseline (state 64, `heads` heads of 2 d_model / heads).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ LAYER_CASES = {
     "ttt_linear": _regmem("ttt_linear", **DEEP),
     "self_modifying_titans": _regmem("self_modifying_titans", mini_batch=16),
     "mamba": _regmem("mamba"),
+    "mamba2": _regmem("mamba2"),
     "cms": _cms,
     "swiglu": _FFN,
     "hope": _regmem("hope", mini_batch=16),
@@ -82,7 +85,7 @@ LAYER_CASES = {
     "titans_pytorch_b16": _titans_pytorch(16),
 }
 EXTERNAL_LAYERS = {"titans_pytorch": "titans_mlp", "titans_pytorch_b16": "titans_mlp"}  # theirs -> ours
-BASELINES = {"cms": "swiglu", "hope": "gated_deltanet"}  # layer -> the layer its time is stated against
+BASELINES = {"cms": "swiglu", "hope": "gated_deltanet", "mamba": "mamba2"}  # layer -> the layer its time is stated against
 STATELESS = {*EXTERNAL_LAYERS, "swiglu"}  # no decoding state: no step pass
 PASSES = ("fwd", "fwdbwd", "step")
 
@@ -158,7 +161,7 @@ def _pair_table(rows: list[dict], pairs, label: str, *, speed_up: bool, header: 
 def layers_table(result: dict) -> str:
     """Every row (T is the context of a `step`), then regmem against each public implementation at the same T and
     pass, then each layer's time over its baseline's (`BASELINES`: the CMS over a SwiGLU FFN, Hope over Gated
-    DeltaNet), then each layer's decoding step at the longest context over the shortest."""
+    DeltaNet, Mamba over Mamba-2), then each layer's decoding step at the longest context over the shortest."""
     rows = result["rows"]
     lines = ["| layer | pass | T | ms | tokens/s |", "|---|---|---:|---:|---:|"]
     lines += [f"| {r['layer']} | {r['pass']} | {r['T']} | {r['ms']:.2f} | {r['tokens_per_s']:,.0f} |" for r in rows]

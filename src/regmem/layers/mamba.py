@@ -30,7 +30,7 @@ from regmem.layers.gates import dt_bias_parameter, dt_log_range
 from regmem.layers.memory import MemoryState
 from regmem.ops import selective_scan
 from regmem.ops.common import zero_padding
-from regmem.ops.ssm.api import Discretization
+from regmem.ops.ssm.discretize import Discretization
 
 
 class Mamba(Mixer):

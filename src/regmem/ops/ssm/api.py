@@ -1,20 +1,16 @@
 """The public op of Mamba-1's selective scan (S6), `selective_scan`.
 
-It validates its arguments, discretises (A, B) per token, and runs one of three forms: `reference` (reference.py,
-the literal Mamba recurrence), `recurrent` and `chunk`. The selective scan *is* gated linear attention with one head
-per channel: with q = C_t, k = Bbar_t, v = x_t and the diagonal log-gate delta_t A, the state h [D, N] is GLA's
-S [H = D, K = N, V = 1] (DERIVATION.md beside this file). So the recurrent and chunk forms are GLA's
-(`regmem/ops/linear_attn`), whose chunk form is linear in T and exact for any decay (log-space sums).
+It validates its arguments and runs one of three forms on x, delta, B, C with the options A and discretization:
+`reference` (reference.py, the unrolled time-varying system), `recurrent` (recurrent.py, token by token) and `chunk`
+(chunk.py, a scan over chunks of time that never holds the expanded [T, D, N] tensors at once). The selective scan
+equals gated linear attention with one head per channel (DERIVATION.md beside this file); it has forms of its own
+because with one value per head GLA's chunk form costs C times the scan and holds [B, T, D, N] decay tensors.
 
 Shapes: x, delta: [B, T, D]; A: [D, N]; B_t, C_t: [B, T, N] (shared by the channels, as in Mamba-1); D_skip: [D];
 state h: [Nseq, D, N]; Nseq = B, or the number of sequences with `cu_seqlens` (then B = 1).
 """
 
 from __future__ import annotations
-
-from typing import Literal, get_args
-
-import torch
 
 from regmem.ops.common import (
     Call,
@@ -24,29 +20,18 @@ from regmem.ops.common import (
     check_same_device,
     check_shape,
     check_tensor,
+    compute_dtype,
     num_states,
     op,
 )
-from regmem.ops.linear_attn.chunk import gla_chunk_core
-from regmem.ops.linear_attn.recurrent import gla_recurrent_core
+from regmem.ops.ssm.chunk import selective_scan_chunk_core
+from regmem.ops.ssm.discretize import DISCRETIZATIONS, Discretization
+from regmem.ops.ssm.recurrent import selective_scan_recurrent_core
 from regmem.ops.ssm.reference import selective_scan_reference_core
 
-Discretization = Literal["zoh", "simple"]  # exact zero-order hold | Mamba's Bbar = delta B
-DISCRETIZATIONS = get_args(Discretization)
 
-
-def zoh_input_weight(delta: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
-    """The zero-order-hold input weight per unit B, (exp(delta A) - 1) / A = delta * expm1(z) / z with z = delta A,
-    and its limit delta (1 + z/2 + z^2/6) as z -> 0 (A = 0 or delta = 0), smooth for gradients too.
-    delta: [..., D, 1] and A: [D, N] broadcast to [..., D, N]."""
-    z = delta * A
-    small = z.abs() < 1e-4
-    safe = torch.where(small, torch.ones_like(z), z)
-    ratio = torch.where(small, 1.0 + z / 2 + z * z / 6, torch.expm1(safe) / safe)
-    return delta * ratio
-
-
-@op(reference=selective_scan_reference_core, recurrent=gla_recurrent_core, chunk=gla_chunk_core)
+@op(reference=selective_scan_reference_core, recurrent=selective_scan_recurrent_core,
+    chunk=selective_scan_chunk_core)
 def selective_scan(x, delta, A, B, C, D=None, *, discretization: Discretization = "zoh", initial_state=None,
                    cu_seqlens=None):
     """Mamba-1's selective scan (Gu & Dao, arXiv:2312.00752, Sec. 3.2, Algorithm 2):
@@ -99,21 +84,11 @@ def selective_scan(x, delta, A, B, C, D=None, *, discretization: Discretization 
         raise ValueError(f"discretization must be one of {DISCRETIZATIONS}, got {discretization!r}")
     Nseq = num_states(Bsz, T, cu_seqlens)
     check_initial_state(initial_state, (Nseq, Dch, N), "[Nseq, D, N]", x)
-    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    x_c, delta_c, A_c, B_c, C_c = (t.to(dtype) for t in (x, delta, A, B, C))
-    step = delta_c.unsqueeze(-1)  # [B, T, D, 1]
-    weight = zoh_input_weight(step, A_c) if discretization == "zoh" else step.expand(-1, -1, -1, N)  # [B, T, D, N]
-    tokens = {
-        "q": C_c.unsqueeze(2).expand(-1, -1, Dch, -1),  # [B, T, D, N], C_t read by every channel
-        "k": weight * B_c.unsqueeze(2),  # [B, T, D, N], Bbar_t
-        "v": x_c.unsqueeze(-1),  # [B, T, D, 1]
-        "g": step * A_c,  # [B, T, D, N], log Abar_t = delta_t A
-    }
-    skip = None if D is None else (x_c * D.to(dtype))  # [B, T, D]
+    dtype = compute_dtype(x)
+    skip = None if D is None else x.to(dtype) * D.to(dtype)  # [B, T, D]
 
     def finish(y, h):
-        y = y[..., 0]  # [B, T, D]
-        return (y if skip is None else y + skip), (h[..., 0] if h is not None else None)
+        return (y if skip is None else y + skip), h
 
-    state = initial_state.unsqueeze(-1) if initial_state is not None else None  # GLA's [Nseq, D, N, 1]
-    return Call(tokens, x.dtype, state, cu_seqlens=cu_seqlens, finish=finish)
+    return Call({"x": x, "delta": delta, "B": B, "C": C}, x.dtype, initial_state, cu_seqlens=cu_seqlens,
+                options={"A": A.to(dtype), "discretization": discretization}, finish=finish)

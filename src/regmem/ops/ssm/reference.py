@@ -1,9 +1,10 @@
-"""Reference form of the selective scan: Mamba-1's recurrence, literally, one token at a time on the state
-h: [B, D, N] (Gu & Dao, arXiv:2312.00752, Sec. 2, eqs. 2a-2b, and Algorithm 2):
-    h_t = Abar_t ⊙ h_{t-1} + Bbar_t ⊙ x_t,     y_t = sum_n C_t[n] h_t[:, n]
-with Abar_t = exp(delta_t A) and Bbar_t the discretised input weight (api.py). The cores receive them in the layout
-of the op contract: q = C_t and k = Bbar_t as [B, T, D, N] (D channels play the heads, N the key dim), v = x_t as
-[B, T, D, 1], g = delta_t A as [B, T, D, N] (log Abar).
+"""Reference form of the selective scan: Mamba-1's time-varying system unrolled, every state materialised
+(Gu & Dao, arXiv:2312.00752, Sec. 2, eqs. 2-3 with the selective Abar_t, Bbar_t of Sec. 3.2):
+
+    h_t = (prod_{j<=t} Abar_j) ⊙ h_0 + sum_{s<=t} (prod_{j=s+1}^{t} Abar_j) ⊙ Bbar_s x_s,    y_t = C_t^T h_t
+
+per channel d and state index n, the products taken as exp of sums of log Abar_j = delta_j[d] A[d, n] (segsum).
+It is the parallel (convolution-like) form of the recurrence that recurrent.py runs token by token.
 
 Legend: B batch, T time, D channels, N state size.
 """
@@ -12,16 +13,20 @@ from __future__ import annotations
 
 import torch
 
+from regmem.ops.common import segsum
+from regmem.ops.ssm.discretize import Discretization, discretize
 
-def selective_scan_reference_core(q, k, v, g, *, initial_state):
-    """q, k, g: [B, T, D, N]; v: [B, T, D, 1]; initial_state: [B, D, N, 1] or None. Returns y: [B, T, D, 1] and
-    h_T: [B, D, N, 1]."""
-    B, T, D, N = q.shape
-    h = initial_state[..., 0] if initial_state is not None else q.new_zeros(B, D, N)  # [B, D, N]
-    ys = []
-    for t in range(T):
-        A_bar = torch.exp(g[:, t])  # [B, D, N]
-        h = A_bar * h + k[:, t] * v[:, t]  # Bbar_t x_t, x_t [B, D, 1] broadcast over N
-        ys.append((q[:, t] * h).sum(-1, keepdim=True))  # [B, D, 1]
-    y = torch.stack(ys, dim=1) if ys else v.new_zeros(B, 0, D, 1)  # [B, T, D, 1]
-    return y, h.unsqueeze(-1)
+
+def selective_scan_reference_core(x, delta, B, C, *, initial_state, A, discretization: Discretization):
+    """x, delta: [B, T, D]; B, C: [B, T, N]; A: [D, N]; initial_state: [B, D, N] or None. Returns y: [B, T, D] and
+    h_T: [B, D, N]."""
+    Bsz, T, D = x.shape
+    h0 = initial_state if initial_state is not None else x.new_zeros(Bsz, D, A.shape[1])  # [B, D, N]
+    if T == 0:
+        return x.new_zeros(Bsz, 0, D), h0
+    log_decay, inputs = discretize(x, delta, A, B, discretization)  # [B, T, D, N]: log Abar_t, Bbar_t x_t
+    L = torch.exp(segsum(log_decay.permute(0, 2, 3, 1)))  # [B, D, N, T, T], L_ts = prod_{j=s+1}^t Abar_j
+    from_start = torch.exp(log_decay.cumsum(dim=1))  # [B, T, D, N], prod_{j<=t} Abar_j
+    h = torch.einsum("bdnts,bsdn->btdn", L, inputs) + from_start * h0.unsqueeze(1)  # [B, T, D, N], every h_t
+    y = torch.einsum("btdn,btn->btd", h, C)  # [B, T, D]
+    return y, h[:, -1]
