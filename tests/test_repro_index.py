@@ -1,0 +1,189 @@
+"""The claims index (docs/repro/README.md) stays true to the repository: every `regmem repro` reproduction has a row,
+every `regmem ...` command it names parses (a repro's `--set` keys and variant included), every test it names exists
+(file and function), every `make` target exists, every report under docs/repro/ and docs/analysis/ is linked from
+it, every row ends in a known verdict, and its table of counts matches the rows."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shlex
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from regmem.cli import build_parser
+from regmem.experiments.repro import REPROS
+
+ROOT = Path(__file__).resolve().parents[1]
+INDEX = ROOT / "docs" / "repro" / "README.md"
+VERDICTS = ("holds in part", "holds", "does not hold at this scale", "erratum", "not testable here", "not run")
+ROW = re.compile(r"^\| (?P<id>[A-Z]+-\d+) \|")
+CODE = re.compile(r"`([^`]+)`")
+TEST_REF = re.compile(r"^(?P<path>tests/[\w/]+\.py)(?:::(?P<name>\w+))?$")
+LINK = re.compile(r"\]\(([^)\s]+\.md)\)")
+
+
+def claim_rows(text: str) -> list[list[str]]:
+    """The cells of every claim row (`| ID-n | claim | where | check | measured | verdict |`)."""
+    return [[cell.strip() for cell in line.strip().strip("|").split(" | ")]
+            for line in text.splitlines() if ROW.match(line)]
+
+
+def verdict_of(cell: str) -> str | None:
+    """The verdict a row's last cell begins with (the longest match first), or None."""
+    return next((v for v in VERDICTS if cell.startswith(v)), None)
+
+
+def code_spans(text: str) -> list[str]:
+    return [span.strip() for span in CODE.findall(text)]
+
+
+def command_problem(command: str) -> str | None:
+    """Why `command` (`regmem ...`) would not run as written, or None: it must parse, and a repro's variant and
+    `--set` keys must be known to that reproduction."""
+    argv = shlex.split(command)[1:]
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            args = build_parser().parse_args(argv)
+    except SystemExit:
+        return "does not parse"
+    if args.command == "repro":
+        variant = "quick" if args.quick else "full" if args.full else "default"
+        try:
+            REPROS[args.name].settings(variant, dict(args.settings))
+        except ValueError as err:
+            return str(err)
+    return None
+
+
+def missing_test(ref: str) -> str | None:
+    """Why the test reference `tests/x.py` or `tests/x.py::test_name` names nothing, or None."""
+    match = TEST_REF.match(ref)
+    if match is None:
+        return "not of the form tests/<path>.py[::test_name]"
+    path = ROOT / match["path"]
+    if not path.is_file():
+        return "no such file"
+    if match["name"] and not re.search(rf"^def {re.escape(match['name'])}\(", path.read_text(), re.M):
+        return f"no function {match['name']} in {match['path']}"
+    return None
+
+
+def make_targets() -> set[str]:
+    return set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M))
+
+
+def reference_problems(text: str) -> list[str]:
+    """Every named command, test or make target of `text` that does not exist, with the reason."""
+    problems = []
+    for span in code_spans(text):
+        if span.startswith("regmem "):
+            why = command_problem(span)
+        elif span.startswith("tests/"):
+            why = missing_test(span)
+        elif span.startswith("make "):
+            why = None if span.split()[1] in make_targets() else "no such make target"
+        else:
+            continue
+        if why:
+            problems.append(f"`{span}`: {why}")
+    return problems
+
+
+def linked_reports(text: str) -> set[Path]:
+    return {(INDEX.parent / ref).resolve() for ref in LINK.findall(text)}
+
+
+def count_table(text: str) -> dict[str, list[int]]:
+    """The counts table: paper -> [claims, then one count per verdict in the header's order]."""
+    table = {}
+    for line in text.split("<!-- counts")[1].split("\n## ")[0].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 + len(VERDICTS) and cells[1].isdigit():
+            table[cells[0]] = [int(c) for c in cells[1:]]
+    return table
+
+
+def counted_rows(text: str) -> dict[str, list[int]]:
+    """The same counts, computed from the rows of each `## ` section."""
+    header = [c.strip() for c in text.split("<!-- counts")[1].splitlines()[1].strip().strip("|").split("|")][2:]
+    counts = {}
+    for section in text.split("\n## ")[1:]:
+        rows = claim_rows(section)
+        if rows:
+            tally = Counter(verdict_of(row[-1]) for row in rows)
+            counts[section.splitlines()[0].split(" (")[0].split(":")[0].strip()] = [len(rows)] + [
+                tally[v] for v in header]
+    counts["all"] = [sum(column) for column in zip(*counts.values(), strict=True)]
+    return counts
+
+
+@pytest.fixture(scope="module")
+def text() -> str:
+    return INDEX.read_text()
+
+
+def test_every_repro_has_a_row_that_runs_it(text):
+    named = {shlex.split(span)[2] for row in claim_rows(text) for span in code_spans(" | ".join(row))
+             if span.startswith("regmem repro ")}
+    missing = sorted(set(REPROS) - named)
+    assert not missing, f"reproductions without a row in {INDEX.name}: {missing}"
+
+
+def test_every_command_test_and_make_target_named_exists(text):
+    problems = reference_problems(text)
+    assert not problems, "the index names what does not exist:\n" + "\n".join(problems)
+
+
+def test_every_report_is_linked(text):
+    folders = (ROOT / "docs" / "repro", ROOT / "docs" / "analysis")
+    reports = {p.resolve() for folder in folders for p in folder.glob("*.md") if p.name != "README.md"}
+    missing = sorted(str(p.relative_to(ROOT)) for p in reports - linked_reports(text))
+    assert not missing, f"reports not linked from {INDEX.name}: {missing}"
+    dangling = sorted(str(p) for p in linked_reports(text) if not p.is_file())
+    assert not dangling, f"links to missing files: {dangling}"
+
+
+def test_every_row_has_six_cells_a_check_and_a_known_verdict(text):
+    rows = claim_rows(text)
+    assert len(rows) > 100
+    bad = [row[0] for row in rows if len(row) != 6 or not row[3] or verdict_of(row[-1]) is None]
+    assert not bad, f"rows without six cells, a check (a command, a test or —) or a verdict of {VERDICTS}: {bad}"
+    ids = Counter(row[0] for row in rows)
+    assert not [i for i, n in ids.items() if n > 1], "row ids repeat"
+
+
+def test_not_run_rows_name_who_runs_them(text):
+    bad = [row[0] for row in claim_rows(text) if verdict_of(row[-1]) == "not run"
+           and not re.search(r"issue \d+ item \d+|no issue \d+ item", row[-1])]
+    assert not bad, f"`not run` rows that name no issue item: {bad}"
+
+
+def test_the_counts_table_matches_the_rows(text):
+    assert count_table(text) == counted_rows(text)
+
+
+# The checks above must be able to fail: each broken index below is caught.
+
+def test_a_misspelt_repro_or_unknown_setting_or_missing_test_is_caught(text):
+    broken = text.replace("`regmem repro am-dag`", "`regmem repro am-dagg`", 1)
+    assert any("am-dagg" in p for p in reference_problems(broken))
+    broken = text.replace("`regmem repro am-swap --set figures=6,8`", "`regmem repro am-swap --set figure=6,8`", 1)
+    assert any("figure=6,8" in p for p in reference_problems(broken))
+    broken = text.replace("test_theorem1_reads_the_exact_arrangement_after_every_swap`",
+                          "test_theorem1_reads_the_arrangement`", 1)
+    assert any("no function test_theorem1_reads_the_arrangement" in p for p in reference_problems(broken))
+    assert any("no such file" in p for p in reference_problems("`tests/ops/test_nothing_here.py`"))
+    assert any("make target" in p for p in reference_problems("`make no-such-target`"))
+
+
+def test_a_dropped_row_or_link_or_verdict_is_caught(text):
+    dropped = "\n".join(line for line in text.splitlines() if "`regmem repro am-stress`" not in line)
+    assert "am-stress" not in {shlex.split(span)[2] for row in claim_rows(dropped)
+                               for span in code_spans(" | ".join(row)) if span.startswith("regmem repro ")}
+    assert (INDEX.parent / "am-stress.md").resolve() not in linked_reports(dropped.replace("(am-stress.md)", "()"))
+    assert count_table(dropped) != counted_rows(dropped)
+    assert verdict_of("mostly holds") is None and verdict_of("holds in part (x)") == "holds in part"
