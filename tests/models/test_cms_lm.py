@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from regmem.models import LM, CMSConfig, LMConfig, SwiGLUConfig, stack_levels
+from regmem.nested import CMS
 
 VOCAB = 24
 
@@ -109,3 +110,30 @@ def test_stacked_levels_are_as_wide_as_the_trained_swiglu():
     assert stacked.config.ffn == CMSConfig(chunk_sizes=(4, 8), lr=0.0, hidden=model.blocks[0].ffn.down.in_features)
     ids = _ids()
     torch.testing.assert_close(stacked(ids), model(ids))
+
+
+def _branch_rms(block, x):
+    """rms of what a block's FFN adds to its input x [B, T, D] (a CMS: its output minus its input)."""
+    if isinstance(block.ffn, CMS):
+        return (block.ffn(x)[0] - x).pow(2).mean().sqrt()
+    return block.ffn(block.ffn_norm(x)).pow(2).mean().sqrt()
+
+
+@pytest.mark.parametrize("levels", [1, 3])
+def test_a_cms_level_starts_at_the_scale_of_the_swiglu_ffn_it_stands_for(levels):
+    """LM initialises a CMS's levels like its SwiGLU FFN (N(0, init_std^2), CMS.reset_parameters): at d_model 64 the
+    fan-in scale of a standalone CMS made the branch ~100x louder than the FFN's, and Hope learned no recall."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 32, 64)
+    sizes = (4, 8, 16)[:levels]
+    rms = {}
+    for name, ffn in (("swiglu", SwiGLUConfig()), ("cms", CMSConfig(chunk_sizes=sizes, hidden=171 // levels))):
+        torch.manual_seed(1)
+        model = LM(LMConfig(vocab_size=VOCAB, d_model=64, n_layers=1, n_heads=4, mixer="attn", ffn=ffn))
+        with torch.no_grad():
+            rms[name] = _branch_rms(model.blocks[0], x)
+    assert 0.3 < rms["cms"] / rms["swiglu"] < 3, rms
+    torch.manual_seed(1)
+    with torch.no_grad():
+        standalone = CMS(64, CMSConfig(chunk_sizes=sizes, hidden=171 // levels))
+        assert (standalone(x)[0] - x).pow(2).mean().sqrt() > 30 * rms["swiglu"]  # the fan-in scale it replaced

@@ -133,10 +133,10 @@ def test_a_config_written_before_format_2_keeps_the_defaults_it_was_trained_with
     config = LMConfig(vocab_size=10, d_model=16, n_heads=2, n_layers=1, mixer="hope",
                       mixer_kwargs={"hope": {"mini_batch": 4}})
     d = config.to_dict()
-    assert d["format"] == 2 and LMConfig.from_dict(d) == config
+    assert d["format"] == 3 and LMConfig.from_dict(d) == config
     old = LMConfig.from_dict({k: v for k, v in d.items() if k != "format"})
     assert old.mixer_kwargs["hope"] == {**DEFAULTS_BEFORE_2["hope"], "mini_batch": 4, "cms_step_rule": "explicit",
-                                        "cms_hidden": round(8 / 3 * 16)}
+                                        "cms_hidden": round(8 / 3 * 16), "self_values": True}
     mixer = LM(old).blocks[0].mixer
     assert mixer.config.step_rule == "explicit" and mixer.cms.config.width(16) == 43 != CMSConfig().width(16)
     cms = LMConfig(vocab_size=10, d_model=16, n_heads=2, n_layers=1, mixer="attn", ffn="cms").to_dict()
@@ -144,4 +144,17 @@ def test_a_config_written_before_format_2_keeps_the_defaults_it_was_trained_with
     assert LMConfig.from_dict({k: v for k, v in cms.items() if k != "format"}).ffn == CMSConfig(
         hidden=43, step_rule="explicit")
     with pytest.raises(ValueError, match="format"):
-        LMConfig.from_dict({**d, "format": 3})
+        LMConfig.from_dict({**d, "format": 4})
+
+
+def test_a_config_of_format_2_keeps_self_modifying_titans_own_values():
+    """Format 3 made every memory of self-modifying Titans regress onto v_t (eq. 84): a format-2 config loads with
+    eq. 87's own values, which it was trained with, unless it set them; other mixers are untouched."""
+    config = LMConfig(vocab_size=10, d_model=16, n_heads=2, n_layers=2, mixer=("hope", "attn"),
+                      mixer_kwargs={"hope": {"mini_batch": 4}})
+    d = {**config.to_dict(), "format": 2}
+    old = LMConfig.from_dict(d)
+    assert old.mixer_kwargs == {"hope": {"mini_batch": 4, "self_values": True}}
+    assert LM(old).blocks[0].mixer.config.self_values and not LM(config).blocks[0].mixer.config.self_values
+    explicit = {**d, "mixer_kwargs": {"hope": {"self_values": False}}}
+    assert LMConfig.from_dict(explicit).mixer_kwargs["hope"] == {"self_values": False}

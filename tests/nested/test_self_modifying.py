@@ -39,7 +39,7 @@ def _x(seed=1):
 
 # The paper's read-out (eq. 90) and unnormalised values, as the configuration's defaults once were; the mixer's
 # defaults (read "updated", normalize_v) are covered by the ablation test and tests/layers.
-PAPER = {"read": "anchor", "normalize_v": False}
+PAPER = {"read": "anchor", "normalize_v": False, "self_values": True}  # eq. 87, 90 as printed
 FULL = _config(momentum=True, mini_batch=2, mini_batch_memory=4, eta_max=0.3, **PAPER)
 
 
@@ -79,11 +79,12 @@ def test_token_steps_and_a_split_sequence_equal_one_call(config):
     _close_states(state, s_full, "final")
 
 
-@pytest.mark.parametrize(("momentum", "layer_norm"), [(False, False), (True, False), (True, True)])
-def test_the_fused_path_equals_the_reference_form(momentum, layer_norm):
+@pytest.mark.parametrize(("momentum", "layer_norm", "self_values"),
+                         [(False, False, True), (True, False, True), (True, True, True), (True, True, False)])
+def test_the_fused_path_equals_the_reference_form(momentum, layer_norm, self_values):
     """Six alike memories (the layer's default) run stacked, one engine block per mini-batch (`_fused_piece`);
     T = 11 ends inside a mini-batch and a continued call starts inside one, so both paths run and hand over."""
-    config = _config(momentum=momentum, layer_norm=layer_norm, mini_batch=4, eta_max=0.3)
+    config = _config(momentum=momentum, layer_norm=layer_norm, mini_batch=4, eta_max=0.3, self_values=self_values)
     params, x = _params(config), _x()
     y_ref, s_ref = self_modifying_titans(x, config, params, mode="reference")
     y, s = self_modifying_titans(x, config, params)

@@ -85,7 +85,8 @@ LAYER_CASES = {
     "titans_pytorch_b16": _titans_pytorch(16),
 }
 EXTERNAL_LAYERS = {"titans_pytorch": "titans_mlp", "titans_pytorch_b16": "titans_mlp"}  # theirs -> ours
-BASELINES = {"cms": "swiglu", "hope": "gated_deltanet", "mamba": "mamba2"}  # layer -> the layer its time is stated against
+# layer -> the layer its time is stated against
+BASELINES = {"cms": "swiglu", "hope": "gated_deltanet", "mamba": "mamba2"}
 STATELESS = {*EXTERNAL_LAYERS, "swiglu"}  # no decoding state: no step pass
 PASSES = ("fwd", "fwdbwd", "step")
 

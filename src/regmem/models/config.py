@@ -75,12 +75,14 @@ class LMConfig:
         without "format" (written before format 2) keeps the defaults it was trained with (DEFAULTS_BEFORE_2)."""
         d = dict(d)
         version = d.pop("format", 1)
-        if version not in (1, FORMAT):
-            raise ValueError(f"format must be 1 or {FORMAT} (this version of regmem), got {version!r}")
+        if version not in range(1, FORMAT + 1):
+            raise ValueError(f"format must be 1 to {FORMAT} (this version of regmem), got {version!r}")
         if FLAT_FFN_KEYS & set(d):
             d = _from_flat(d)
         if version < 2:
             d = _defaults_before_2(d)
+        if version < 3:
+            d = _mixer_defaults(d, DEFAULTS_BEFORE_3)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -90,7 +92,7 @@ class LMConfig:
         return cls(**d)
 
 
-FORMAT = 2  # of to_dict's output; 1 (no "format" key) is every config written before it
+FORMAT = 3  # of to_dict's output; 1 (no "format" key) is every config written before format 2
 
 # Mixer options whose defaults changed with format 2 (regmem/layers/self_modifying.py, regmem/nested/cms.py): a
 # config without "format" was trained with these values, so they are filled in where it does not set them. The
@@ -101,6 +103,8 @@ DEFAULTS_BEFORE_2 = {
     "hope": {"step_rule": "explicit", "inputs": "shared", "momentum": False, "eta_max": 0.05, "layer_norm": False},
 }
 CMS_BEFORE_2 = {"step_rule": "explicit"}  # and hidden = round(8/3 d_model): the CMS of an FFN, Hope, Hope-Attention
+# Format 3: every memory of self-modifying Titans regresses onto v_t (eq. 84), no longer its own M(v_t) (eq. 87).
+DEFAULTS_BEFORE_3 = {"self_modifying_titans": {"self_values": True}, "hope": {"self_values": True}}
 
 
 def _defaults_before_2(d: dict) -> dict:
@@ -124,6 +128,16 @@ def _defaults_before_2(d: dict) -> dict:
             options = {**{f"cms_{k}": v for k, v in cms_then.items()}, **options}
             options["cms_hidden"] = options["cms_hidden"] or cms_then["hidden"]
         kwargs[name] = options
+    return {**d, "mixer_kwargs": kwargs}
+
+
+def _mixer_defaults(d: dict, defaults: dict) -> dict:
+    """d with each of its layers' mixers given `defaults[name]` where its mixer_kwargs do not set them."""
+    kwargs = d.get("mixer_kwargs", {})
+    if not isinstance(kwargs, dict):
+        return d
+    layers = set(layer_mixers(d.get("mixer", LMConfig.mixer), d.get("n_layers", LMConfig.n_layers)))
+    kwargs = {**kwargs, **{name: {**defaults[name], **kwargs.get(name, {})} for name in layers & set(defaults)}}
     return {**d, "mixer_kwargs": kwargs}
 
 

@@ -80,6 +80,8 @@ class LM(nn.Module):
             nn.init.normal_(module.weight, std=self.config.init_std)
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
+        elif isinstance(module, CMS):  # its levels stand for the SwiGLU FFN: the same init (CMS.reset_parameters)
+            module.reset_parameters(std=self.config.init_std)
 
     def forward(self, input_ids, state=None, *, attention_mask=None, return_state=False):
         """input_ids: [B, T] int64; state: a list of per-layer states or None; attention_mask: [B, T] (1 = token)."""

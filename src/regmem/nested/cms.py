@@ -225,11 +225,27 @@ class CMS(nn.Module):
         D, F_ = d_model, self.config.width(d_model)
         k = self.config.levels
         self.norm_weight = nn.Parameter(torch.ones(k, D))
-        self.gate = nn.Parameter(torch.randn(k, D, F_) * D**-0.5)
-        self.up = nn.Parameter(torch.randn(k, D, F_) * D**-0.5)
-        self.down = nn.Parameter(torch.randn(k, F_, D) * F_**-0.5 / math.sqrt(k))
+        self.gate, self.up = nn.Parameter(torch.empty(k, D, F_)), nn.Parameter(torch.empty(k, D, F_))
+        self.down = nn.Parameter(torch.empty(k, F_, D))
+        self.reset_parameters()
         self.value = nn.Parameter(torch.eye(D).repeat(k, 1, 1)) if self.config.objective == "value" else None
         self.mix = nn.Parameter(torch.ones(k)) if self.config.variant == "independent" else None
+
+    @torch.no_grad()
+    def reset_parameters(self, std: float | None = None):
+        """The levels' initial SwiGLU weights: std=None scales by fan-in (a standalone CMS, whose levels start
+        O(1)); a number draws every weight from N(0, std^2), as an LM initialises the SwiGLU FFN a level stands for
+        (`LM` passes its `init_std`). In an LM the fan-in scale made each level's branch ~100x louder than every
+        other branch at init (a Hope block's CMS added rms 0.59 to self-modifying Titans' 0.011, d_model 64), and
+        Hope learned no recall (benchmarks/README.md)."""
+        if std is None:
+            D, F_ = self.gate.shape[1:]
+            down = F_**-0.5 / math.sqrt(self.config.levels)
+            for w, scale in ((self.gate, D**-0.5), (self.up, D**-0.5), (self.down, down)):
+                w.copy_(torch.randn_like(w) * scale)
+        else:
+            for w in (self.gate, self.up, self.down):
+                nn.init.normal_(w, std=std)
 
     def state_floats(self) -> int:
         """Floats of decoding state per sequence: every level's weights, its gradient accumulator (and curvature

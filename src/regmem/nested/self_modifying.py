@@ -73,7 +73,9 @@ class SelfModifyingConfig:
     weight_decay: bool = True  # False: alpha_t = 1 ("w/o weight decay")
     adaptive_q: bool = True  # False: q = x W_q, a static linear projection
     static: frozenset[StaticMemory] = frozenset()  # memories (not the main one) never updated at test time
-    self_values: bool = True  # False: every memory regresses onto v_t (eq. 84) instead of its own M(v_t)
+    # False: every memory regresses onto v_t (eq. 84); True: onto its own M(v_t) (eq. 87), which on MQAR learned
+    # ~10x slower (regmem/layers/self_modifying.py)
+    self_values: bool = False
     # True: v_t = normalise(M_v(x_t)) like k and q; without it an LM on MQAR diverged (regmem/layers/self_modifying.py)
     normalize_v: bool = True
     read: Read = "updated"  # the main memory after each token's update (TTT's convention); "anchor" is eq. 90
@@ -209,9 +211,9 @@ def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: 
 
 
 def _fusable(config: SelfModifyingConfig) -> bool:
-    """All six memories alike, each updated, regressing onto its own values, read after the update: every
-    mini-batch is then one stacked forward for the generated tensors, one for the targets and one engine block."""
-    return (config.used() == MEMORIES and not config.static and config.self_values and config.read == "updated"
+    """All six memories alike, each updated, read after the update: every mini-batch is then one stacked forward
+    for the generated tensors, one for the targets (with self_values) and one engine block."""
+    return (config.used() == MEMORIES and not config.static and config.read == "updated"
             and config.memory_model is None and config.mini_batch_memory in (None, config.mini_batch))
 
 
@@ -252,7 +254,9 @@ def _fused_piece(x, config: SelfModifyingConfig, params: OuterParams, stacked: _
     bias = 0.0 if params.b_alpha is None else params.b_alpha[:, None]
     g = F.logsigmoid((r_alpha * params.w_alpha[:, None]).sum(-1) + bias)
     log_mu = F.logsigmoid((rows[:, :H] * params.w_mu[:, None]).sum(-1)) if config.momentum else None
-    targets, _ = model.forward(W, v.repeat(1, G, 1, 1), None)  # every memory's own M(v), [B, 6 H, n, d]
+    targets = v.repeat(1, G, 1, 1)  # [B, 6 H, n, d]: v_t for every memory (eq. 84), or each one's own M(v_t) (eq. 87)
+    if config.self_values:
+        targets, _ = model.forward(W, targets, None)
     o, weights, momenta = ttt_mini_batch(
         q, k.repeat(1, G, 1, 1), targets, eta.repeat(1, G, 1), g.repeat(1, G, 1),
         log_mu.repeat(1, G, 1) if log_mu is not None else None, W, stacked.momenta, model=model, loss=config.loss,
