@@ -14,7 +14,7 @@ from regmem.experiments.presets import PRESETS
 from regmem.experiments.protocol import RunStore, execute, run_grid, summarize
 from regmem.experiments.runs import Run
 from regmem.experiments.suite import resolve_tasks, suite
-from regmem.experiments.tuned import best_lrs, load_tuned, save_tuned, tuned_lr
+from regmem.experiments.tuned import best_lrs, best_lrs_by_setting, load_tuned, save_tuned, tuned_lr
 from regmem.tasks import TASK_GROUPS
 
 FAST = dataclasses.replace(PRESETS["tiny"], steps=4, num_train=64, num_eval=32, eval_every=2)
@@ -104,11 +104,19 @@ def test_tuned_table_round_trips_and_feeds_the_default_grid(tmp_path, monkeypatc
     assert data["quick"]["sources"] == ["benchmarks/results/x", "benchmarks/results/y"]
     assert tuned_lr("quick", "mqar", "gla", path) == 3e-2 and tuned_lr("quick", "mqar", "attn", path) == 3e-3
     assert tuned_lr("quick", "mqar", "linear", path) is None and tuned_lr("tiny", "mqar", "gla", path) is None
-    monkeypatch.setattr("regmem.experiments.compare.tuned_lr", lambda p, t, m: tuned_lr(p, t, m, path))
+    monkeypatch.setattr("regmem.experiments.compare.tuned_lr",
+                        lambda p, t, m, setting=None: tuned_lr(p, t, m, path, setting=setting))
     quick = PRESETS["quick"]
     assert lr_grid(quick, None)("mqar", "gla") == [3e-2]  # tuned
     assert lr_grid(quick, None)("mqar", "linear") == [quick.lr]  # not tuned: the preset's
     assert lr_grid(quick, [1e-3, 1e-2])("mqar", "gla") == [1e-3, 1e-2]  # a grid overrides
+    # a setting tuned on its own is read first; another setting falls back to the task's point
+    at_16 = summarize([record("mqar", "gla", lr, 0, s, {"num_kv_pairs": 16}) for lr, s in [(1e-2, 0.5), (3e-2, 0.1)]])
+    assert best_lrs_by_setting(at_16) == {"mqar num_kv_pairs=16": {"gla": 1e-2}}
+    save_tuned("quick", best_lrs_by_setting(at_16), source="benchmarks/results/z", path=path)
+    assert lr_grid(quick, None, {"num_kv_pairs": 16})("mqar", "gla") == [1e-2]
+    assert lr_grid(quick, None, {"num_kv_pairs": 4})("mqar", "gla") == [3e-2]
+    assert lr_grid(quick, None, {"num_kv_pairs": 16})("mqar", "attn") == [3e-3]
 
 
 def test_groups_expand_in_place_and_unknown_names_are_refused():

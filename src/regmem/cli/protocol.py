@@ -77,6 +77,9 @@ def add_compare(commands) -> None:
     parser.add_argument("--out-dir", default="results", help="parent of the <task>-<timestamp> directory")
     parser.add_argument("--run-dir", default=None,
                         help="write here instead; an existing run directory resumes (finished runs are skipped)")
+    parser.add_argument("--save-tuned", default=None, metavar="PATH",
+                        help="write each mixer's best lr at each swept setting into this tuned-lr table (the "
+                             "committed one is src/regmem/experiments/tuned_lr.json; read back for that setting)")
     parser.set_defaults(handler=_compare, parser=parser)
 
 
@@ -101,7 +104,7 @@ def _compare(args) -> None:
     if args.run_dir is not None and Path(args.run_dir).exists() and not Path(args.run_dir).is_dir():
         args.parser.error(f"argument --run-dir: {args.run_dir!r} is not a directory")
     compare(args.task, args.mixers, preset, sweep=args.sweep, seeds=args.seeds, lrs=lrs, out_dir=args.out_dir,
-            run_dir=args.run_dir, progress=not args.no_progress, workers=args.workers)
+            run_dir=args.run_dir, progress=not args.no_progress, workers=args.workers, save_tuned_to=args.save_tuned)
 
 
 def add_suite(commands) -> None:

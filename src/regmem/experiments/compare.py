@@ -29,7 +29,7 @@ from regmem.experiments.protocol import (
     run_grid,
     summarize,
 )
-from regmem.experiments.tuned import tuned_lr
+from regmem.experiments.tuned import best_lrs_by_setting, load_tuned, save_tuned, setting_key, tuned_lr
 from regmem.tasks import TASKS
 
 
@@ -44,29 +44,36 @@ def parse_sweep(text: str | None) -> tuple[str | None, list]:
     return field.replace("-", "_"), parsed
 
 
-def lr_grid(preset: Preset, lrs: list[float] | None):
-    """(task, mixer) -> the learning rates to train: `lrs` if given, else the tuned one, else the preset's."""
+def lr_grid(preset: Preset, lrs: list[float] | None, setting: dict | None = None):
+    """(task, mixer) -> the learning rates to train: `lrs` if given, else the one tuned at `setting` (or at the
+    task's preset point), else the preset's."""
     def grid(task: str, mixer: str) -> list[float]:
         if lrs:
             return list(lrs)
-        tuned = tuned_lr(preset.name, task, mixer)
+        tuned = tuned_lr(preset.name, task, mixer, setting=setting)
         return [preset.lr if tuned is None else tuned]
     return grid
 
 
-def lr_source(preset: Preset, lrs: list[float] | None, task: str, mixers: list[str]) -> str:
+def lr_source(preset: Preset, lrs: list[float] | None, task: str, mixers: list[str],
+              settings: list[dict] = ({},)) -> str:
     if lrs:
         return f"best of the grid {', '.join(f'{lr:g}' for lr in lrs)}"
-    untuned = [m for m in mixers if tuned_lr(preset.name, task, m) is None]
-    text = f"tuned per mixer (src/regmem/experiments/tuned_lr.json, preset {preset.name})"
+    table = load_tuned().get(preset.name, {}).get("tasks", {})
+    own = [key for key in dict.fromkeys(setting_key(task, s) for s in settings) if key != task and key in table]
+    untuned = [m for m in mixers if any(tuned_lr(preset.name, task, m, setting=s) is None for s in settings)]
+    text = f"tuned per mixer (src/regmem/experiments/tuned_lr.json, preset {preset.name}"
+    text += f", at {', '.join(own)})" if own else ")"
     return text + (f"; not tuned, the preset's {preset.lr:g}: {', '.join(untuned)}" if untuned else "")
 
 
 def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | None = None,
             seeds: list[int] = SEEDS, lrs: list[float] | None = None, out_dir: str | Path = "results",
-            run_dir: str | Path | None = None, progress: bool = True, log=print, workers: int = 1) -> Path:
+            run_dir: str | Path | None = None, progress: bool = True, log=print, workers: int = 1,
+            save_tuned_to: str | Path | None = None) -> Path:
     """Trains every (mixer, sweep value, lr, seed) not yet in `run_dir`; writes the leaderboard, CSV, JSON and
-    plot; returns the run directory."""
+    plot; with `save_tuned_to`, also each mixer's best lr at each swept setting (tuned.py); returns the run
+    directory."""
     if task_name not in TASKS:
         raise ValueError(f"task must be one of {sorted(TASKS)}, got {task_name!r}")
     if not seeds:
@@ -76,10 +83,13 @@ def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | N
         run_dir = Path(out_dir) / f"{task_name}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(run_dir)
     settings = [{field: v} if field else {} for v in values]
-    runs = run_grid([task_name], mixers, settings, lr_grid(preset, lrs), seeds)
+    runs = [run for s in settings for run in run_grid([task_name], mixers, [s], lr_grid(preset, lrs, s), seeds)]
     records = execute(runs, preset, RunStore(run_dir, preset), progress=progress, log=log, workers=workers)
     summaries = summarize(records)
-    source = lr_source(preset, lrs, task_name, mixers)
+    source = lr_source(preset, lrs, task_name, mixers, settings)
+    if save_tuned_to is not None:
+        save_tuned(preset.name, best_lrs_by_setting(summaries), source=str(run_dir), path=save_tuned_to)
+        log(f"[compare] tuned learning rates written to {save_tuned_to}")
     write_outputs(run_dir, task_name, preset, field, records, summaries, source)
     log((run_dir / "leaderboard.md").read_text())
     log(f"wrote {run_dir}")

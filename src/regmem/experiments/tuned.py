@@ -1,9 +1,11 @@
 """Tuned learning rates: each mixer's best learning rate per task from a committed sweep, used by the presets.
 
 `src/regmem/experiments/tuned_lr.json` holds, per preset name, the directory of the sweep it came from (under
-`benchmarks/results/`) and {task: {mixer: lr}}. `regmem compare` and `regmem suite` train a mixer at its tuned
-learning rate when the table has one and the grid is not given (`--lrs`, `--sweep-lr`); otherwise at the
-preset's. `regmem suite --sweep-lr --save-tuned` writes the table from a new sweep.
+`benchmarks/results/`) and {task: {mixer: lr}}; a task at a setting of its own (`regmem compare --sweep
+num_kv_pairs=16`) has its own entry, "mqar num_kv_pairs=16" (`setting_key`), read first. `regmem compare` and
+`regmem suite` train a mixer at its tuned learning rate when the table has one and the grid is not given (`--lrs`,
+`--sweep-lr`); otherwise at the preset's. `regmem suite --sweep-lr --save-tuned` writes the table from a new
+sweep, `regmem compare --lrs ... --sweep F=V --save-tuned` the entries of each swept setting.
 """
 
 from __future__ import annotations
@@ -22,9 +24,18 @@ def load_tuned(path: str | Path = TUNED_FILE) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def tuned_lr(preset_name: str, task: str, mixer: str, path: str | Path = TUNED_FILE) -> float | None:
-    """The committed best learning rate of `mixer` on `task` under the preset, or None if it was not swept."""
-    return load_tuned(path).get(preset_name, {}).get("tasks", {}).get(task, {}).get(mixer)
+def setting_key(task: str, setting: dict | None) -> str:
+    """The table's key of a task at a setting: "mqar num_kv_pairs=16"; the task's name without one."""
+    return " ".join([task, *(f"{k}={v}" for k, v in sorted((setting or {}).items()))])
+
+
+def tuned_lr(preset_name: str, task: str, mixer: str, path: str | Path = TUNED_FILE, *,
+             setting: dict | None = None) -> float | None:
+    """The committed best learning rate of `mixer` on `task` under the preset -- tuned at `setting` if the table
+    has that, else at the preset's point of the task -- or None if it was not swept."""
+    tasks = load_tuned(path).get(preset_name, {}).get("tasks", {})
+    at_setting = tasks.get(setting_key(task, setting), {}).get(mixer)
+    return at_setting if at_setting is not None else tasks.get(task, {}).get(mixer)
 
 
 def best_lrs(summaries) -> dict[str, dict[str, float]]:
@@ -39,6 +50,14 @@ def best_lrs(summaries) -> dict[str, dict[str, float]]:
         means = {lr: statistics.fmean(c.lr_means[lr] for c in cells) for lr in lrs}
         sign = 1 if higher_is_better(cells[0].metric) else -1
         table.setdefault(task, {})[mixer] = max(lrs, key=lambda lr, means=means: (sign * means[lr], -lr))
+    return table
+
+
+def best_lrs_by_setting(summaries) -> dict[str, dict[str, float]]:
+    """{setting_key: {mixer: lr}}: each cell's best learning rate under the key of its task and setting."""
+    table: dict[str, dict[str, float]] = {}
+    for s in summaries:
+        table.setdefault(setting_key(s.task, s.setting), {})[s.mixer] = s.best_lr
     return table
 
 
