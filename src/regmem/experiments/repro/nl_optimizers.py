@@ -417,8 +417,7 @@ REPRO = Repro(
     name="nl-optimizers",
     help="Nested Learning Fig. 4, Sec. 4.3 and Figs. 11-12: delta vs standard momentum on psi, forgetting across "
          "orthogonal tasks, AdamW / Muon / M3 (both readings) / delta (both forms) / deep momentum on digits and "
-         "byte text, the Muon family's halves at their own lrs (about 3 min on 2 "
-         "cores)",
+         "byte text, the Muon family's halves at their own lrs (about 4 min on 2 idle cores)",
     variants={"default": OptimizerToySettings(), "quick": QUICK},
     run=run, format_report=format_report, plot=plot_toys,
 )
