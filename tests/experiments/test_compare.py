@@ -169,3 +169,13 @@ def test_every_task_builds_and_generates_at_every_preset(preset):
         assert inputs.shape == targets.shape == (2, task.seq_len), name
         assert 0 <= int(inputs.min()) and int(inputs.max()) < task.vocab_size, name
         assert bool((targets != -100).any()), name
+
+
+@pytest.mark.parametrize("lrs", [[0.01, 0.0], [-1e-3], [float("nan")], [float("inf")]],
+                         ids=["zero", "neg", "nan", "inf"])
+def test_lr_grid_rejects_a_non_positive_or_non_finite_lr_naming_lrs(lrs):
+    from regmem.experiments.compare import lr_grid
+    from regmem.experiments.presets import PRESETS
+
+    with pytest.raises(ValueError, match="lrs: every learning rate must be finite and > 0"):
+        lr_grid(PRESETS["quick"], lrs)

@@ -1,6 +1,7 @@
 """`regmem repro`: every reproduction runs end to end (quick settings) and write their report, JSON and plot;
 the parameter-free online regression (TTR Fig. 2) shows the paper's robust orderings."""
 
+import dataclasses
 import json
 
 import pytest
@@ -88,8 +89,49 @@ def test_set_overrides_of_tuple_settings_take_comma_separated_lists():
     settings = replace_fields(MADSettings(), {"mixers": "attn,linear", "lrs": "0.003,0.01", "seeds": 1, "steps": 8})
     assert settings.mixers == ("attn", "linear") and settings.lrs == (0.003, 0.01)
     assert settings.seeds == (1,) and settings.steps == 8
-    with pytest.raises(ValueError, match="comma-separated float"):
+    with pytest.raises(ValueError, match="'lrs': expected comma-separated float"):
         replace_fields(MADSettings(), {"lrs": "0.01,fast"})
+
+
+@pytest.mark.parametrize(("overrides", "key"), [
+    ({"lrs": "0.01,0"}, "lrs"), ({"lrs": -0.01}, "lrs"), ({"lrs": "nan"}, "lrs"), ({"lrs": "0.01,inf"}, "lrs"),
+])
+def test_set_of_a_non_positive_learning_rate_raises_naming_the_setting(overrides, key):
+    from regmem.experiments.repro.nl_mad import MADSettings
+    from regmem.experiments.repro.record import replace_fields
+
+    with pytest.raises(ValueError, match=f"setting '{key}': every learning rate must be a finite number > 0"):
+        replace_fields(MADSettings(), overrides)
+
+
+def test_every_learning_rate_setting_of_every_reproduction_is_checked():
+    """Each settings field named like a learning rate (or its multipliers) refuses 0 at `--set`, and every default
+    passes the same check."""
+    from regmem.experiments.repro import REPROS
+    from regmem.experiments.repro.record import is_lr_field, replace_fields
+
+    checked = 0
+    for repro in REPROS.values():
+        for variant in repro.variants:
+            settings = repro.settings(variant)
+            for field in dataclasses.fields(settings):
+                if not is_lr_field(field.name):
+                    continue
+                default = getattr(settings, field.name)
+                as_set = ",".join(map(str, default)) if isinstance(default, tuple) else default  # as --set gives it
+                assert replace_fields(settings, {field.name: as_set}) == settings  # the defaults pass
+                with pytest.raises(ValueError, match=f"setting '{field.name}'"):
+                    replace_fields(settings, {field.name: 0.0})
+                checked += 1
+    assert checked >= 10
+
+
+def test_unknown_set_key_is_named_in_the_error():
+    from regmem.experiments.repro.nl_optimizers import OptimizerToySettings
+    from regmem.experiments.repro.record import replace_fields
+
+    with pytest.raises(ValueError, match=r"unknown settings \['lr_multiplier'\]"):
+        replace_fields(OptimizerToySettings(), {"lr_multiplier": 1.0})
 
 
 def test_quick_nl_formal_languages_prints_table5_beside_both_bins(tmp_path):

@@ -32,13 +32,14 @@ def test_quick_nl_optimizers_prints_the_claims_beside_the_measured_tables(tmp_pa
     assert [(r["task"], r["optimizer"]) for r in result["real"]] == [
         (task, name) for task in real.real_tasks for name in real.real_optimizers]
     for row in result["real"]:
-        assert f"| {row['task']} | {row['optimizer']} | {row['lr']:g} |" in report
+        half = "-" if row["adamw_lr"] is None else f"{row['adamw_lr']:g}"
+        assert f"| {row['task']} | {row['optimizer']} | {row['lr']:g} | {half} |" in report
         assert len(row["runs"]) == len(real.seeds) and row["step_ms"] > 0  # step_ms: the separate timing pass
         assert row["total_ms"] >= row["run_step_ms"]  # both from the same run: the step is part of the whole
         assert len(row["runs"][0]["train_curve"]) == (real.digits_steps if row["task"] == "digits" else real.lm_steps)
     assert "Paper (c): Sec. 9.7" in report
-    # (a): 2 claims, (b): 4, (c): per task, M3 lowest loss and M3 slower than each Muon
-    assert len(result["claims"]) == 6 + 3 * len(real.real_tasks)
+    # (a): 2 claims, (b): 4, (c): per task, each M3 reading's lowest loss and M3 slower than each Muon
+    assert len(result["claims"]) == 6 + 4 * len(real.real_tasks)
     assert all(f"| {c['claim']} |" in report for c in result["claims"])
     assert paths["plot"].read_bytes()[:4] == b"\x89PNG"
 

@@ -8,6 +8,7 @@ import torch
 
 from regmem.experiments.repro import nl_optimizers as toys
 from regmem.experiments.repro import nl_optimizers_real as real
+from regmem.experiments.repro import nl_optimizers_real_report as report
 from regmem.optim import M3, Combined, MuonMemory
 
 
@@ -24,16 +25,35 @@ def test_digits_split_is_fixed_disjoint_and_scaled():
     assert not torch.equal(other[0], x_train)
 
 
-@pytest.mark.parametrize("name", ["torch_muon", "muon", "m3"])
-def test_muon_family_steps_the_hidden_matrix_and_adamw_the_rest(name):
+@pytest.mark.parametrize("name", ["torch_muon", "muon", "m3", "m3_ema"])
+def test_muon_family_steps_the_hidden_matrix_and_adamw_the_rest_at_its_own_lr(name):
     model = real.digits_model(8)
-    opt = real.build_optimizer(name, model, 1e-3, m3_frequency=5, exclude=("0", "4"))
+    opt = real.build_optimizer(name, model, 1e-3, adamw_lr=3e-2, m3_frequency=5, exclude=("0", "4"))
     assert isinstance(opt, Combined)
     first, rest = opt.optimizers
     assert [p for g in first.param_groups for p in g["params"]] == [model[2].weight]
-    expected = {"torch_muon": torch.optim.Muon, "muon": MuonMemory, "m3": M3}[name]
+    expected = {"torch_muon": torch.optim.Muon, "muon": MuonMemory, "m3": M3, "m3_ema": M3}[name]
     assert type(first) is expected and isinstance(rest, torch.optim.AdamW)
+    assert [g["lr"] for g in first.param_groups] == [1e-3] and [g["lr"] for g in rest.param_groups] == [3e-2]
     assert len([p for g in rest.param_groups for p in g["params"]]) == 5  # 2 excluded weights + 3 biases
+    if name.startswith("m3"):
+        assert first.param_groups[0]["accumulate"] == ("ema" if name == "m3_ema" else "sum")
+
+
+def test_adamw_half_lr_is_required_by_the_muon_family_and_refused_by_the_others():
+    with pytest.raises(ValueError, match="adamw_lr"):
+        real.build_optimizer("m3", real.digits_model(8), 1e-3, m3_frequency=5)
+    with pytest.raises(ValueError, match="adamw_lr"):
+        real.build_optimizer("adamw", real.digits_model(8), 1e-3, adamw_lr=1e-3, m3_frequency=5)
+
+
+def test_delta_momentum_rows_are_the_elementwise_and_the_printed_matrix_form():
+    elementwise = real.build_optimizer("delta_momentum", real.digits_model(8), 0.1, m3_frequency=5)
+    printed = real.build_optimizer("delta_momentum_eq49", real.digits_model(8), 0.1, m3_frequency=5)
+    assert {k: elementwise.defaults[k] for k in ("form", "normalize", "delta")} == {
+        "form": "elementwise", "normalize": True, "delta": 0.5}
+    assert {k: printed.defaults[k] for k in ("form", "normalize", "delta")} == {
+        "form": "matrix", "normalize": False, "delta": 1.0}
 
 
 def test_build_optimizer_rejects_an_unknown_name():
@@ -50,14 +70,15 @@ def test_run_real_rejects_unknown_names_before_training():
 def test_muon_in_float32_tracks_torch_muon_on_digits():
     """The same update up to Newton-Schulz precision (bfloat16 vs float32): the runs stay close, not equal."""
     settings = toys.OptimizerToySettings(digits_hidden=32, digits_steps=20, digits_eval_every=10)
-    ours = real.train_digits("muon", 3e-3, 0, settings)
-    theirs = real.train_digits("torch_muon", 3e-3, 0, settings)
+    ours = real.train_digits("muon", 3e-3, 3e-3, 0, settings)
+    theirs = real.train_digits("torch_muon", 3e-3, 3e-3, 0, settings)
     assert ours["train_curve"] != theirs["train_curve"]
     assert math.isclose(ours["final_loss"], theirs["final_loss"], rel_tol=0.05)
 
 
-def _run(task, name, lr, seed, final, step_ms=1.0):
-    return {"task": task, "optimizer": name, "lr": lr, "seed": seed, "final_loss": final, "step_ms": step_ms,
+def _run(task, name, lr, seed, final, step_ms=1.0, adamw_lr=None):
+    return {"task": task, "optimizer": name, "lr": lr, "adamw_lr": adamw_lr, "seed": seed, "final_loss": final,
+            "step_ms": step_ms,
             "total_ms": 2 * step_ms, "final": {"loss": final, "accuracy": 0.5}, "eval_curve": [], "train_curve": []}
 
 
@@ -72,31 +93,68 @@ def test_summary_takes_the_lr_with_the_lowest_mean_over_seeds_and_flags_the_grid
     assert adamw["grid"]["0.01"] == math.inf  # a diverged seed sinks its lr
     assert m3["final_min"] == 0.05 and m3["final_max"] == 0.07 and m3["run_step_ms"] == 3.0  # the seed-0 run
     adamw["step_ms"], m3["step_ms"] = 1.0, 3.0  # run_real's timing pass
-    claims = real.real_claims([adamw, m3])
-    assert claims == [{"claim": claims[0]["claim"], "measured": "lowest: m3 0.0600; M3 0.0600", "holds": True}]
+    claims = report.real_claims([adamw, m3])
+    assert claims == [{"claim": claims[0]["claim"], "holds": True,
+                       "measured": "lowest: m3 0.0600 [0.0500, 0.0700]; m3 0.0600 [0.0500, 0.0700]"}]
 
 
-def test_torch_muon_runs_at_muons_best_lr_after_muons_grid(monkeypatch):
+def _fake_runs(monkeypatch, best_lr, best_adamw_lr):
+    """`_one_run` replaced by a loss that is lowest at (best_lr, best_adamw_lr); returns the calls' list."""
     calls = []
 
-    def fake_run(task, name, lr, seed, settings):
-        calls.append((name, lr))
-        top = 3 * real.BASE_LRS[task]["muon"]
-        return _run(task, name, lr, seed, abs(math.log10(lr) - math.log10(top)))  # muon's best: its largest lr
+    def fake_run(task, name, lr, adamw_lr, seed, settings):
+        calls.append((name, lr, adamw_lr))
+        gap = abs(math.log10(lr / best_lr)) + (0 if adamw_lr is None else abs(math.log10(adamw_lr / best_adamw_lr)))
+        return _run(task, name, lr, seed, gap, adamw_lr=adamw_lr)
 
     monkeypatch.setattr(real, "_one_run", fake_run)
+    return calls
+
+
+def test_torch_muon_runs_at_muons_best_pair_after_muons_grids(monkeypatch):
+    top, low_half = 3 * real.BASE_LRS["text"]["muon"], real.BASE_LRS["text"]["adamw"] / 3
+    calls = _fake_runs(monkeypatch, top, low_half)
     settings = toys.OptimizerToySettings(real_tasks=("text",), real_optimizers=("torch_muon", "muon"), seeds=(0, 1),
                                          lr_multipliers=(1 / 3, 1.0, 3.0), workers=1)
     torch_row, muon_row = real.run_real(settings, log=lambda line: None)
-    assert [name for name, _ in calls] == ["muon"] * 6 + ["torch_muon"] * 2  # the grid first, then its follower
-    assert muon_row["lr"] == 3 * real.BASE_LRS["text"]["muon"] and muon_row["edge"]
-    assert torch_row["lr"] == muon_row["lr"] and list(torch_row["grid"]) == [f"{muon_row['lr']:g}"]
+    # coordinate search: the Muon half's grid (AdamW half at its middle), the AdamW half's other two points, then
+    # the follower at the best pair
+    centre = real.BASE_LRS["text"]["adamw"]
+    assert [c for c in calls[:6]] == [("muon", lr, centre) for lr in real.lr_grid("text", "muon", settings)
+                                      for _ in (0, 1)]
+    assert {c[2] for c in calls[6:10]} == {centre / 3, centre * 3} and {c[1] for c in calls[6:10]} == {top}
+    assert calls[10:] == [("torch_muon", top, low_half)] * 2
+    assert (muon_row["lr"], muon_row["adamw_lr"]) == (top, low_half) and muon_row["edge"]
+    assert (torch_row["lr"], torch_row["adamw_lr"]) == (top, low_half)
+    assert list(torch_row["grid"]) == [f"{top:g}/{low_half:g}"] and len(muon_row["grid"]) == 5
+
+
+def test_product_search_runs_every_pair_of_the_two_grids(monkeypatch):
+    centre, half = real.BASE_LRS["digits"]["m3"], real.BASE_LRS["digits"]["adamw"]
+    calls = _fake_runs(monkeypatch, centre, half)
+    settings = toys.OptimizerToySettings(real_tasks=("digits",), real_optimizers=("m3", "adamw"), seeds=(0,),
+                                         lr_multipliers=(1 / 3, 1.0, 3.0), adamw_half_multipliers=(1.0, 3.0),
+                                         pair_search="product", workers=1)
+    m3_row, adamw_row = real.run_real(settings, log=lambda line: None)
+    assert len([c for c in calls if c[0] == "m3"]) == 6 and len([c for c in calls if c[0] == "adamw"]) == 3
+    assert (m3_row["lr"], m3_row["adamw_lr"]) == (centre, half) and m3_row["edge"]  # the AdamW half's low end
+    # a single-lr optimiser keeps one lr: the fake loss's closest grid point to m3's centre, its grid's low end
+    assert adamw_row["adamw_lr"] is None and adamw_row["lr"] == min(real.lr_grid("digits", "adamw", settings))
+    assert list(adamw_row["grid"]) == [f"{lr:g}" for lr in real.lr_grid("digits", "adamw", settings)]
+
+
+@pytest.mark.parametrize("key,value", [("lr_multipliers", (1.0, 0.0)), ("adamw_half_multipliers", (-1.0,)),
+                                       ("lr_multipliers", (float("nan"),)), ("pair_search", "random")])
+def test_run_real_rejects_bad_grids_naming_the_setting(key, value):
+    settings = toys.QUICK.__class__(**{**toys.QUICK.__dict__, key: value})
+    with pytest.raises(ValueError, match=key):
+        real.run_real(settings, log=lambda line: None)
 
 
 @pytest.mark.parametrize("task", ["digits", "text"])
 def test_timing_pass_times_every_optimiser_and_leaves_the_thread_count(task):
     settings = toys.QUICK
     threads = torch.get_num_threads()
-    times = real.time_steps(task, {"adamw": 1e-3, "muon": 1e-2, "dmgd": 0.1}, settings)
+    times = real.time_steps(task, {"adamw": (1e-3, None), "muon": (1e-2, 1e-3), "dmgd": (0.1, None)}, settings)
     assert list(times) == ["adamw", "muon", "dmgd"] and all(t > 0 for t in times.values())
     assert torch.get_num_threads() == threads

@@ -23,12 +23,17 @@ def _dgd_one(weight, x, grad_output, lr):
     return dgd_step(weight.T, torch.outer(x, grad_output), torch.outer(x, x), lr).T
 
 
-def test_dgd_minimiser_is_stationary_point_of_the_objective():
-    """Autograd on 1/2 sum ||W x_n + dy_n||^2 + 1/(2 lr) ||W - W_t||^2 (eq. 56 with u = -dy) vanishes there."""
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_dgd_minimiser_is_stationary_point_of_the_objective(reduction):
+    """Autograd on 1/(2 r) sum ||W x_n||^2 + sum <W x_n, dy_n> + 1/(2 lr) ||W - W_t||^2 vanishes there; with r = 1
+    ("sum") this is 1/2 sum ||W x_n + dy_n||^2 up to a constant (eq. 56 with u = -dy), with r = N ("mean") its
+    quadratic term is the mean over the rows."""
     gen = torch.Generator().manual_seed(0)
     W0, X, dY, lr = _rand(4, 6, gen=gen), _rand(3, 6, gen=gen), _rand(3, 4, gen=gen), 0.7
-    W = dgd_minimiser(W0, X, dY, lr).requires_grad_(True)
-    objective = 0.5 * (X @ W.T + dY).pow(2).sum() + (W - W0).pow(2).sum() / (2 * lr)
+    W = dgd_minimiser(W0, X, dY, lr, reduction=reduction).requires_grad_(True)
+    rows = 3 if reduction == "mean" else 1
+    objective = (0.5 * (X @ W.T).pow(2).sum() / rows + (X @ W.T * dY).sum()
+                 + (W - W0).pow(2).sum() / (2 * lr))
     (grad,) = torch.autograd.grad(objective, W)
     assert grad.abs().max() < 1e-12
 
@@ -62,13 +67,14 @@ def _linear(seed=0):
     return torch.nn.Linear(6, 4).double()
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
 @pytest.mark.parametrize("shape", [(8, 6), (2, 5, 6), (1, 6)], ids=["N8", "B2-T5", "N1"])
 @pytest.mark.parametrize("delta", [1.0, 0.3], ids=["delta1", "delta0.3"])
-def test_dgd_step_equals_exact_minimiser(shape, delta):
+def test_dgd_step_equals_exact_minimiser(shape, delta, reduction):
     """The weight goes to argmin of the batch objective; the untracked bias takes a plain SGD step."""
     gen = torch.Generator().manual_seed(3)
     layer, lr = _linear(), 0.2
-    opt = DGD(layer.parameters(), lr=lr, delta=delta)
+    opt = DGD(layer.parameters(), lr=lr, delta=delta, reduction=reduction)
     opt.track_inputs(layer)
     W0, b0 = layer.weight.detach().clone(), layer.bias.detach().clone()
     X, target = _rand(*shape, gen=gen), _rand(*shape[:-1], 4, gen=gen)
@@ -78,11 +84,77 @@ def test_dgd_step_equals_exact_minimiser(shape, delta):
     torch.nn.functional.mse_loss(y, target).backward()
     opt.step()
     dY = y.grad.reshape(-1, 4)
-    expected = dgd_minimiser(W0, X.reshape(-1, 6), dY, lr, delta)
+    expected = dgd_minimiser(W0, X.reshape(-1, 6), dY, lr, delta, reduction)
     torch.testing.assert_close(layer.weight.detach(), expected, rtol=1e-12, atol=1e-13)
     torch.testing.assert_close(layer.bias.detach(), b0 - lr * dY.sum(0), rtol=1e-12, atol=1e-14)
     if shape[0] == 1 and delta == 1.0:
         torch.testing.assert_close(layer.weight.detach(), _dgd_one(W0, X[0], dY[0], lr), rtol=1e-12, atol=1e-13)
+
+
+def _one_step_shrink(rows, reduction, lr=0.01, width=16):
+    """||W_1|| / ||W_0|| after one DGD step with a zero gradient (only the decay acts), on `rows` unit Gaussian
+    inputs of the given width."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(width, width, bias=False).double()
+    opt = DGD(layer.parameters(), lr=lr, reduction=reduction)
+    opt.track_inputs(layer)
+    x = _rand(rows, width, gen=torch.Generator().manual_seed(rows))
+    before = layer.weight.detach().norm()
+    (0.0 * layer(x).mean()).backward()
+    opt.step()
+    return float(layer.weight.detach().norm() / before)
+
+
+def test_mean_reduction_one_steps_shrink_does_not_depend_on_the_number_of_rows():
+    """The batch decay as a mean over rows is balanced with a mean loss's gradient: one step (lr 0.01) shrinks
+    ||W|| by about the same factor with 16 and 1024 rows; the sum's decay grows with the rows instead."""
+    mean16, mean1024 = _one_step_shrink(16, "mean"), _one_step_shrink(1024, "mean")
+    assert abs(mean16 - mean1024) < 0.01
+    assert 0.98 < mean1024 < 1.0
+    sum16, sum1024 = _one_step_shrink(16, "sum"), _one_step_shrink(1024, "sum")
+    assert sum1024 < 0.2 < 0.8 < sum16
+
+
+def test_mean_reduction_step_is_unchanged_by_repeating_the_batch():
+    """With a mean loss, a batch repeated 64 times (1024 rows instead of 16) gives the same gradient and, under
+    reduction "mean", the same input moment, hence the same step; under "sum" the decay is 64 times stronger."""
+    gen = torch.Generator().manual_seed(11)
+    x, y = _rand(16, 6, gen=gen), _rand(16, 4, gen=gen)
+    weights = {}
+    for reduction in ("mean", "sum"):
+        for repeat in (1, 64):
+            layer = _linear()
+            opt = DGD(layer.parameters(), lr=0.05, reduction=reduction)
+            opt.track_inputs(layer)
+            torch.nn.functional.mse_loss(layer(x.repeat(repeat, 1)), y.repeat(repeat, 1)).backward()
+            opt.step()
+            weights[reduction, repeat] = layer.weight.detach()
+    torch.testing.assert_close(weights["mean", 1], weights["mean", 64], rtol=1e-12, atol=1e-12)
+    assert (weights["sum", 1] - weights["sum", 64]).abs().max() > 1e-2
+
+
+def test_gradient_accumulation_averages_the_moment_over_all_rows():
+    """Two forward passes before one step: the mean is over all their rows (the weighted mean of the passes)."""
+    gen = torch.Generator().manual_seed(12)
+    layer = _linear()
+    opt = DGD(layer.parameters(), lr=0.1)
+    opt.track_inputs(layer)
+    a, b = _rand(3, 6, gen=gen), _rand(5, 6, gen=gen)
+    layer(a)
+    layer(b)
+    expected = (a.T @ a + b.T @ b) / 8
+    torch.testing.assert_close(opt.input_moment(layer.weight, "mean"), expected, rtol=1e-14, atol=1e-14)
+    torch.testing.assert_close(opt.input_moment(layer.weight, "sum"), expected * 8, rtol=1e-14, atol=1e-14)
+
+
+def test_state_dict_without_reduction_loads_as_the_sum_it_was_saved_with():
+    layer = _linear()
+    saved = DGD(layer.parameters(), lr=0.1).state_dict()
+    for group in saved["param_groups"]:
+        del group["reduction"]  # a checkpoint from before the option
+    opt = DGD(layer.parameters(), lr=0.1)
+    opt.load_state_dict(saved)
+    assert [g["reduction"] for g in opt.param_groups] == ["sum"]
 
 
 def _model(seed=0):
@@ -201,7 +273,8 @@ def test_step_returns_closure_loss_and_rejects_sparse_and_complex():
 
 @pytest.mark.parametrize("kwargs,name", [
     ({"lr": 0.0}, "lr"), ({"lr": -1.0}, "lr"), ({"delta": -0.1}, "delta"), ({"delta": float("nan")}, "delta"),
-], ids=["lr0", "lr-neg", "delta-neg", "delta-nan"])
+    ({"reduction": "avg"}, "reduction"),
+], ids=["lr0", "lr-neg", "delta-neg", "delta-nan", "reduction"])
 def test_bad_hyperparameters_raise_value_error_naming_them(kwargs, name):
     with pytest.raises(ValueError, match=name):
         DGD([torch.zeros(2, requires_grad=True)], **kwargs)

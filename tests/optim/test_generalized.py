@@ -101,18 +101,21 @@ def test_heavy_ball_instance_is_the_momentum_recursion_and_sgd_with_momentum():
                                rtol=1e-12, atol=1e-12)
 
 
-def test_delta_gradient_descent_instance_is_dgd_step_and_the_dgd_optimiser():
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_delta_gradient_descent_instance_is_dgd_step_and_the_dgd_optimiser(reduction):
     model = _model()
-    opt = delta_gradient_descent(model.parameters(), lr=0.3)
+    opt = delta_gradient_descent(model.parameters(), lr=0.3, reduction=reduction)
     opt.track_inputs(model[0])
     x, y = torch.randn(8, 5, dtype=F64), torch.randn(8, 3, dtype=F64)
     w0 = model[0].weight.detach().clone()
     torch.nn.functional.mse_loss(model(x), y).backward()
-    expected = dgd_step(w0.T, model[0].weight.grad.T, x.T @ x, 0.3).T
+    moment = x.T @ x / (8 if reduction == "mean" else 1)
+    expected = dgd_step(w0.T, model[0].weight.grad.T, moment, 0.3).T
     opt.step()
     torch.testing.assert_close(model[0].weight.detach(), expected, rtol=1e-14, atol=1e-14)
     ours, ref = _model(), _model()
-    ours_opt, ref_opt = delta_gradient_descent(ours.parameters(), lr=0.3), DGD(ref.parameters(), lr=0.3)
+    ours_opt = delta_gradient_descent(ours.parameters(), lr=0.3, reduction=reduction)
+    ref_opt = DGD(ref.parameters(), lr=0.3, reduction=reduction)
     for layer in (0, 2):
         ours_opt.track_inputs(ours[layer])
         ref_opt.track_inputs(ref[layer])
@@ -123,7 +126,8 @@ def test_l2_momentum_memory_regresses_on_the_inputs():
     """Generalised momentum with the l2 objective: m_{t+1} = (I + lr C)^{-1}(alpha m_t - lr G) in row layout,
     W_{t+1} = W_t + m_{t+1}; it differs from heavy ball exactly by the inputs' moment."""
     model = torch.nn.Linear(5, 3, bias=False).double()
-    opt = GeneralizedGD(model.parameters(), lr=0.2, objective="l2", retention=0.5, memory="momentum")
+    opt = GeneralizedGD(model.parameters(), lr=0.2, objective="l2", retention=0.5, memory="momentum",
+                        reduction="sum")
     opt.track_inputs(model)
     W, m = model.weight.detach().T.clone(), torch.zeros(5, 3, dtype=F64)
     gen = torch.Generator().manual_seed(3)
@@ -164,7 +168,7 @@ def test_step_returns_the_closure_loss():
 
 @pytest.mark.parametrize(("kwargs", "name"), [
     ({"lr": 0.0}, "lr"), ({"retention": 1.5}, "retention"), ({"objective": "l1"}, "objective"),
-    ({"solver": "newton"}, "solver"), ({"memory": "adam"}, "memory"),
+    ({"solver": "newton"}, "solver"), ({"memory": "adam"}, "memory"), ({"reduction": "avg"}, "reduction"),
 ])
 def test_bad_hyperparameters_raise_value_error_naming_them(kwargs, name):
     with pytest.raises(ValueError, match=name):

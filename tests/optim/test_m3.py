@@ -137,6 +137,24 @@ def test_m3_second_moment_is_documented_accumulation_and_sets_update_scale(accum
     torch.testing.assert_close(runs[1], runs[0] / 10.0, rtol=1e-10, atol=0)
 
 
+@pytest.mark.parametrize("accumulate", ["sum", "ema"])
+def test_m3_beta1_beta3_matter_only_as_ema_decays(accumulate):
+    """Under "sum" (Algorithm 1 as printed) M1 = beta1 sum g and M2 = beta3 sum S are only rescaled by beta1, beta3,
+    and Newton-Schulz is scale-invariant (it normalises by the Frobenius norm first), so two runs with different
+    beta1, beta3 agree to round-off; under "ema" the betas set how far back each memory looks, so they differ."""
+    grads = _grads(12, seed=9)
+    runs = []
+    for beta1, beta3 in ((0.9, 0.9), (0.5, 0.2)):
+        w = torch.zeros(SHAPE, dtype=torch.float64, requires_grad=True)
+        _, trajectory, _ = _run(w, grads, lr=0.01, betas=(beta1, 0.999, beta3), frequency=3, accumulate=accumulate)
+        runs.append(torch.stack(trajectory))
+    gap = (runs[0] - runs[1]).abs().max()
+    if accumulate == "sum":
+        assert gap < 1e-12
+    else:
+        assert gap > 1e-3
+
+
 def test_m3_state_dict_round_trip_resumes_bit_exactly():
     grads = _grads(9, seed=7)
     kw = dict(lr=0.02, alpha=0.3, frequency=3, weight_decay=0.01)

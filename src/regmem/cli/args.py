@@ -7,6 +7,7 @@ arguments are parsed, before anything runs, with `regmem: error: argument --flag
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable, Iterable
 
 ArgumentTypeError = argparse.ArgumentTypeError
@@ -35,6 +36,8 @@ def _number(text: str, kind: type, *, minimum: float, strict: bool):
         value = kind(text)
     except ValueError:
         raise ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+    if kind is float and not math.isfinite(value):
+        raise ArgumentTypeError(f"must be a finite number, got {text}")
     if value < minimum or (strict and value == minimum):
         raise ArgumentTypeError(f"must be {'>' if strict else '>='} {minimum:g}, got {text}")
     return value

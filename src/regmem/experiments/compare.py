@@ -15,6 +15,7 @@ import csv
 import dataclasses
 import datetime
 import json
+import math
 from pathlib import Path
 
 from regmem.experiments.plots import plot_results
@@ -46,7 +47,11 @@ def parse_sweep(text: str | None) -> tuple[str | None, list]:
 
 def lr_grid(preset: Preset, lrs: list[float] | None, setting: dict | None = None):
     """(task, mixer) -> the learning rates to train: `lrs` if given, else the one tuned at `setting` (or at the
-    task's preset point), else the preset's."""
+    task's preset point), else the preset's. ValueError naming `lrs` if a given lr is not a finite number > 0."""
+    bad = [lr for lr in lrs or () if not (math.isfinite(lr) and lr > 0)]
+    if bad:
+        raise ValueError(f"lrs: every learning rate must be finite and > 0, got {bad} in {list(lrs)}")
+
     def grid(task: str, mixer: str) -> list[float]:
         if lrs:
             return list(lrs)

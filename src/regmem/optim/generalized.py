@@ -19,7 +19,9 @@ from the level below, with W_{t+1} = W_t + m_{t+1} (eqs. 35-37). regmem's family
     memory     "weights": the memory is W itself (GGD);  "momentum": the memory is m, W_{t+1} = W_t + m_{t+1} (GM)
 
 In the row layout of `regmem.ops.dgd_step` (W: [d_in, d_out], h = x W; a torch.nn.Linear weight is W^T), with
-G = sum_n x_n (dL/dy_n)^T the loss gradient and C = sum_n x_n x_n^T the inputs' second moment, the step is
+G = sum_n x_n (dL/dy_n)^T the loss gradient and C = sum_n x_n x_n^T the inputs' second moment (divided by the
+number of rows N under the optimiser's default reduction "mean", balanced with a mean loss's gradient;
+`regmem.optim.input_moments`), the step is
 
     dot_product (both solvers):  W_{t+1} = alpha W_t - lr G
     l2, exact:                   W_{t+1} = (I + lr C)^{-1} (alpha W_t - lr G)       (`dgd_step`, proximal)
@@ -28,9 +30,9 @@ G = sum_n x_n (dL/dy_n)^T the loss gradient and C = sum_n x_n x_n^T the inputs' 
 Its named instances: `gradient_descent` (dot product, alpha = 1, weights: W - lr G, eq. 1), `heavy_ball`
 (dot product, alpha = momentum, momentum memory: m_{t+1} = alpha m_t - lr G, W_{t+1} = W_t + m_{t+1}, eq. 33, which is
 torch.optim.SGD with that momentum) and `delta_gradient_descent` (l2, exact, weights: DGD, eq. 57, which is
-`regmem.optim.DGD` with delta = 1). The l2 objective needs the inputs' moment: register each linear layer with
-`track_inputs`; a parameter without recorded inputs (a bias, an untracked layer) has no keys to regress on, so its
-l2 objective is the dot product's.
+`regmem.optim.DGD` with delta = 1 and the same reduction). The l2 objective needs the inputs' moment: register each
+linear layer with `track_inputs`; a parameter without recorded inputs (a bias, an untracked layer) has no keys to
+regress on, so its l2 objective is the dot product's.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import torch
 
 from regmem.ops import dgd_step
 
-from .input_moments import InputMomentsOptimizer
+from .input_moments import InputMomentsOptimizer, Reduction, check_reduction
 from .stepping import checked_grad, closure_loss
 
 Objective = Literal["dot_product", "l2"]  # the inner objective L~ of Definition 5
@@ -82,11 +84,12 @@ class GeneralizedGD(InputMomentsOptimizer):
         retention: alpha in [0, 1], the decay of the memory's previous state.
         solver: "exact" or "gradient" (the same for the dot product).
         memory: "weights" or "momentum".
+        reduction: "mean" (default) or "sum" of x x^T over the input rows in C (module docstring).
     """
 
     def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict[str, Any]], lr: float = 1e-3, *,
                  objective: Objective = "dot_product", retention: float = 1.0, solver: Solver = "exact",
-                 memory: Memory = "weights"):
+                 memory: Memory = "weights", reduction: Reduction = "mean"):
         if not lr > 0.0:
             raise ValueError(f"lr must be > 0, got {lr}")
         if not 0.0 <= retention <= 1.0:
@@ -95,7 +98,9 @@ class GeneralizedGD(InputMomentsOptimizer):
                                     ("memory", memory, Memory)):
             if value not in get_args(choice):
                 raise ValueError(f"{name} must be one of {get_args(choice)}, got {value!r}")
-        defaults = dict(lr=lr, objective=objective, retention=retention, solver=solver, memory=memory)
+        check_reduction(reduction)
+        defaults = dict(lr=lr, objective=objective, retention=retention, solver=solver, memory=memory,
+                        reduction=reduction)
         super().__init__(params, defaults)
 
     @torch.no_grad()
@@ -108,7 +113,7 @@ class GeneralizedGD(InputMomentsOptimizer):
                 if p.grad is None:
                     continue
                 grad = checked_grad(self, p)
-                moment = self.input_moment(p)
+                moment = self.input_moment(p, group["reduction"])
                 moment = moment.to(p.dtype) if moment is not None else None
                 if group["memory"] == "weights":
                     p.copy_(self._step_on(p, grad, moment, group["lr"], options))
@@ -142,7 +147,10 @@ def heavy_ball(params: Iterable[torch.Tensor] | Iterable[dict[str, Any]], lr: fl
     return GeneralizedGD(params, lr, objective="dot_product", retention=momentum, memory="momentum")
 
 
-def delta_gradient_descent(params: Iterable[torch.Tensor] | Iterable[dict[str, Any]], lr: float) -> GeneralizedGD:
+def delta_gradient_descent(params: Iterable[torch.Tensor] | Iterable[dict[str, Any]], lr: float, *,
+                           reduction: Reduction = "mean") -> GeneralizedGD:
     """DGD as the family's instance (l2 objective, exact, the weights as memory): eq. 57 for one input,
-    W_{t+1} = (I + lr C)^{-1} (W_t - lr G) in row layout. Register the linear layers with `track_inputs`."""
-    return GeneralizedGD(params, lr, objective="l2", retention=1.0, solver="exact", memory="weights")
+    W_{t+1} = (I + lr C)^{-1} (W_t - lr G) in row layout, C reduced over the rows by `reduction`. Register the
+    linear layers with `track_inputs`."""
+    return GeneralizedGD(params, lr, objective="l2", retention=1.0, solver="exact", memory="weights",
+                         reduction=reduction)

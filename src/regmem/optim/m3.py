@@ -19,7 +19,10 @@ so O2 is 0 during the first chunk (M2 = 0) and, from step t = kf + 1 on, the rea
 Open details of Algorithm 1, decided here:
   * accumulate="sum" (default) is the paper's literal accumulation above. accumulate="ema" reads the betas as
     decays: M1 <- beta1 M1 + (1 - beta1) g, V <- beta2 V + (1 - beta2) g*g, M2 <- beta3 M2 + (1 - beta3) S with S
-    the chunk's gradient sum (Adam-style moving averages, no bias correction).
+    the chunk's gradient sum (Adam-style moving averages, no bias correction). Under "sum", beta1 and beta3 only
+    rescale M1 and M2, which Newton-Schulz ignores (it normalises by the Frobenius norm first): they do not change
+    the update at all (tested), and V grows without bound like AdaGrad's. The paper's "1 > beta1, beta2, beta3" and
+    its AdEMAMix-like symbols suggest EMAs were meant; "ema" is that reading.
   * The slow sum spans exactly the f gradients of the finished chunk, steps (k-1)f+1 .. kf (the printed range
     (k-1)f .. kf would count f + 1 gradients and one of them twice).
   * 1-D parameters (norms, biases) and embeddings are not Newton-Schulz'd: M3 rejects non-2-D parameters; route
@@ -53,7 +56,7 @@ class M3(torch.optim.Optimizer):
         frequency: f, the slow memory's chunk length in steps (int >= 1).
         ns_steps: Newton-Schulz steps T (>= 0).
         ns_coefficients: (a, b, c); QUINTIC (Muon) or CUBIC (eq. 44).
-        accumulate: "sum" (Algorithm 1 as printed) or "ema".
+        accumulate: "sum" (Algorithm 1 as printed; beta1, beta3 then have no effect) or "ema" (moving averages).
         weight_decay: decoupled weight decay (>= 0).
         ns_eps: floor on the Frobenius norm before Newton-Schulz (> 0).
 

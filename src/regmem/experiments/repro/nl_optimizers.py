@@ -25,10 +25,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 
-from regmem.experiments.repro.nl_optimizers_real import plot_real, real_claims, real_report_lines, run_real
+from regmem.experiments.repro.nl_optimizers_real import run_real
+from regmem.experiments.repro.nl_optimizers_real_report import plot_real, real_claims, real_report_lines
 from regmem.experiments.repro.record import Repro
 from regmem.optim import M3, DeepMomentum, DeltaMomentum, ValueMomentum
 
@@ -71,8 +73,11 @@ class OptimizerToySettings:
     seeds: tuple[int, ...] = (0, 1)
     # (c) small real tasks (nl_optimizers_real)
     real_tasks: tuple[str, ...] = ("digits", "text")
-    real_optimizers: tuple[str, ...] = ("adamw", "torch_muon", "muon", "m3", "sgd_momentum", "delta_momentum", "dmgd")
+    real_optimizers: tuple[str, ...] = ("adamw", "torch_muon", "muon", "m3", "m3_ema", "sgd_momentum",
+                                        "delta_momentum", "delta_momentum_eq49", "dmgd")
     lr_multipliers: tuple[float, ...] = (1 / 3, 1.0, 3.0)  # each optimiser's grid: its BASE_LRS centre x these
+    adamw_half_multipliers: tuple[float, ...] = (1 / 3, 1.0, 3.0)  # the Muon family's AdamW half: AdamW's centre x
+    pair_search: Literal["coordinate", "product"] = "coordinate"  # how the Muon family's lr pair is searched
     digits_hidden: int = 128
     digits_steps: int = 250
     digits_batch_size: int = 64
@@ -91,7 +96,8 @@ class OptimizerToySettings:
 QUICK = OptimizerToySettings(psi_lrs=(1e-2,), psi_deltas=(0.1,), psi_steps=150, samples=32, steps_per_task=40,
                              early_steps=10,
                              sgd_lrs=(0.03,), adamw_lrs=(3e-3,), m3_lrs=(3e-4,), seeds=(0,),
-                             lr_multipliers=(1.0,), digits_hidden=16, digits_steps=8, digits_eval_every=4,
+                             lr_multipliers=(1.0,), adamw_half_multipliers=(1.0,), digits_hidden=16, digits_steps=8,
+                             digits_eval_every=4,
                              lm_d_model=16, lm_layers=1, lm_seq_len=16, lm_steps=8, lm_batch_size=4, lm_eval_every=4,
                              lm_eval_windows=4, workers=1)
 
@@ -410,8 +416,8 @@ def plot_toys(result: dict, path: Path) -> None:
 REPRO = Repro(
     name="nl-optimizers",
     help="Nested Learning Fig. 4, Sec. 4.3 and Figs. 11-12: delta vs standard momentum on psi, forgetting across "
-         "orthogonal tasks, AdamW / Muon / M3 / delta / deep momentum on digits and byte text (about 3 min on 2 "
-         "cores)",
+         "orthogonal tasks, AdamW / Muon / M3 (both readings) / delta (both forms) / deep momentum on digits and "
+         "byte text, the Muon family's halves at their own lrs (about 4 min on 2 idle cores)",
     variants={"default": OptimizerToySettings(), "quick": QUICK},
     run=run, format_report=format_report, plot=plot_toys,
 )

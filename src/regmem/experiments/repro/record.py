@@ -7,6 +7,7 @@ each, and `regmem repro` takes its choices, help text and dispatch from there.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,15 +62,32 @@ class Repro:
 
 
 def replace_fields(settings, overrides: Mapping[str, object]):
-    """`settings` with the fields in `overrides` replaced; unknown fields raise ValueError naming them."""
+    """`settings` with the fields in `overrides` replaced; unknown fields, and a learning-rate setting (`is_lr_field`)
+    with a value that is not a finite number > 0, raise ValueError naming them."""
     known = [f.name for f in dataclasses.fields(settings)]
     unknown = sorted(set(overrides) - set(known))
     if unknown:
         raise ValueError(f"unknown settings {unknown}; known: {known}")
-    return dataclasses.replace(settings, **{k: _as_field(getattr(settings, k), v) for k, v in overrides.items()})
+    values = {k: _as_field(k, getattr(settings, k), v) for k, v in overrides.items()}
+    for key, value in values.items():
+        if is_lr_field(key):
+            _check_positive(key, value)
+    return dataclasses.replace(settings, **values)
 
 
-def _as_field(default, value):
+def is_lr_field(name: str) -> bool:
+    """A learning rate or a grid of them, or multipliers of one: `lr`, `lrs`, `*_lr`, `*_lrs`, `*_multipliers`."""
+    return name in ("lr", "lrs") or name.endswith(("_lr", "_lrs", "_multipliers"))
+
+
+def _check_positive(key: str, value) -> None:
+    items = value if isinstance(value, tuple) else (value,)
+    bad = [v for v in items if not (isinstance(v, int | float) and math.isfinite(v) and v > 0)]
+    if bad or not items:
+        raise ValueError(f"setting {key!r}: every learning rate must be a finite number > 0, got {value!r}")
+
+
+def _as_field(key: str, default, value):
     """A `--set` value in the shape of the field it replaces: a tuple field takes a comma-separated list
     (`mixers=attn,linear`, `lrs=0.003,0.01`) or one value, each item converted like the field's first item."""
     if not isinstance(default, tuple):
@@ -79,4 +97,5 @@ def _as_field(default, value):
     try:
         return tuple(kind(item) for item in items)
     except ValueError:
-        raise ValueError(f"setting {value!r}: expected comma-separated {kind.__name__} values") from None
+        raise ValueError(f"setting {key!r}: expected comma-separated {kind.__name__} values, got {value!r}") \
+            from None
