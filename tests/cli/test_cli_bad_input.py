@@ -22,6 +22,7 @@ CASES = {
     "analyze": [
         (["analyze", "snr", "--trials", "0", "--out-dir", "{out}"], "argument --trials: must be > 0"),
         (["analyze", "nosuch"], "argument KIND: invalid choice: 'nosuch'"),
+        (["analyze", "context-growth", "--seed", "x", "--out-dir", "{out}"], "argument --seed: invalid int value"),
     ],
     "bench": [
         (["bench", "ops", "--ops", "flash", "--out-dir", "{out}"], "argument --ops: unknown 'flash'; known: "),

@@ -18,9 +18,10 @@ the value dimension. A scalar gate is the same in both.
 The presets below return one `MemoryStep` per token (t = 1..T) for the rows of Table 2, each with the row's
 objective; `unroll` runs the recurrence. Two printed objectives are wrong and are kept, named `paper_...`, so
 that a test shows it:
-  - gated softmax (Table 2 / eq. 81): a step on the printed 1/t (1/2 ||S||_F^2 - <S phi(k_t), v_t>) +
-    1/(2t) ||diag(sqrt(1 - lambda_t)) S||_F^2 gives (t-2+lambda_t)/t S_{t-1} where the update has
-    (t-1)/t lambda_t S_{t-1} (they agree only at t = 2); the exact objective is
+  - gated softmax (Table 2 row 7 and eq. 81, which agree): a step on the printed
+    1/t (1/2 ||diag(sqrt(1 - lambda_t)) S||_F^2 - <S phi(k_t), v_t>) gives (t-1+lambda_t)/t S_{t-1} where the
+    update has (t-1)/t lambda_t S_{t-1}, off by ((t-2)(1-lambda_t) + 1)/t S_{t-1} at every t (at lambda_t = 1 it
+    loses eq. 80's 1/(2t) ||S||_F^2 and does not decay at all); the exact objective is
     1/2 ||diag(sqrt(1 - (t-1)/t lambda_t)) S||_F^2 - 1/t <S phi(k_t), v_t>;
   - DeltaNet + momentum (eq. 76): the sum must read sum_i (prod_{j=i+1}^t eta_j) <S k_i, v_i> (as in Table 2),
     not <S k_t, v_t> under the sum.
@@ -166,9 +167,10 @@ def gated_softmax_objective(S, feature, value, retention, t):
 
 
 def paper_gated_softmax_objective(S, feature, value, retention, t):
-    """Table 2 / eq. 81 as printed: 1/t (1/2 ||S||_F^2 - <S phi(k_t), v_t>) + 1/(2t) ||diag(sqrt(1 - lambda_t))
-    S||_F^2. Wrong: its gradient step misses the gated-softmax update by (t-2)(1-lambda_t)/t S (row-wise)."""
-    return normalized_softmax_objective(S, feature, value, t) + _gated_norm(S, 1.0 - retention) / t
+    """Table 2 (row 7) and eq. 81 as printed: 1/t (1/2 ||diag(sqrt(1 - lambda_t)) S||_F^2 - <S phi(k_t), v_t>),
+    GLA's objective (eq. 69) divided by t; lambda_t: [V]. Wrong: its gradient step gives (t-1+lambda_t)/t S
+    (row-wise) where the gated-softmax update has (t-1)/t lambda_t S, off by ((t-2)(1-lambda_t) + 1)/t S."""
+    return (_gated_norm(S, 1.0 - retention) - _read(S, feature, value)) / t
 
 
 # ---------------------------------------------------------------------------------------------------------------

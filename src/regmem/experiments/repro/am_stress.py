@@ -178,7 +178,7 @@ def plot_stress(result: dict, path: Path) -> None:
 REPRO = Repro(
     name="am-stress",
     help="Associative memory (arXiv:2505.19488) Fig. 5: Theorem 1's hand-set swap tracking, linear vs round kernel "
-         "at d = 128 (about 20 s)",
+         "at d = 128 (about 25 s of CPU time; wall time is longer on a loaded machine)",
     variants={"default": StressSettings(), "quick": QUICK},
     run=run, format_report=format_report, plot=plot_stress,
 )
