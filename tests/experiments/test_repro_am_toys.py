@@ -1,6 +1,7 @@
 """`regmem repro am-swap` and `am-dag` (arXiv:2505.19488, Figs. 4, 6, 7, 8): the quick runs write report, JSON and
 plot with every arm at its best lr; Listing 2's schedule; the curriculum arm doubles its length when a batch is
-solved; the hand-set reachability layer is exact on the evaluation graphs."""
+solved; the hand-set reachability layer is exact on the evaluation sequences (on the graph structure with several
+parents per node), and every am-dag arm has the short convolution."""
 
 import json
 
@@ -34,8 +35,11 @@ def test_quick_am_dag_reports_the_handset_row_at_100(tmp_path):
     paths = run_repro("am-dag", tmp_path, variant="quick", log=lambda _: None)
     result = json.loads(paths["json"].read_text())
     assert result["handset"] == [1.0]
-    assert "| hand-set 1-layer DeltaFormer" in paths["report"].read_text()
+    report = paths["report"].read_text()
+    assert "| hand-set 1-layer DeltaFormer (weights set by hand, linear kernels, short conv 2, on the task's tokens)" \
+        in report and "a short convolution of width 2 on every mixer" in report
     assert [r["arm"] for r in result["rows"]][0] == "Transformer, 1 layer"
+    assert {r["setting"]["mixer_kwargs"]["short_conv"] for r in result["rows"]} == {2}
 
 
 def test_handset_layer_is_exact_on_multi_parent_graphs():

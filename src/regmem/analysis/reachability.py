@@ -10,6 +10,8 @@ realises (`reachability_construction`): one-hot node keys k_t = e_{id(t)}, erase
 w_t = -sum_{p parent of t} e_{id(p)}, linear kappa_1, so A[t, p] = k_p . w_t = -1 on the edges; values
 v_t = 1[t = 0] make u_t the number of paths from node 0 to t; reading the node's own slot (q_t = k_t, linear
 kappa_2) returns u_t, and the label is u_t > 0. A Transformer needs O(log n) layers for this (Sanford et al.).
+This works on the graph's structure; experiments/repro/am_dag_handset.py sets the weights of a one-layer
+DeltaFormer LM so that it computes the same from the DAG task's tokens (with a short convolution of width 2).
 
 Input: `parents`, one list of parent positions per position (the root's list empty; several parents make a general
 DAG, one parent a forest). Shapes: P [n, n] float64; labels [n] bool (position 0 reaches itself).
