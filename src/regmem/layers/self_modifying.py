@@ -14,6 +14,11 @@ Defaults (SelfModifyingConfig holds them, the only place) and each departure fro
   gain exceeds one; an LM on MQAR went NaN within 25 steps at eta_max 0.5. The proximal rule bounds each step but
   not this loop: at init (d_model 16, eta_max 1) inputs three times the unit scale made the unnormalised v
   overflow within 256 tokens.
+- every memory regresses onto v_t (`self_values=False`, eq. 84's target) rather than onto its own M(v_t) (eq. 87).
+  Measured on MQAR (quick preset, lr 0.03, seed 0, benchmarks/README.md): with eq. 87's targets the accuracy was
+  0.014 after 153 steps and 0.47 at 512 (main memory alone updated); with v_t it was 0.79 after 255 steps. Each
+  memory's own M(v_t) is a target that moves with the memory it trains, and at init it is dominated by the
+  memory's layer-normed MLP branch, a random function of v_t.
 - M_k (with M_eta, M_alpha), M_v and M_q read their own projection of the input (`inputs="separate"`; eq. 94 feeds
   all one x_t). With one shared x every memory starts near the identity of the same vector, so k, v and q start
   equal and must be pulled apart by the memories' MLPs alone; three views are what a linear attention's W_k, W_v,

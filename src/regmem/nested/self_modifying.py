@@ -5,7 +5,8 @@ M_k, M_v, M_q, M_eta, M_alpha, M_memory — each a residual 2-layer MLP M(x) = x
 
     k_t = normalise(M_k(x_t)),  v_t = M_v(x_t),  q_t = normalise(M_q(x_t))   (or x_t W_q with adaptive_q=False)
     eta_t = eta_max * sigmoid(M_eta(x_t) . w_eta),  alpha_t = sigmoid(M_alpha(x_t) . w_alpha + b_alpha)
-    vhat_t = M(v_t)                       each memory generates its own target (eq. 87; `self_values=False`: v_t)
+    vhat_t = M(v_t)                       each memory generates its own target (eq. 87, `self_values=True`; the
+                                          default False regresses onto v_t, eq. 84: regmem/layers/self_modifying.py)
     M_t = M_{t-1} (alpha_t I - eta_t k_t k_t^T) - eta_t grad L(M_{s(t)}; k_t, vhat_t)      (eq. 88, layer-wise DGD)
     y_t = M_memory(q_t)
 
