@@ -1,5 +1,6 @@
 """`regmem repro am-swap` and `am-dag` (arXiv:2505.19488, Figs. 4, 6, 7, 8): the quick runs write report, JSON and
-plot with every arm at its best lr; Listing 2's schedule; the curriculum arm doubles its length when a batch is
+plot with every arm at its best lr, am-swap's NoPE and RoPE arms side by side and a column per evaluation length;
+bad am-swap settings raise ValueError naming the key; Listing 2's schedule; the curriculum arm doubles its length when a batch is
 solved; the hand-set reachability layer is exact on the evaluation sequences (on the graph structure with several
 parents per node), and every am-dag arm has the short convolution."""
 
@@ -9,6 +10,7 @@ import pytest
 
 from regmem.experiments.repro import REPROS, run_repro
 from regmem.experiments.repro.am_dag import DAGSettings, handset_accuracy
+from regmem.experiments.repro.am_swap import SwapSettings
 from regmem.experiments.repro.am_toys import ToyBudget, arm, linear_schedule, toy_preset, train_toy
 from regmem.experiments.runs import Run
 
@@ -23,12 +25,54 @@ def test_quick_am_swap_reports_every_figure_and_arm(tmp_path):
     result = json.loads(paths["json"].read_text())
     assert set(result["figures"]) == {"4", "6", "8"}
     arms = [r["arm"] for r in result["figures"]["4"]]
-    assert arms[:2] == ["Transformer, 1 layer", "Transformer, 2 layers"] and len(arms) == 9
+    assert arms[:4] == ["Transformer, 1 layer, NoPE", "Transformer, 1 layer, RoPE", "Transformer, 2 layers, NoPE",
+                        "Transformer, 2 layers, RoPE"] and len(arms) == 2 * 9
+    assert {r["arm"][:-len(", NoPE")] for r in result["figures"]["4"]} == {
+        "Transformer, 1 layer", "Transformer, 2 layers", *(f"DeltaFormer, kappa_1 = {k}" for k in (
+            "linear", "relu", "exp", "softmax", "softmax_listing2", "round", "round2"))}
+    for row in result["figures"]["4"]:
+        assert row["positions"] == ("rope" if row["arm"].endswith("RoPE") else "none")
+        assert row["setting"]["mixer_kwargs"]["rotary"] is (row["positions"] == "rope")
+    assert [r["positions"] for r in result["figures"]["6"]] == ["none", "none", "rope", "rope"]
+    assert {r["positions"] for r in result["figures"]["8"]} == {"none"}
     for figure, rows in result["figures"].items():
         assert f"Paper, Fig. {figure}" in report
         for row in rows:
             assert f"| {row['arm']} | {row['best_lr']:g} |" in report
+            assert set(row["at_length"]) == {"16", "32", "64"}
+    assert "| arm | best lr | accuracy % at T = 16 (trained) | at T = 32 | at T = 64 | runs reaching" in report
+    assert "| arm | best lr | accuracy % at T = 32 (trained) | at T = 16 | at T = 64 | runs reaching" in report  # Fig. 6
+    assert "- NoPE: mean accuracy drop over its 9 arms, 16 -> 32:" in report
+    assert "- RoPE: DeltaFormer beats the better Transformer" in report
     assert paths["plot"].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_am_swap_rope_arms_rotate_and_use_an_even_head_dim(tmp_path):
+    """One step each: the RoPE arm's model has rotary embeddings and 4 channels per head, the NoPE arm's none and
+    Listing 2's 3; each run is scored at every evaluation length."""
+    settings = REPROS["am-swap"].settings("quick", {"kernels": "round", "figures": "4", "steps": 1})
+    result = REPROS["am-swap"].run(settings, tmp_path, log=lambda _: None, progress=False)
+    params = {r["arm"]: r["params"] for r in result["figures"]["4"]}
+    assert params["DeltaFormer, kappa_1 = round, RoPE"] > params["DeltaFormer, kappa_1 = round, NoPE"]
+    for row in result["figures"]["4"]:
+        assert all(0.0 <= cell["low"] <= cell["mean"] <= cell["high"] <= 1.0 for cell in row["at_length"].values())
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("positions", "alibi"), ("positions", "rope,rope"), ("eval_lengths", "16,0"), ("eval_lengths", "16,x"),
+    ("rope_head_dim", 3), ("rope_head_dim", "four"), ("head_dim", 0), ("kernels", "cosine"), ("figures", "5"), ("steps", 0), ("lrs", "0.01,-1"),
+])
+def test_bad_am_swap_settings_raise_naming_the_key(key, value):
+    with pytest.raises(ValueError, match=f"setting '{key}'"):
+        REPROS["am-swap"].settings("default", {key: value})
+
+
+def test_am_swap_default_runs_both_positions_and_three_lengths():
+    settings = REPROS["am-swap"].settings()
+    assert isinstance(settings, SwapSettings)
+    assert settings.positions == ("none", "rope") and settings.eval_lengths == (16, 32, 64)
+    assert settings.seq_len == 16 and settings.steps == 1000
+    assert REPROS["am-swap"].settings("full").positions == ("none", "rope")
 
 
 def test_quick_am_dag_reports_the_handset_row_at_100(tmp_path):

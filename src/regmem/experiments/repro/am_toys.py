@@ -39,10 +39,14 @@ class ToyBudget:
     n_heads: int = 4
 
 
-def toy_preset(name: str, budget: ToyBudget, task_fields: dict, eval_fields: dict) -> Preset:
-    """The Preset of an experiment: it names the whole budget and both task points, so the run store keys every
-    run by them (the harness itself reads `budget`)."""
+def toy_preset(name: str, budget: ToyBudget, task_fields: dict, eval_fields: dict,
+               eval_lengths: tuple[int, ...] = ()) -> Preset:
+    """The Preset of an experiment: it names the whole budget, both task points and the extra evaluation lengths
+    (`eval_lengths`, for tasks with `with_seq_len`; entered only when given, so earlier runs keep their keys), so
+    the run store keys every run by them (the harness itself reads `budget`)."""
     task = {"train": task_fields, "eval": eval_fields, "warmup": budget.warmup, "weight_decay": budget.weight_decay}
+    if eval_lengths:
+        task["eval_lengths"] = list(eval_lengths)
     return Preset(name=name, d_model=budget.d_model, n_layers=1, n_heads=budget.n_heads, ffn="none", task=task,
                   steps=budget.steps, batch_size=budget.batch_size, lr=0.01, num_train=budget.steps * budget.batch_size,
                   num_eval=budget.num_eval, eval_every=budget.steps)
@@ -73,10 +77,11 @@ def linear_schedule(warmup: int, steps: int):
 
 def train_toy(run: Run, preset: Preset, *, budget: ToyBudget) -> dict:
     """Trains one arm on fresh batches (Listing 2's loop) with the task fields `preset.task["train"]`, and scores it
-    on fresh sequences of `preset.task["eval"]`.
+    on fresh sequences of `preset.task["eval"]` and of each length in `preset.task["eval_lengths"]` (if any).
 
-    Returns the evaluation metrics, the final training length, the first step whose batch accuracy reached 0.999
-    (None if never) and the last batch's loss and accuracy."""
+    Returns the evaluation metrics, the accuracy at each extra length ({str(length): accuracy}, empty without
+    `eval_lengths`), the final training length, the first step whose batch accuracy reached 0.999 (None if never)
+    and the last batch's loss and accuracy."""
     torch.manual_seed(run.seed)
     task_cls = TASKS[run.task]
     task = task_cls(task_cls.config_class(**preset.task["train"]))
@@ -106,14 +111,22 @@ def train_toy(run: Run, preset: Preset, *, budget: ToyBudget) -> dict:
     seconds = time.perf_counter() - start
     model.eval()
     eval_task = task_cls(task_cls.config_class(**preset.task["eval"]))
-    inputs, targets = eval_task.generate(budget.num_eval, seed=10_000 + run.seed)
-    with torch.no_grad():
-        metrics = eval_task.metric(model(inputs), targets)
+    metrics = _evaluate(model, eval_task, budget.num_eval, run.seed)
+    at_length = {str(n): _evaluate(model, eval_task.with_seq_len(n), budget.num_eval, run.seed)["accuracy"]
+                 for n in preset.task.get("eval_lengths", ())}
     final_len = task.config.seq_len if hasattr(task.config, "seq_len") else None
-    return {"score": metrics["accuracy"], **metrics, "train_len": final_len, "solved_at": solved_at,
+    return {"score": metrics["accuracy"], **metrics, "accuracy_at_length": at_length, "train_len": final_len,
+            "solved_at": solved_at,
             "final_loss": loss, "final_batch_accuracy": acc, "parameters": sum(p.numel() for p in model.parameters()),
             "state_floats": model.state_floats(eval_task.config.seq_len), "train_seconds": seconds,
             "tokens_per_second": budget.steps * budget.batch_size * eval_task.config.seq_len / seconds}
+
+
+def _evaluate(model: LM, task, num_eval: int, seed: int) -> dict:
+    """The task's metrics of `model` on `num_eval` fresh sequences (seeded apart from training)."""
+    inputs, targets = task.generate(num_eval, seed=10_000 + seed)
+    with torch.no_grad():
+        return task.metric(model(inputs), targets)
 
 
 def arm_bars(ax, rows: list[dict], *, metric: str, chance: float, chance_label: str, fontsize: int = 8) -> None:
