@@ -1,8 +1,8 @@
 """`regmem repro am-swap` and `am-dag` (arXiv:2505.19488, Figs. 4, 6, 7, 8): the quick runs write report, JSON and
 plot with every arm at its best lr, am-swap's NoPE and RoPE arms side by side and a column per evaluation length;
-bad am-swap settings raise ValueError naming the key; Listing 2's schedule; the curriculum arm doubles its length when a batch is
-solved; the hand-set reachability layer is exact on the evaluation sequences (on the graph structure with several
-parents per node), and every am-dag arm has the short convolution."""
+bad am-swap settings raise ValueError naming the key; Listing 2's schedule; the curriculum arm doubles its length
+when a batch is solved; the hand-set reachability layer is exact on the evaluation sequences (on the graph
+structure with several parents per node), and every am-dag arm has the short convolution."""
 
 import json
 
@@ -11,8 +11,9 @@ import pytest
 from regmem.experiments.repro import REPROS, run_repro
 from regmem.experiments.repro.am_dag import DAGSettings, handset_accuracy
 from regmem.experiments.repro.am_swap import SwapSettings
-from regmem.experiments.repro.am_toys import ToyBudget, arm, linear_schedule, toy_preset, train_toy
+from regmem.experiments.repro.am_toys import ToyBudget, arm, build_model, linear_schedule, toy_preset, train_toy
 from regmem.experiments.runs import Run
+from regmem.layers import RotaryEmbedding
 
 
 def test_quick_am_swap_reports_every_figure_and_arm(tmp_path):
@@ -41,7 +42,8 @@ def test_quick_am_swap_reports_every_figure_and_arm(tmp_path):
             assert f"| {row['arm']} | {row['best_lr']:g} |" in report
             assert set(row["at_length"]) == {"16", "32", "64"}
     assert "| arm | best lr | accuracy % at T = 16 (trained) | at T = 32 | at T = 64 | runs reaching" in report
-    assert "| arm | best lr | accuracy % at T = 32 (trained) | at T = 16 | at T = 64 | runs reaching" in report  # Fig. 6
+    fig6 = "| arm | best lr | accuracy % at T = 32 (trained) | at T = 16 | at T = 64 | runs reaching"
+    assert fig6 in report
     assert "- NoPE: mean accuracy drop over its 9 arms, 16 -> 32:" in report
     assert "- RoPE: DeltaFormer beats the better Transformer" in report
     assert paths["plot"].read_bytes()[:4] == b"\x89PNG"
@@ -52,15 +54,24 @@ def test_am_swap_rope_arms_rotate_and_use_an_even_head_dim(tmp_path):
     Listing 2's 3; each run is scored at every evaluation length."""
     settings = REPROS["am-swap"].settings("quick", {"kernels": "round", "figures": "4", "steps": 1})
     result = REPROS["am-swap"].run(settings, tmp_path, log=lambda _: None, progress=False)
-    params = {r["arm"]: r["params"] for r in result["figures"]["4"]}
-    assert params["DeltaFormer, kappa_1 = round, RoPE"] > params["DeltaFormer, kappa_1 = round, NoPE"]
+    rows = {r["arm"]: r for r in result["figures"]["4"]}
+    assert rows["DeltaFormer, kappa_1 = round, RoPE"]["params"] > rows["DeltaFormer, kappa_1 = round, NoPE"]["params"]
+    for arm_label, d_model, rotating in [("DeltaFormer, kappa_1 = round, RoPE", 16, True),
+                                         ("Transformer, 1 layer, RoPE", 16, True),
+                                         ("DeltaFormer, kappa_1 = round, NoPE", 12, False)]:
+        row = rows[arm_label]
+        model = build_model(Run("swap", row["mixer"], 0.01, 0, row["setting"]), ToyBudget(steps=1, d_model=d_model),
+                            vocab_size=10)
+        assert any(isinstance(m, RotaryEmbedding) for m in model.modules()) is rotating
+        assert sum(p.numel() for p in model.parameters()) == row["params"]
     for row in result["figures"]["4"]:
         assert all(0.0 <= cell["low"] <= cell["mean"] <= cell["high"] <= 1.0 for cell in row["at_length"].values())
 
 
 @pytest.mark.parametrize(("key", "value"), [
     ("positions", "alibi"), ("positions", "rope,rope"), ("eval_lengths", "16,0"), ("eval_lengths", "16,x"),
-    ("rope_head_dim", 3), ("rope_head_dim", "four"), ("head_dim", 0), ("kernels", "cosine"), ("figures", "5"), ("steps", 0), ("lrs", "0.01,-1"),
+    ("rope_head_dim", 3), ("rope_head_dim", "four"), ("head_dim", 0), ("kernels", "cosine"), ("figures", "5"),
+    ("steps", 0), ("lrs", "0.01,-1"),
 ])
 def test_bad_am_swap_settings_raise_naming_the_key(key, value):
     with pytest.raises(ValueError, match=f"setting '{key}'"):

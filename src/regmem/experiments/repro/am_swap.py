@@ -329,7 +329,8 @@ REPRO = Repro(
     name="am-swap",
     help="Associative memory Figs. 4 (default), 6 and 8 (--set figures=4,6,8): one-layer DeltaFormer vs "
          "Transformer on 5-element swaps, NoPE and RoPE side by side, trained at 16 and scored at 16/32/64 "
-         "(1000 steps of the paper's 4000, ~TIME min on 2 cores; resumable; --full: 4000 steps, 3 lrs, 3 seeds)",
+         "(56 runs of 1000 steps, the paper's 4000; about 15 min on 2 idle cores, resumable; --full: 4000 "
+         "steps, 3 lrs, 3 seeds, hours)",
     variants={"default": SwapSettings(), "quick": QUICK, "full": FULL},
     run=run, format_report=format_report, plot=plot_swap,
 )
