@@ -18,8 +18,8 @@ each of `eval_lengths` (Fig. 6's length generalisation: trained at 16, scored at
 Positions: Listing 2 passes `rotary_base=None` (no positions, "NoPE") while Sec. 3.2's text speaks of removing "the
 default rotary position embeddings" (RoPE) and Fig. 6 compares the two; `positions` runs the arms of Figs. 4 and 6
 once per choice, side by side (default both). RoPE rotates pairs of channels, so the RoPE arms use `rope_head_dim`
-(4) channels per head where Listing 2 has 3 (`head_dim`); Fig. 6 uses `rope_head_dim` for both, and Fig. 8 (head dim 3 by its
-caption) runs as the listing, without positions.
+(4) channels per head where Listing 2 has 3 (`head_dim`); Fig. 6 uses `rope_head_dim` for both, and Fig. 8 (head
+dim 3 by its caption) runs as the listing, without positions.
 Figure 4 runs by default with five kappa_1 (`--set kernels=...` picks others of KAPPA_1: Listing 2's zero-filled
 softmax, rounding to two decimals) at 1000 steps per run (the listing trains 4000, about four times the hours);
 `--set figures=4,6,8` adds the other figures; `--full` runs all three, every kernel, at the listing's 4000 steps
