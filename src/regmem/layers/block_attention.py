@@ -40,8 +40,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from regmem.layers.attention import AttentionState, KVCache, SoftmaxAttention
-from regmem.layers.base import check_mixer_input, repeat_heads
+from regmem.layers.attention import SoftmaxAttention
+from regmem.layers.base import repeat_heads
 from regmem.ops.nonparametric.similarity import allowed_pairs
 
 
@@ -77,19 +77,10 @@ class BlockAttention(SoftmaxAttention):
         return [{"tensors": "KV cache (every key and value), split into blocks", "period": 1,
                  "objective": "none: softmax attention over the blocks a key-dependent gate selects (eqs. 25-27)"}]
 
-    def forward(self, x, state=None, *, attention_mask=None):
-        check_mixer_input(x, attention_mask, self.d_model)
-        B, T = x.shape[:2]
-        conv_cache, past = state if state is not None else (None, None)
-        given_mask = attention_mask.bool() if attention_mask is not None else None
-        q, k, v, conv_cache = self._project(x, conv_cache, given_mask, past)
-        offset = past.k.shape[1] if past is not None else 0
-        mask = given_mask if given_mask is not None else torch.ones(B, T, dtype=torch.bool, device=x.device)
-        if past is not None:
-            k, v, mask = torch.cat([past.k, k], 1), torch.cat([past.v, v], 1), torch.cat([past.mask, mask], 1)
-        bias = self.routing_bias(q, k, mask, offset)  # [B, H, T, S]
-        o = self._attend(q, k, v, mask, offset, plain=False, log_decay=bias)
-        return self._output(o), AttentionState(conv_cache, KVCache(k, v, mask))
+    def _attend(self, q, k, v, key_mask, offset, plain, log_decay=None):
+        """SoftmaxAttention's read (its forward, cache and padding unchanged) with the routing gate as the bias."""
+        bias = self.routing_bias(q, k, key_mask, offset)  # [B, H, T, S]
+        return super()._attend(q, k, v, key_mask, offset, plain=False, log_decay=bias)
 
     def routing_bias(self, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, offset: int) -> torch.Tensor:
         """The gate as a bias on the scores: q [B, T, H, D] (the new queries), k [B, S, H_kv, D] (cache, then new
