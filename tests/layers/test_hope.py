@@ -143,3 +143,19 @@ def test_the_default_memories_stay_bounded_where_the_printed_step_overflows(scal
         _, (_, memories) = SelfModifyingTitans(D, H, step_rule=rule).double()(x)
         largest = torch.stack([s.params.abs().max() for s in memories if s is not None]).max()
         assert bool(torch.isfinite(largest) & (largest < 10)) == bounded, (rule, largest)
+
+
+@pytest.mark.parametrize("ln_affine", [True, False])
+def test_the_generating_memories_start_near_the_layers_views(ln_affine):
+    """Each memory is x + LN(MLP(x)): without an affine the branch has norm sqrt(d) whatever x, four times a unit
+    k, v, q at d = 16, so k, v, q started as a random function of the views. With the default affine the generating
+    memories' branch starts at generator_gain sqrt(d) and the main memory's at sqrt(d)."""
+    layer = SelfModifyingTitans(64, 4, ln_affine=ln_affine).double()
+    d = layer.head_dim
+    state = smt.initial_state(layer.config, layer._outer(), 1)
+    rows = torch.nn.functional.normalize(torch.randn(1, 5, 4, d, dtype=torch.float64), dim=-1)
+    for name in layer.config.used():
+        branch = smt._read(layer.config, name, getattr(state, name), rows, layer._outer()) - rows
+        gain = layer.config.generator_gain if ln_affine and name != "memory" else 1.0
+        torch.testing.assert_close(branch.norm(dim=-1), torch.full((1, 5, 4), gain * d**0.5, dtype=torch.float64),
+                                   rtol=1e-3, atol=0.0, msg=name)  # LN eps

@@ -21,10 +21,12 @@ def _params(config, seed=0):
     f = torch.float64
     init = {name: 0.5 * torch.randn(H, config.model(name, d).num_params(d, d), generator=gen, dtype=f)
             for name in config.used()}
+    ln = {name: (1.0 + 0.5 * torch.randn(H, d, generator=gen, dtype=f), 0.5 * torch.randn(H, d, generator=gen, dtype=f))
+          for name in config.used() if config.affine(name, d)}  # each memory its own LN affine
     return OuterParams(init, torch.randn(H, d, generator=gen, dtype=f),
                        torch.randn(H, d, generator=gen, dtype=f) if config.weight_decay else None,
                        torch.randn(H, d, generator=gen, dtype=f) if config.momentum else None,
-                       torch.randn(H, d, d, generator=gen, dtype=f) if not config.adaptive_q else None)
+                       torch.randn(H, d, d, generator=gen, dtype=f) if not config.adaptive_q else None, ln=ln)
 
 
 def _config(**options) -> SelfModifyingConfig:
@@ -109,7 +111,7 @@ def test_causal():
 @pytest.mark.parametrize("flag", [{"dgd": False}, {"momentum": False}, {"weight_decay": False},
                                   {"static": frozenset({"k"})}, {"static": frozenset({"v"})},
                                   {"adaptive_q": False}, {"self_values": False}, {"read": "updated"},
-                                  {"layer_norm": False},
+                                  {"layer_norm": False}, {"ln_affine": False},
                                   {"normalize_v": True}])
 def test_every_ablation_switch_changes_the_computation(flag):
     base = _config(momentum=True, mini_batch=2, mini_batch_memory=2, eta_max=0.3, **PAPER)
@@ -125,11 +127,11 @@ def test_every_ablation_switch_changes_the_computation(flag):
 def _generated(config, params, x):
     """k, v, q, eta, g of a configuration whose projections are all static (functions of x alone)."""
     state = initial_state(config, params, B)
-    k = F.normalize(_read(config, "k", state.k, x), dim=-1)
-    v = _read(config, "v", state.v, x)
-    q = F.normalize(_read(config, "q", state.q, x), dim=-1)
-    eta = config.eta_max * torch.sigmoid((_read(config, "eta", state.eta, x) * params.w_eta).sum(-1))
-    g = F.logsigmoid((_read(config, "alpha", state.alpha, x) * params.w_alpha).sum(-1))
+    k = F.normalize(_read(config, "k", state.k, x, params), dim=-1)
+    v = _read(config, "v", state.v, x, params)
+    q = F.normalize(_read(config, "q", state.q, x, params), dim=-1)
+    eta = config.eta_max * torch.sigmoid((_read(config, "eta", state.eta, x, params) * params.w_eta).sum(-1))
+    g = F.logsigmoid((_read(config, "alpha", state.alpha, x, params) * params.w_alpha).sum(-1))
     return q, k, v, eta, g
 
 

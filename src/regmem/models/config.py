@@ -83,6 +83,8 @@ class LMConfig:
             d = _defaults_before_2(d)
         if version < 3:
             d = _mixer_defaults(d, DEFAULTS_BEFORE_3)
+        if version < 4:
+            d = _mixer_defaults(d, DEFAULTS_BEFORE_4)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -92,7 +94,7 @@ class LMConfig:
         return cls(**d)
 
 
-FORMAT = 3  # of to_dict's output; 1 (no "format" key) is every config written before format 2
+FORMAT = 4  # of to_dict's output; 1 (no "format" key) is every config written before format 2
 
 # Mixer options whose defaults changed with format 2 (regmem/layers/self_modifying.py, regmem/nested/cms.py): a
 # config without "format" was trained with these values, so they are filled in where it does not set them. The
@@ -105,6 +107,8 @@ DEFAULTS_BEFORE_2 = {
 CMS_BEFORE_2 = {"step_rule": "explicit"}  # and hidden = round(8/3 d_model): the CMS of an FFN, Hope, Hope-Attention
 # Format 3: every memory of self-modifying Titans regresses onto v_t (eq. 84), no longer its own M(v_t) (eq. 87).
 DEFAULTS_BEFORE_3 = {"self_modifying_titans": {"self_values": True}, "hope": {"self_values": True}}
+# Format 4: the memories' layer norms have a learnable affine, the generating memories' gain starting small.
+DEFAULTS_BEFORE_4 = {"self_modifying_titans": {"ln_affine": False}, "hope": {"ln_affine": False}}
 
 
 def _defaults_before_2(d: dict) -> dict:

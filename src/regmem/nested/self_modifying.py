@@ -69,6 +69,12 @@ class SelfModifyingConfig:
     activation: Activation = "silu"  # between the two layers of each memory (eq. 89 leaves it open)
     # each memory is x + LN(MLP(x)), TTT's and Titans' form; False: eq. 89's x + MLP(x) (layers/self_modifying.py)
     layer_norm: bool = True
+    # with layer_norm: each memory's LN has a learnable affine (gamma, beta) [H, d], as TTT's and Titans' memories
+    # do; False: none (gamma = 1), as before LMConfig format 4
+    ln_affine: bool = True
+    # gamma's initial value in the generating memories (the main memory's starts at 1): their MLP branch then starts
+    # small beside x, so k, v, q start near the layer's linear views (regmem/layers/self_modifying.py)
+    generator_gain: float = 0.1
     dgd: bool = True  # False: "w/o DGD" (plain GD inner rule)
     momentum: bool = True  # inner momentum (Table 6's full model; "w/o momentum" is False)
     weight_decay: bool = True  # False: alpha_t = 1 ("w/o weight decay")
@@ -106,6 +112,8 @@ class SelfModifyingConfig:
                 raise ValueError(f"{name} must be a positive power of two, got {value!r}")
         if not self.eta_max >= 0:
             raise ValueError(f"eta_max must be >= 0, got {self.eta_max!r}")
+        if not self.generator_gain >= 0:
+            raise ValueError(f"generator_gain must be >= 0, got {self.generator_gain!r}")
         if self.hidden < 0:
             raise ValueError(f"hidden must be >= 0 (0: the head dim), got {self.hidden!r}")
 
@@ -123,6 +131,10 @@ class SelfModifyingConfig:
     def used(self) -> tuple[str, ...]:
         """The memories this configuration has: q only when adaptive, alpha only with weight decay."""
         return tuple(n for n in MEMORIES if (n != "q" or self.adaptive_q) and (n != "alpha" or self.weight_decay))
+
+    def affine(self, name: str, d: int) -> bool:
+        """Whether memory `name` has a learnable LN affine (`ln_affine` on a model with a layer norm)."""
+        return self.ln_affine and self.model(name, d).layer_norm
 
     def views(self) -> int:
         """Input views the layer provides: 3 (k, v, q) with inputs="separate", else 1."""
@@ -147,8 +159,9 @@ class SelfModifyingState(NamedTuple):
 class OuterParams:
     """The outer (meta-learned) tensors: initial memories [H, P] by name (those of `config.used()`), the gate
     read-outs w_eta, w_alpha (with weight decay), w_mu (with momentum) [H, d], the retention bias b_alpha [H]
-    (alpha_t is the retention of eq. 88; a bias of ~4.6 starts it near 0.99), and W_q [H, d, d] for a static q
-    (adaptive_q=False)."""
+    (alpha_t is the retention of eq. 88; a bias of ~4.6 starts it near 0.99), W_q [H, d, d] for a static q
+    (adaptive_q=False), and ln: {name: (gamma, beta)} [H, d] each, the LN affine of the memories that have one
+    (`SelfModifyingConfig.affine`; None or a missing name: no affine)."""
 
     init: dict
     w_eta: torch.Tensor
@@ -156,6 +169,19 @@ class OuterParams:
     w_mu: torch.Tensor | None = None
     w_q: torch.Tensor | None = None
     b_alpha: torch.Tensor | None = None
+    ln: dict | None = None
+
+    def ln_of(self, names) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The LN affine of memories `names` stacked along the head axis, (gamma, beta) [G H, d] each, or None
+        when none of them has one (a stacked call holds memories of one model, so all or none do)."""
+        if not self.ln or names[0] not in self.ln:
+            return None
+        return tuple(torch.cat([self.ln[name][i] for name in names]) for i in (0, 1))
+
+
+def _heads_first(ln):
+    """(gamma, beta) [G H, d] -> [1, G H, 1, d] each, broadcasting over heads-first rows [B, G H, n, d]."""
+    return None if ln is None else tuple(p[None, :, None] for p in ln)
 
 
 def initial_state(config: SelfModifyingConfig, params: OuterParams, B: int) -> SelfModifyingState:
@@ -247,7 +273,8 @@ def _fused_piece(x, config: SelfModifyingConfig, params: OuterParams, stacked: _
     model, W, G = config.model("k", d), stacked.weights, len(MEMORIES)
     views = [*MEMORIES[:-1], "k"]  # the main memory generates nothing: its share, on k's view, is not used
     rows = torch.cat([_view(config, x, name).transpose(1, 2) for name in views], dim=1)  # [B, 6 H, n, d]
-    reads, _ = model.forward(W, rows, None)
+    ln = _heads_first(params.ln_of(MEMORIES))
+    reads, _ = model.forward(W, rows, ln)
     r_k, r_v, r_q, r_eta, r_alpha, _ = reads.unflatten(1, (G, H)).unbind(1)  # [B, H, n, d] each
     k, q = F.normalize(r_k, dim=-1), F.normalize(r_q, dim=-1)
     v = F.normalize(r_v, dim=-1) if config.normalize_v else r_v
@@ -257,27 +284,32 @@ def _fused_piece(x, config: SelfModifyingConfig, params: OuterParams, stacked: _
     log_mu = F.logsigmoid((rows[:, :H] * params.w_mu[:, None]).sum(-1)) if config.momentum else None
     targets = v.repeat(1, G, 1, 1)  # [B, 6 H, n, d]: v_t for every memory (eq. 84), or each one's own M(v_t) (eq. 87)
     if config.self_values:
-        targets, _ = model.forward(W, targets, None)
+        targets, _ = model.forward(W, targets, ln)
     o, weights, momenta = ttt_mini_batch(
         q, k.repeat(1, G, 1, 1), targets, eta.repeat(1, G, 1), g.repeat(1, G, 1),
         log_mu.repeat(1, G, 1) if log_mu is not None else None, W, stacked.momenta, model=model, loss=config.loss,
-        dgd=config.dgd, step_rule=config.step_rule, read=lambda t: t[:, (G - 1) * H:])  # only the main memory reads
+        dgd=config.dgd, step_rule=config.step_rule, ln=ln,
+        read=lambda t: t[:, (G - 1) * H:])  # only the main memory reads
     return o.transpose(1, 2), _Stacked(weights, momenta, stacked.offset)
 
 
-def _read(config: SelfModifyingConfig, name: str, state: TTTState, rows: torch.Tensor) -> torch.Tensor:
-    """M_name at its mini-batch anchor, applied to rows [B, n, H, d] -> [B, n, H, d]."""
-    return _read_many(config, [name], [state], [rows])[name]
+def _read(config: SelfModifyingConfig, name: str, state: TTTState, rows: torch.Tensor,
+          params: OuterParams | None = None) -> torch.Tensor:
+    """M_name at its mini-batch anchor, applied to rows [B, n, H, d] -> [B, n, H, d] (with the LN affine of
+    `params`, if any)."""
+    return _read_many(config, [name], [state], [rows], params)[name]
 
 
-def _read_many(config: SelfModifyingConfig, names: list[str], states: list[TTTState], rows: list) -> dict:
+def _read_many(config: SelfModifyingConfig, names: list[str], states: list[TTTState], rows: list,
+               params: OuterParams | None = None) -> dict:
     """Several memories of one architecture at their anchors, each applied to its rows [B, n, H, d], in one batched
     call: the memories are stacked along the head axis (memory g, head h is head g H + h)."""
     d, G = rows[0].shape[-1], len(names)
     model = config.model(names[0], d)
     anchor = torch.cat([start_anchor(state) for state in states], dim=1)  # [B, G H, P]
     stacked = torch.cat([r.transpose(1, 2) for r in rows], dim=1)  # [B, G H, n, d]
-    y, _ = model.forward(model.unpack(anchor, d, d), stacked, None)  # [B, G H, n, d]
+    ln = _heads_first(params.ln_of(names)) if params is not None else None
+    y, _ = model.forward(model.unpack(anchor, d, d), stacked, ln)  # [B, G H, n, d]
     return dict(zip(names, (part.transpose(1, 2) for part in y.chunk(G, dim=1)), strict=True))
 
 
@@ -295,13 +327,13 @@ def _groups(config: SelfModifyingConfig, names: list[str], d: int, by_mini_batch
     return list(groups.values())
 
 
-def _read_grouped(config, names: list[str], state: SelfModifyingState, rows_of) -> dict:
+def _read_grouped(config, names: list[str], state: SelfModifyingState, rows_of, params: OuterParams) -> dict:
     """Each memory of `names` at its anchor on rows_of(name) [B, n, H, d], one batched call per architecture."""
     reads = {}
     d = rows_of(names[0]).shape[-1]
     for group in _groups(config, names, d, by_mini_batch=False):
         reads.update(_read_many(config, group, [getattr(state, name) for name in group],
-                                [rows_of(name) for name in group]))
+                                [rows_of(name) for name in group], params))
     return reads
 
 
@@ -325,7 +357,7 @@ def _piece(x, config, params, state, mask, mode, step, aligned):
     runs `ttt_mini_batch`, the chunk form's one block without its checks and realignment."""
     generated = [name for name in ("k", "v", "eta", "alpha") if getattr(state, name) is not None]
     generated += ["q"] if config.adaptive_q else []
-    reads = _read_grouped(config, generated, state, functools.partial(_view, config, x))
+    reads = _read_grouped(config, generated, state, functools.partial(_view, config, x), params)
     k = F.normalize(reads["k"], dim=-1)
     v = F.normalize(reads["v"], dim=-1) if config.normalize_v else reads["v"]
     q = reads["q"] if config.adaptive_q else torch.einsum("bthd,hde->bthe", _view(config, x, "q"), params.w_q)
@@ -336,9 +368,10 @@ def _piece(x, config, params, state, mask, mode, step, aligned):
         bias = 0.0 if params.b_alpha is None else params.b_alpha  # [H]
         g = F.logsigmoid((reads["alpha"] * params.w_alpha).sum(-1) + bias)
     log_mu = F.logsigmoid((_view(config, x, "k") * params.w_mu).sum(-1)) if config.momentum else None
-    y = _read(config, "memory", state.memory, q) if config.read == "anchor" else None
+    y = _read(config, "memory", state.memory, q, params) if config.read == "anchor" else None
     updated = [name for name in MEMORIES if getattr(state, name) is not None and config.updated(name)]
-    targets = _read_grouped(config, updated, state, lambda name: v) if config.self_values else dict.fromkeys(updated, v)
+    targets = (_read_grouped(config, updated, state, lambda name: v, params) if config.self_values
+               else dict.fromkeys(updated, v))
     new = {name: getattr(state, name) for name in MEMORIES}
     for group in _groups(config, updated, k.shape[-1], by_mini_batch=True):
         G = len(group)
@@ -348,19 +381,21 @@ def _piece(x, config, params, state, mask, mode, step, aligned):
         args = (reads_at, heads(k), torch.cat([targets[name] for name in group], dim=2), heads(eta), heads(g),
                 heads(log_mu))
         initial = _stack([state._asdict()[name] for name in group])
+        ln = params.ln_of(group)  # [G H, d] each, or None
         if aligned and mode == "chunk" and mask is None and x.shape[1] == mini_batch:
             heads_first = [None if t is None else t.transpose(1, 2) for t in args]
             d = k.shape[-1]
             momenta = model.unpack(initial.momentum, d, d) if config.momentum else [None] * model.depth
             o, weights, momenta = ttt_mini_batch(*heads_first, model.unpack(initial.params, d, d), momenta,
                                                  model=model, loss=config.loss, dgd=config.dgd,
-                                                 step_rule=config.step_rule)
+                                                 step_rule=config.step_rule, ln=_heads_first(ln))
             packed = model.pack(weights)
             stacked = TTTState(packed, model.pack(momenta) if config.momentum else initial.momentum, packed,
                                initial.offset)
             o = o.transpose(1, 2)
         else:
             o, stacked = ttt(*args, model=model, loss=config.loss, dgd=config.dgd, step_rule=config.step_rule,
+                             ln_weight=ln[0] if ln else None, ln_bias=ln[1] if ln else None,
                              mini_batch=mini_batch, initial_state=initial, output_final_state=True, mode=mode,
                              chunk_size=step, token_mask=mask)
         new.update(zip(group, _unstack(stacked, G), strict=True))

@@ -122,12 +122,13 @@ def _block(anchor_w, W_now, P_now, q_n, k_n, v_n, eta_n, mu_n, kn, *, model: Inn
         new_w.append(W_end)
         new_p.append(P_end)
         z = activation(model.activation, h) if layer < model.depth - 1 else h
-    out = layer_norm(z, ln) if model.layer_norm else z
+    ln_read = ln if ln is None or read is None else tuple(read(p) for p in ln)
+    out = layer_norm(z, ln_read) if model.layer_norm else z
     return (out + q_n if model.residual else out), new_w, new_p
 
 
 def ttt_mini_batch(q, k, v, beta, g, log_eta, weights: list, momenta: list, *, model: InnerModel, loss="l2",
-                   loss_param=None, dgd: bool = False, step_rule="explicit",
+                   loss_param=None, dgd: bool = False, step_rule="explicit", ln=None,
                    read=None) -> tuple[torch.Tensor, list, list]:
     """Exactly one whole mini-batch from a mini-batch start, heads first and per layer: `ttt(..., mode="chunk",
     mini_batch=T)` on a state whose offset is 0, every token live, without the checks, the realignment and the dead
@@ -137,13 +138,15 @@ def ttt_mini_batch(q, k, v, beta, g, log_eta, weights: list, momenta: list, *, m
     [..., rows, columns] (`model.unpack` of the parameters, which are the anchor); momenta: the same for the
     momentum, or [None] * depth without it. The leading dims ([B, H], or e.g. [B, memories, H]) broadcast, so
     inputs shared by several memories are passed once. q: [..., T, K] of the memories `read` selects (`_block`).
-    Returns o [..., T, V] and the layers' weights and momenta after the mini-batch."""
+    ln: the output layer norm's affine (gamma, beta), each broadcastable to [..., T, V] with the leading dims of
+    the other tensors (so `read` selects from it too), or None. Returns o [..., T, V] and the layers' weights and
+    momenta after the mini-batch."""
     live = torch.ones_like(beta)
     g = torch.zeros_like(beta) if g is None else g
     kern = _kernels(g.unsqueeze(-2), log_eta.unsqueeze(-2) if log_eta is not None else None, live.unsqueeze(-2))
     kn = {name: x.squeeze(g.ndim - 1) for name, x in kern.items()}  # the one block's kernels (N = 1)
     return _block(weights, weights, momenta, q, k, v, beta, log_eta, kn, model=model, loss=loss,
-                  loss_param=loss_param, dgd=dgd, ln=None, step_rule=step_rule, read=read)
+                  loss_param=loss_param, dgd=dgd, ln=ln, step_rule=step_rule, read=read)
 
 
 def _layer_state(W0, P0, X, D, rho, kn):
