@@ -32,7 +32,8 @@ test-thorough: install
 
 # Four mixers at 16 pairs, each at its tuned learning rate (src/regmem/experiments/tuned_lr.json), seeds 0 and 1.
 demo: install
-	$(VENV)/bin/regmem compare mqar --preset quick --sweep num_kv_pairs=16 --mixers attn,linear,mamba2,gated_deltanet
+	$(VENV)/bin/regmem compare mqar --preset quick --sweep num_kv_pairs=16 --mixers attn,linear,mamba2,gated_deltanet \
+		--seeds 0,1,2 --workers 2
 
 bench: install
 	$(VENV)/bin/regmem bench ops
