@@ -189,13 +189,18 @@ def analyze_snr(out_dir: str | Path = "results/analyze-snr", *, trials: int | No
     if trials is not None:
         settings = replace(settings, trials=trials)
     result = run_snr(settings)
+    return write_analysis(out_dir, "snr", result, format_report(result), plot_snr, log)
+
+
+def write_analysis(out_dir, name: str, result: dict, report: str, plot, log=print) -> dict[str, Path]:
+    """Writes an analysis's `<name>.md` (the report), `<name>.json` (the result) and `<name>.png` (plot(result,
+    path)) under out_dir, logs the report, and returns {"report", "json", "plot"}: their paths."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"report": out_dir / "snr.md", "json": out_dir / "snr.json", "plot": out_dir / "snr.png"}
-    report = format_report(result)
+    paths = {"report": out_dir / f"{name}.md", "json": out_dir / f"{name}.json", "plot": out_dir / f"{name}.png"}
     paths["report"].write_text(report + "\n")
     paths["json"].write_text(json.dumps(result, indent=1))
-    plot_snr(result, paths["plot"])
+    plot(result, paths["plot"])
     log(report)
     log(f"\nwrote {paths['report']}, {paths['json']} and {paths['plot']}")
     return paths

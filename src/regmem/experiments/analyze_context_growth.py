@@ -19,7 +19,6 @@ Writes the report (markdown), the JSON and a plot as `context-growth.*` in the o
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import torch
 
 from regmem.analysis import context_growth as cg
 from regmem.analysis.kernels import exp_feature_map
+from regmem.experiments.analyze import write_analysis
 from regmem.experiments.plots import plt, save_figure
 
 F64 = torch.float64
@@ -336,14 +336,4 @@ def analyze_context_growth(out_dir: str | Path = "results/analyze-context-growth
     """Runs the analysis (QUICK: a sub-second smoke run), logs the report and writes it (markdown), the JSON and
     the plot (PNG) as `context-growth.*` under out_dir. Returns the paths."""
     result = run_context_growth(replace(QUICK if quick else ContextGrowthSettings(), seed=seed))
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"report": out_dir / "context-growth.md", "json": out_dir / "context-growth.json",
-             "plot": out_dir / "context-growth.png"}
-    report = format_report(result)
-    paths["report"].write_text(report + "\n")
-    paths["json"].write_text(json.dumps(result, indent=1))
-    plot_context_growth(result, paths["plot"])
-    log(report)
-    log(f"\nwrote {paths['report']}, {paths['json']} and {paths['plot']}")
-    return paths
+    return write_analysis(out_dir, "context-growth", result, format_report(result), plot_context_growth, log)
