@@ -31,7 +31,7 @@ PAPER_MEANS = {
 
 @dataclass(frozen=True)
 class NIAHSettings:
-    mixers: tuple[str, ...] = ("attn", "titans", "gated_deltanet", "linear")
+    mixers: tuple[str, ...] = ("attn", "titans", "gated_deltanet", "linear", "deltanet")
     variants: tuple[str, ...] = VARIANTS
     preset: str = "quick"
     train_len: int = 64
@@ -122,7 +122,7 @@ def heat_maps(result: dict, path: Path) -> dict[str, Path]:
 REPRO = Repro(
     name="nl-niah",
     help="Nested Learning Table 1's pattern: needle-in-a-haystack heat maps at 1x/2x/4x the training length, 3 "
-         "variants x 4 mixers x 2 lrs x 2 seeds (48 runs, about 30 min of one thread; resumable)",
+         "variants x 5 mixers x 2 lrs x 2 seeds (60 runs, about 35 min of one thread; resumable)",
     variants={"default": NIAHSettings(), "quick": QUICK},
     run=run, format_report=format_report, plot=heat_maps,
 )
