@@ -218,13 +218,14 @@ def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: 
     elif T > 1:
         first = step - shared_offset(torch.remainder(state.memory.offset, step))  # one host read (docstring)
     ys, start, stacked = [], 0, None
+    fused_ln = _heads_first(params.ln_of(MEMORIES)) if _fusable(config) else None  # stacked once, for every piece
     while start < T:
         stop = min(T, start + (first if start == 0 else step))
         piece_mask = token_mask[:, start:stop] if token_mask is not None else None
         aligned = start > 0 or first == step  # the piece starts where a mini-batch of the step grid starts
         if _fusable(config) and mode == "chunk" and piece_mask is None and aligned and stop - start == step:
             stacked = stacked if stacked is not None else _Stacked.of(config, state, d)
-            y, stacked = _fused_piece(x[:, start:stop], config, params, stacked)
+            y, stacked = _fused_piece(x[:, start:stop], config, params, stacked, fused_ln)
         else:
             if stacked is not None:
                 state, stacked = stacked.state(config, d), None
@@ -266,14 +267,14 @@ class _Stacked(NamedTuple):
         return SelfModifyingState(*_unstack(TTTState(params, momentum, params, self.offset), len(MEMORIES)))
 
 
-def _fused_piece(x, config: SelfModifyingConfig, params: OuterParams, stacked: _Stacked):
+def _fused_piece(x, config: SelfModifyingConfig, params: OuterParams, stacked: _Stacked, ln):
     """`_piece` for one whole aligned mini-batch of a `_fusable` configuration on the stacked states (`_Stacked`):
-    the anchor is the parameters (offset 0). Returns y [B, n, H, d] and the stacked states after it."""
+    the anchor is the parameters (offset 0); ln: the six memories' LN affine in that order, heads first
+    (`_heads_first`), or None. Returns y [B, n, H, d] and the stacked states after it."""
     H, d = x.shape[-2], x.shape[-1]
     model, W, G = config.model("k", d), stacked.weights, len(MEMORIES)
     views = [*MEMORIES[:-1], "k"]  # the main memory generates nothing: its share, on k's view, is not used
     rows = torch.cat([_view(config, x, name).transpose(1, 2) for name in views], dim=1)  # [B, 6 H, n, d]
-    ln = _heads_first(params.ln_of(MEMORIES))
     reads, _ = model.forward(W, rows, ln)
     r_k, r_v, r_q, r_eta, r_alpha, _ = reads.unflatten(1, (G, H)).unbind(1)  # [B, H, n, d] each
     k, q = F.normalize(r_k, dim=-1), F.normalize(r_q, dim=-1)
@@ -294,22 +295,21 @@ def _fused_piece(x, config: SelfModifyingConfig, params: OuterParams, stacked: _
 
 
 def _read(config: SelfModifyingConfig, name: str, state: TTTState, rows: torch.Tensor,
-          params: OuterParams | None = None) -> torch.Tensor:
-    """M_name at its mini-batch anchor, applied to rows [B, n, H, d] -> [B, n, H, d] (with the LN affine of
-    `params`, if any)."""
+          params: OuterParams) -> torch.Tensor:
+    """M_name at its mini-batch anchor, applied to rows [B, n, H, d] -> [B, n, H, d] (with its LN affine in
+    `params`, if it has one)."""
     return _read_many(config, [name], [state], [rows], params)[name]
 
 
 def _read_many(config: SelfModifyingConfig, names: list[str], states: list[TTTState], rows: list,
-               params: OuterParams | None = None) -> dict:
+               params: OuterParams) -> dict:
     """Several memories of one architecture at their anchors, each applied to its rows [B, n, H, d], in one batched
     call: the memories are stacked along the head axis (memory g, head h is head g H + h)."""
     d, G = rows[0].shape[-1], len(names)
     model = config.model(names[0], d)
     anchor = torch.cat([start_anchor(state) for state in states], dim=1)  # [B, G H, P]
     stacked = torch.cat([r.transpose(1, 2) for r in rows], dim=1)  # [B, G H, n, d]
-    ln = _heads_first(params.ln_of(names)) if params is not None else None
-    y, _ = model.forward(model.unpack(anchor, d, d), stacked, ln)  # [B, G H, n, d]
+    y, _ = model.forward(model.unpack(anchor, d, d), stacked, _heads_first(params.ln_of(names)))  # [B, G H, n, d]
     return dict(zip(names, (part.transpose(1, 2) for part in y.chunk(G, dim=1)), strict=True))
 
 
