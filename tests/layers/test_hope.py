@@ -57,7 +57,7 @@ def test_hope_attention_with_one_frozen_level_is_attention_then_a_residual_swigl
 def test_the_cms_and_each_ablation_flag_change_the_computation():
     x = _x()
     y = _hope()(x)[0]
-    for flag in ({"cms": False}, {"cms_lr": 0.0}, {"dgd": False}, {"weight_decay": False}, {"static": ("k",)},
+    for flag in ({"cms": False}, {"cms_lr": 0.0}, {"dgd": True}, {"weight_decay": False}, {"static": ("k",)},
                  {"adaptive_q": False}, {"momentum": False}, {"cms_variant": "independent"}):
         assert (_hope(**flag)(x)[0] - y).abs().max() > 1e-8, f"{flag} changed nothing"
 
@@ -136,13 +136,14 @@ def test_options_a_layer_cannot_use_raise_value_error(name, options, match):
 @pytest.mark.parametrize("scale", [1.0, 30.0])
 def test_the_default_memories_stay_bounded_where_the_printed_step_overflows(scale):
     """Self-modifying Titans' six memories at init, 256 tokens: with the default proximal step they stay bounded at
-    any input scale; eq. 88's explicit step (at the same eta_max 1 and momentum) overflows."""
+    any input scale, with or without DGD; eq. 88 as printed (the explicit step with DGD, at the same eta_max 1 and
+    momentum) overflows."""
     x = scale * _x(2, 256)
-    for rule, bounded in (("proximal", True), ("explicit", False)):
+    for options, bounded in (({}, True), ({"dgd": True}, True), ({"step_rule": "explicit", "dgd": True}, False)):
         torch.manual_seed(0)
-        _, (_, memories) = SelfModifyingTitans(D, H, step_rule=rule).double()(x)
+        _, (_, memories) = SelfModifyingTitans(D, H, **options).double()(x)
         largest = torch.stack([s.params.abs().max() for s in memories if s is not None]).max()
-        assert bool(torch.isfinite(largest) & (largest < 10)) == bounded, (rule, largest)
+        assert bool(torch.isfinite(largest) & (largest < 10)) == bounded, (options, largest)
 
 
 @pytest.mark.parametrize("ln_affine", [True, False])

@@ -133,10 +133,11 @@ def test_a_config_written_before_format_2_keeps_the_defaults_it_was_trained_with
     config = LMConfig(vocab_size=10, d_model=16, n_heads=2, n_layers=1, mixer="hope",
                       mixer_kwargs={"hope": {"mini_batch": 4}})
     d = config.to_dict()
-    assert d["format"] == 4 and LMConfig.from_dict(d) == config
+    assert d["format"] == 5 and LMConfig.from_dict(d) == config
     old = LMConfig.from_dict({k: v for k, v in d.items() if k != "format"})
     assert old.mixer_kwargs["hope"] == {**DEFAULTS_BEFORE_2["hope"], "mini_batch": 4, "cms_step_rule": "explicit",
-                                        "cms_hidden": round(8 / 3 * 16), "self_values": True, "ln_affine": False}
+                                        "cms_hidden": round(8 / 3 * 16), "self_values": True, "ln_affine": False,
+                                        "dgd": True}
     mixer = LM(old).blocks[0].mixer
     assert mixer.config.step_rule == "explicit" and mixer.cms.config.width(16) == 43 != CMSConfig().width(16)
     cms = LMConfig(vocab_size=10, d_model=16, n_heads=2, n_layers=1, mixer="attn", ffn="cms").to_dict()
@@ -144,7 +145,7 @@ def test_a_config_written_before_format_2_keeps_the_defaults_it_was_trained_with
     assert LMConfig.from_dict({k: v for k, v in cms.items() if k != "format"}).ffn == CMSConfig(
         hidden=43, step_rule="explicit")
     with pytest.raises(ValueError, match="format"):
-        LMConfig.from_dict({**d, "format": 5})
+        LMConfig.from_dict({**d, "format": 6})
 
 
 def test_a_config_of_format_2_keeps_self_modifying_titans_own_values():
@@ -154,10 +155,10 @@ def test_a_config_of_format_2_keeps_self_modifying_titans_own_values():
                       mixer_kwargs={"hope": {"mini_batch": 4}})
     d = {**config.to_dict(), "format": 2}
     old = LMConfig.from_dict(d)
-    assert old.mixer_kwargs == {"hope": {"mini_batch": 4, "self_values": True, "ln_affine": False}}
+    assert old.mixer_kwargs == {"hope": {"mini_batch": 4, "self_values": True, "ln_affine": False, "dgd": True}}
     assert LM(old).blocks[0].mixer.config.self_values and not LM(config).blocks[0].mixer.config.self_values
     explicit = {**d, "mixer_kwargs": {"hope": {"self_values": False}}}
-    assert LMConfig.from_dict(explicit).mixer_kwargs["hope"] == {"self_values": False, "ln_affine": False}
+    assert LMConfig.from_dict(explicit).mixer_kwargs["hope"] == {"self_values": False, "ln_affine": False, "dgd": True}
 
 
 def test_a_config_of_format_3_keeps_self_modifying_titans_memories_without_an_ln_affine():
@@ -165,7 +166,19 @@ def test_a_config_of_format_3_keeps_self_modifying_titans_memories_without_an_ln
     the layer it was trained as, without them, unless its config set ln_affine."""
     config = LMConfig(vocab_size=10, d_model=16, n_heads=2, n_layers=2, mixer=("self_modifying_titans", "attn"))
     old = LMConfig.from_dict({**config.to_dict(), "format": 3})
-    assert old.mixer_kwargs == {"self_modifying_titans": {"ln_affine": False}}
+    assert old.mixer_kwargs == {"self_modifying_titans": {"ln_affine": False, "dgd": True}}
     assert len(LM(old).blocks[0].mixer.ln_weight) == 0 and len(LM(config).blocks[0].mixer.ln_weight) == 6
     set_it = {**config.to_dict(), "format": 3, "mixer_kwargs": {"self_modifying_titans": {"ln_affine": True}}}
-    assert LMConfig.from_dict(set_it).mixer_kwargs["self_modifying_titans"] == {"ln_affine": True}
+    assert LMConfig.from_dict(set_it).mixer_kwargs["self_modifying_titans"] == {"ln_affine": True, "dgd": True}
+
+
+def test_a_config_of_format_4_keeps_self_modifying_titans_dgd_term():
+    """Format 5 dropped eq. 88's DGD term from self-modifying Titans' default: a format-4 config loads with it (it
+    was trained with it) unless it set dgd; format 5 builds the layer without it."""
+    config = LMConfig(vocab_size=10, d_model=16, n_heads=2, n_layers=2, mixer=("hope", "self_modifying_titans"))
+    old = LMConfig.from_dict({**config.to_dict(), "format": 4})
+    assert old.mixer_kwargs == {"hope": {"dgd": True}, "self_modifying_titans": {"dgd": True}}
+    assert all(block.mixer.config.dgd for block in LM(old).blocks)
+    assert not any(block.mixer.config.dgd for block in LM(config).blocks)
+    set_it = {**config.to_dict(), "format": 4, "mixer_kwargs": {"hope": {"dgd": False}}}
+    assert LMConfig.from_dict(set_it).mixer_kwargs["hope"] == {"dgd": False}

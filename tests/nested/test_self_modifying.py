@@ -41,7 +41,7 @@ def _x(seed=1):
 
 # The paper's read-out (eq. 90) and unnormalised values, as the configuration's defaults once were; the mixer's
 # defaults (read "updated", normalize_v) are covered by the ablation test and tests/layers.
-PAPER = {"read": "anchor", "normalize_v": False, "self_values": True}  # eq. 87, 90 as printed
+PAPER = {"read": "anchor", "normalize_v": False, "self_values": True, "dgd": True}  # eqs. 87, 88, 90 as printed
 FULL = _config(momentum=True, mini_batch=2, mini_batch_memory=4, eta_max=0.3, **PAPER)
 
 

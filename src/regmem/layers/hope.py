@@ -5,8 +5,9 @@
 
 Hope-Attention puts global softmax attention where self-modifying Titans was (Sec. 8.3: "a Transformer whose MLPs
 are CMS"). Both are mixers, so an LM takes them by name (`mixer="hope"`); with `ffn="none"` the CMS is the block's
-only MLP, as in the paper. Every Table-6 ablation is a constructor flag: self-modifying Titans' own (`dgd=False`,
-`momentum=False`, `weight_decay=False`, `static=("k",)` ... for "w/o inner-projection k/v", `adaptive_q=False`) and
+only MLP, as in the paper. Every Table-6 ablation is a constructor flag: self-modifying Titans' own (`momentum=False`,
+`weight_decay=False`, `static=("k",)` ... for "w/o inner-projection k/v", `adaptive_q=False`; DGD is off by default,
+the "w/o DGD" row, and `dgd=True` is the printed full model: regmem/layers/self_modifying.py says why) and
 `cms=False` ("w/o CMS", which leaves self-modifying Titans alone).
 
 CMS options: `cms_chunk_sizes` (one per level, fast first as in Fig. 5), `cms_lr` (inner learning rate),

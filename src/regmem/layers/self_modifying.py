@@ -9,6 +9,13 @@ Defaults (SelfModifyingConfig holds them, the only place) and each departure fro
 - the proximal step rule (`step_rule="proximal"`): every memory layer steps with eta / (1 + eta ||x_l||^2 ...)
   instead of eq. 88's eta (regmem/ops/ttt/DERIVATION.md §6). Eq. 88's explicit step expands once eta ||x||^2 > 1;
   the proximal one is its exact minimiser for one input and cannot (tests/ops/test_ttt_stable.py).
+- no DGD term (`dgd=False`, Table 6's "w/o DGD" row; `dgd=True` is eq. 88). Eq. 88 adds DGD's decay
+  -eta_t k_t k_t^T to the l2 gradient, which already holds that term (the spec's "double delta"): for a linear
+  memory and a unit key one write maps M k -> (1 - 2 rho) M k + rho v, so repeated writes of a pair converge to
+  v / 2, not v (tests/nested/test_dgd_double_delta.py; DGD's own derivation, eq. 56 with the dot-product loss,
+  is the delta rule, whose fixed point is v). Measured on MQAR (quick preset, lr 0.03, seeds 0 / 1,
+  benchmarks/README.md): 0.660 / 0.936 with it, 0.843 / 0.872 without, and a training step takes half the time
+  (within a mini-batch the DGD transitions must be chained; without them a mini-batch's update is one sum).
 - v_t is L2-normalised like k_t and q_t (`normalize_v=True`; the paper normalises q and k only). Measured without it
   (benchmarks/README.md): the memories regress onto their own M(v) with v = M_v(x), a positive feedback once M_v's
   gain exceeds one; an LM on MQAR went NaN within 25 steps at eta_max 0.5. The proximal rule bounds each step but
@@ -34,8 +41,8 @@ Defaults (SelfModifyingConfig holds them, the only place) and each departure fro
 
 Outer parameters: the projection, conv, the six initial memories M_□,0 [H, P] (meta-learned through the unrolled
 inner updates), their layer norms' affines, the gate read-outs, and the output norm and gate. Every Table-6
-ablation is a constructor option (a field of SelfModifyingConfig): `dgd=False`, `momentum=False`,
-`weight_decay=False`, `static=("k", "v", "q")` (any subset), `adaptive_q=False`.
+ablation is a constructor option (a field of SelfModifyingConfig): `momentum=False`, `weight_decay=False`,
+`static=("k", "v", "q")` (any subset), `adaptive_q=False`; "w/o DGD" is the default and `dgd=True` the full model.
 
 Padding (regmem/ops/common/padding.py): padded inputs are zeroed, each row's real tokens are moved to its front
 ("real tokens first": mini-batches count from a row's first real token), the padded tail changes no memory
@@ -55,6 +62,7 @@ from regmem.layers.memory import MemoryState
 from regmem.layers.norm import GatedRMSNorm
 from regmem.nested import OuterParams, SelfModifyingConfig, self_modifying_titans
 from regmem.ops.common import permute_time, real_first_order, restore_time, zero_padding
+from regmem.recipe import Solver
 
 
 def config_from_options(config_class, options: dict, owner: str):
@@ -101,6 +109,12 @@ class SelfModifyingTitans(Mixer):
         self.g_proj = nn.Linear(d_model, inner, bias=False)
         self.o_norm = GatedRMSNorm(d, norm_eps)
         self.o_proj = nn.Linear(inner, d_model, bias=False)
+
+    @property
+    def recipe(self):
+        """The point of the default (SGD with momentum and weight decay, Titans-MLP's); with `dgd` eq. 88's solver."""
+        point = super().recipe
+        return dataclasses.replace(point, solver=Solver("dgd")) if self.config.dgd else point
 
     def _outer(self) -> OuterParams:
         ln = {name: (self.ln_weight[name], self.ln_bias[name]) for name in self.ln_weight}

@@ -85,6 +85,8 @@ class LMConfig:
             d = _mixer_defaults(d, DEFAULTS_BEFORE_3)
         if version < 4:
             d = _mixer_defaults(d, DEFAULTS_BEFORE_4)
+        if version < 5:
+            d = _mixer_defaults(d, DEFAULTS_BEFORE_5)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -94,7 +96,7 @@ class LMConfig:
         return cls(**d)
 
 
-FORMAT = 4  # of to_dict's output; 1 (no "format" key) is every config written before format 2
+FORMAT = 5  # of to_dict's output; 1 (no "format" key) is every config written before format 2
 
 # Mixer options whose defaults changed with format 2 (regmem/layers/self_modifying.py, regmem/nested/cms.py): a
 # config without "format" was trained with these values, so they are filled in where it does not set them. The
@@ -109,6 +111,8 @@ CMS_BEFORE_2 = {"step_rule": "explicit"}  # and hidden = round(8/3 d_model): the
 DEFAULTS_BEFORE_3 = {"self_modifying_titans": {"self_values": True}, "hope": {"self_values": True}}
 # Format 4: the memories' layer norms have a learnable affine, the generating memories' gain starting small.
 DEFAULTS_BEFORE_4 = {"self_modifying_titans": {"ln_affine": False}, "hope": {"ln_affine": False}}
+# Format 5: self-modifying Titans' memories step without eq. 88's DGD term (regmem/layers/self_modifying.py).
+DEFAULTS_BEFORE_5 = {"self_modifying_titans": {"dgd": True}, "hope": {"dgd": True}}
 
 
 def _defaults_before_2(d: dict) -> dict:

@@ -16,7 +16,8 @@ future), and every inner gradient is taken there; the updates themselves follow 
 (regmem.ops.ttt). The main memory has its own mini-batch `mini_batch_memory`, the others share
 `mini_batch` (the paper's two chunk sizes). The read-out y_t uses the main memory at its mini-batch start
 (eq. 90, `read="anchor"`; at mini-batch 1 this is eq. 86's M_{t-1}) or after the token's own update
-(`read="updated"`, TTT's convention and the default). v_t is L2-normalised like k_t and q_t by default
+(`read="updated"`, TTT's convention and the default). The DGD term of eq. 88 is off by default (`dgd=False`, Table
+6's "w/o DGD"; `dgd=True` is the printed rule). v_t is L2-normalised like k_t and q_t by default
 (`normalize_v`; the paper normalises q and k only), every memory steps by the engine's proximal rule
 (`step_rule="proximal"`; "explicit" is eq. 88 as printed) and M_k (M_eta, M_alpha), M_v, M_q read their own view
 of the input (`inputs="separate"`; "shared" is eq. 94's one x_t): regmem/layers/self_modifying.py says why.
@@ -75,7 +76,10 @@ class SelfModifyingConfig:
     # gamma's initial value in the generating memories (the main memory's starts at 1): their MLP branch then starts
     # small beside x, so k, v, q start near the layer's linear views (regmem/layers/self_modifying.py)
     generator_gain: float = 0.1
-    dgd: bool = True  # False: "w/o DGD" (plain GD inner rule)
+    # False: plain GD with momentum and weight decay, Table 6's "w/o DGD" row; True: eq. 88's DGD term on top of the
+    # l2 gradient, which halves what a memory recalls (fixed point v/2) and learned MQAR slower and at half the speed
+    # (regmem/layers/self_modifying.py)
+    dgd: bool = False
     momentum: bool = True  # inner momentum (Table 6's full model; "w/o momentum" is False)
     weight_decay: bool = True  # False: alpha_t = 1 ("w/o weight decay")
     adaptive_q: bool = True  # False: q = x W_q, a static linear projection
