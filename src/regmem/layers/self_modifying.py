@@ -10,12 +10,12 @@ Defaults (SelfModifyingConfig holds them, the only place) and each departure fro
   instead of eq. 88's eta (regmem/ops/ttt/DERIVATION.md §6). Eq. 88's explicit step expands once eta ||x||^2 > 1;
   the proximal one is its exact minimiser for one input and cannot (tests/ops/test_ttt_stable.py).
 - no DGD term (`dgd=False`, Table 6's "w/o DGD" row; `dgd=True` is eq. 88). Eq. 88 adds DGD's decay
-  -eta_t k_t k_t^T to the l2 gradient, which already holds that term (the spec's "double delta"): for a linear
+  -eta_t k_t k_t^T to the l2 gradient, which already holds that term (a "double delta"): for a linear
   memory and a unit key one write maps M k -> (1 - 2 rho) M k + rho v, so repeated writes of a pair converge to
   v / 2, not v (tests/nested/test_dgd_double_delta.py; DGD's own derivation, eq. 56 with the dot-product loss,
   is the delta rule, whose fixed point is v). Measured on MQAR (quick preset, lr 0.03, seeds 0 / 1,
-  benchmarks/README.md): 0.660 / 0.936 with it, 0.843 / 0.872 without, and a training step takes half the time
-  (within a mini-batch the DGD transitions must be chained; without them a mini-batch's update is one sum).
+  benchmarks/README.md): 0.660 / 0.936 with it, 0.843 / 0.872 without, and a run took half the time at head
+  dim 16 (within a mini-batch the DGD transitions are chained; without them a mini-batch's update is one sum).
 - v_t is L2-normalised like k_t and q_t (`normalize_v=True`; the paper normalises q and k only). Measured without it
   (benchmarks/README.md): the memories regress onto their own M(v) with v = M_v(x), a positive feedback once M_v's
   gain exceeds one; an LM on MQAR went NaN within 25 steps at eta_max 0.5. The proximal rule bounds each step but
