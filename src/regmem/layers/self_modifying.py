@@ -151,9 +151,14 @@ class SelfModifyingTitans(Mixer):
         for name in self.config.used():
             if self.config.updated(name):
                 rows.append({"tensors": f"M_{name} (residual MLP)", "period": self.config.mini_batch_of(name),
-                             "objective": "l2 regression onto its own values" + (", DGD" if self.config.dgd else ""),
+                             "objective": self._objective(),
                              "independent": bool(rows)})  # each needs only the previous states
         return rows
+
+    def _objective(self) -> str:
+        """What every memory regresses onto (eq. 87's own M(v_t), or eq. 84's v_t) and with which rule."""
+        target = "its own values M(v_t)" if self.config.self_values else "v_t"
+        return f"l2 regression onto {target}" + (", DGD" if self.config.dgd else "")
 
     def state_floats(self, seq_len: int) -> int:
         per_memory = sum(
