@@ -27,6 +27,7 @@ from regmem.models.config import DEFAULTS_BEFORE_2
 from regmem.models.ffn import ffn_from_dict, ffn_to_dict
 
 OLD = Path(__file__).parent / "old_configs"
+GENERATORS_MEMORY = {"memory_expand": 0, "memory_activation": None}  # format 5 and before (DEFAULTS_BEFORE_6)
 # What each old flat config.json means in the typed configs: every non-default flat field of its kind carried over.
 OLD_FFNS = {
     "cms": CMSConfig(chunk_sizes=(2, 4), lr=(0.05, 0.01), hidden=21, variant="nested", objective="reconstruct",
@@ -133,11 +134,11 @@ def test_a_config_written_before_format_2_keeps_the_defaults_it_was_trained_with
     config = LMConfig(vocab_size=10, d_model=16, n_heads=2, n_layers=1, mixer="hope",
                       mixer_kwargs={"hope": {"mini_batch": 4}})
     d = config.to_dict()
-    assert d["format"] == 5 and LMConfig.from_dict(d) == config
+    assert d["format"] == 6 and LMConfig.from_dict(d) == config
     old = LMConfig.from_dict({k: v for k, v in d.items() if k != "format"})
     assert old.mixer_kwargs["hope"] == {**DEFAULTS_BEFORE_2["hope"], "mini_batch": 4, "cms_step_rule": "explicit",
                                         "cms_hidden": round(8 / 3 * 16), "self_values": True, "ln_affine": False,
-                                        "dgd": True}
+                                        "dgd": True, **GENERATORS_MEMORY}
     mixer = LM(old).blocks[0].mixer
     assert mixer.config.step_rule == "explicit" and mixer.cms.config.width(16) == 43 != CMSConfig().width(16)
     cms = LMConfig(vocab_size=10, d_model=16, n_heads=2, n_layers=1, mixer="attn", ffn="cms").to_dict()
@@ -145,7 +146,7 @@ def test_a_config_written_before_format_2_keeps_the_defaults_it_was_trained_with
     assert LMConfig.from_dict({k: v for k, v in cms.items() if k != "format"}).ffn == CMSConfig(
         hidden=43, step_rule="explicit")
     with pytest.raises(ValueError, match="format"):
-        LMConfig.from_dict({**d, "format": 6})
+        LMConfig.from_dict({**d, "format": 7})
 
 
 def test_a_config_of_format_2_keeps_self_modifying_titans_own_values():
@@ -155,10 +156,12 @@ def test_a_config_of_format_2_keeps_self_modifying_titans_own_values():
                       mixer_kwargs={"hope": {"mini_batch": 4}})
     d = {**config.to_dict(), "format": 2}
     old = LMConfig.from_dict(d)
-    assert old.mixer_kwargs == {"hope": {"mini_batch": 4, "self_values": True, "ln_affine": False, "dgd": True}}
+    assert old.mixer_kwargs == {"hope": {"mini_batch": 4, "self_values": True, "ln_affine": False, "dgd": True,
+                                         **GENERATORS_MEMORY}}
     assert LM(old).blocks[0].mixer.config.self_values and not LM(config).blocks[0].mixer.config.self_values
     explicit = {**d, "mixer_kwargs": {"hope": {"self_values": False}}}
-    assert LMConfig.from_dict(explicit).mixer_kwargs["hope"] == {"self_values": False, "ln_affine": False, "dgd": True}
+    assert LMConfig.from_dict(explicit).mixer_kwargs["hope"] == {"self_values": False, "ln_affine": False, "dgd": True,
+                                                                 **GENERATORS_MEMORY}
 
 
 def test_a_config_of_format_3_keeps_self_modifying_titans_memories_without_an_ln_affine():
@@ -166,10 +169,11 @@ def test_a_config_of_format_3_keeps_self_modifying_titans_memories_without_an_ln
     the layer it was trained as, without them, unless its config set ln_affine."""
     config = LMConfig(vocab_size=10, d_model=16, n_heads=2, n_layers=2, mixer=("self_modifying_titans", "attn"))
     old = LMConfig.from_dict({**config.to_dict(), "format": 3})
-    assert old.mixer_kwargs == {"self_modifying_titans": {"ln_affine": False, "dgd": True}}
+    assert old.mixer_kwargs == {"self_modifying_titans": {"ln_affine": False, "dgd": True, **GENERATORS_MEMORY}}
     assert len(LM(old).blocks[0].mixer.ln_weight) == 0 and len(LM(config).blocks[0].mixer.ln_weight) == 6
     set_it = {**config.to_dict(), "format": 3, "mixer_kwargs": {"self_modifying_titans": {"ln_affine": True}}}
-    assert LMConfig.from_dict(set_it).mixer_kwargs["self_modifying_titans"] == {"ln_affine": True, "dgd": True}
+    assert LMConfig.from_dict(set_it).mixer_kwargs["self_modifying_titans"] == {"ln_affine": True, "dgd": True,
+                                                                                **GENERATORS_MEMORY}
 
 
 def test_a_config_of_format_4_keeps_self_modifying_titans_dgd_term():
@@ -177,8 +181,27 @@ def test_a_config_of_format_4_keeps_self_modifying_titans_dgd_term():
     was trained with it) unless it set dgd; format 5 builds the layer without it."""
     config = LMConfig(vocab_size=10, d_model=16, n_heads=2, n_layers=2, mixer=("hope", "self_modifying_titans"))
     old = LMConfig.from_dict({**config.to_dict(), "format": 4})
-    assert old.mixer_kwargs == {"hope": {"dgd": True}, "self_modifying_titans": {"dgd": True}}
+    assert old.mixer_kwargs == {"hope": {"dgd": True, **GENERATORS_MEMORY},
+                                "self_modifying_titans": {"dgd": True, **GENERATORS_MEMORY}}
     assert all(block.mixer.config.dgd for block in LM(old).blocks)
     assert not any(block.mixer.config.dgd for block in LM(config).blocks)
     set_it = {**config.to_dict(), "format": 4, "mixer_kwargs": {"hope": {"dgd": False}}}
-    assert LMConfig.from_dict(set_it).mixer_kwargs["hope"] == {"dgd": False}
+    assert LMConfig.from_dict(set_it).mixer_kwargs["hope"] == {"dgd": False, **GENERATORS_MEMORY}
+
+
+def test_a_config_of_format_5_keeps_self_modifying_titans_main_memory_in_the_generators_shape():
+    """Format 6 gave self-modifying Titans Titans-MLP's main memory (4 d wide, GELU; new parameter shapes): a
+    format-5 checkpoint loads into the layer it was trained as, its main memory d wide with SiLU, unless it set
+    them; format 6 builds the wider one."""
+    config = LMConfig(vocab_size=10, d_model=16, n_heads=2, n_layers=2, mixer=("hope", "self_modifying_titans"))
+    old = LMConfig.from_dict({**config.to_dict(), "format": 5})
+    assert old.mixer_kwargs == {"hope": GENERATORS_MEMORY, "self_modifying_titans": GENERATORS_MEMORY}
+    d = 8  # head dim
+    for block in LM(old).blocks:
+        assert block.mixer.config.model("memory", d) == block.mixer.config.model("k", d)
+    for block in LM(config).blocks:
+        model = block.mixer.config.model("memory", d)
+        assert model.hidden == (4 * d,) and model.activation == "gelu"
+        assert block.mixer.memory_init["memory"].shape[-1] == model.num_params(d, d)
+    set_it = {**config.to_dict(), "format": 5, "mixer_kwargs": {"hope": {"memory_expand": 2}}}
+    assert LMConfig.from_dict(set_it).mixer_kwargs["hope"] == {"memory_expand": 2, "memory_activation": None}

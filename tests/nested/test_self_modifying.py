@@ -81,12 +81,17 @@ def test_token_steps_and_a_split_sequence_equal_one_call(config):
     _close_states(state, s_full, "final")
 
 
-@pytest.mark.parametrize(("momentum", "layer_norm", "self_values"),
-                         [(False, False, True), (True, False, True), (True, True, True), (True, True, False)])
-def test_the_fused_path_equals_the_reference_form(momentum, layer_norm, self_values):
-    """Six alike memories (the layer's default) run stacked, one engine block per mini-batch (`_fused_piece`);
-    T = 11 ends inside a mini-batch and a continued call starts inside one, so both paths run and hand over."""
-    config = _config(momentum=momentum, layer_norm=layer_norm, mini_batch=4, eta_max=0.3, self_values=self_values)
+@pytest.mark.parametrize(("momentum", "layer_norm", "self_values", "memory_expand"),
+                         [(False, False, True, 0), (True, False, True, 0), (True, True, True, 0),
+                          (True, True, False, 0), (False, False, True, 4), (True, True, True, 4),
+                          (True, True, False, 4)])
+def test_the_fused_path_equals_the_reference_form(momentum, layer_norm, self_values, memory_expand):
+    """Every memory updated on one mini-batch runs stacked (`_fused_piece`): six alike memories (memory_expand=0)
+    as one engine block per mini-batch, the five generators and a main memory of its own shape (the default,
+    memory_expand=4) as two; T = 11 ends inside a mini-batch and a continued call starts inside one, so both paths
+    run and hand over."""
+    config = _config(momentum=momentum, layer_norm=layer_norm, mini_batch=4, eta_max=0.3, self_values=self_values,
+                     memory_expand=memory_expand)
     params, x = _params(config), _x()
     y_ref, s_ref = self_modifying_titans(x, config, params, mode="reference")
     y, s = self_modifying_titans(x, config, params)
@@ -112,7 +117,7 @@ def test_causal():
                                   {"static": frozenset({"k"})}, {"static": frozenset({"v"})},
                                   {"adaptive_q": False}, {"self_values": False}, {"read": "updated"},
                                   {"layer_norm": False}, {"ln_affine": False},
-                                  {"normalize_v": True}])
+                                  {"normalize_v": True}, {"memory_expand": 0}, {"memory_activation": "silu"}])
 def test_every_ablation_switch_changes_the_computation(flag):
     base = _config(momentum=True, mini_batch=2, mini_batch_memory=2, eta_max=0.3, **PAPER)
     ablated = SelfModifyingConfig(**{**base.__dict__, **flag})

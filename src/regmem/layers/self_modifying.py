@@ -2,7 +2,7 @@
 core of Hope, on the functional composite `regmem.nested.self_modifying_titans`.
 
     x_k, x_v, x_q = conv(W_in x) per head (short causal conv, window 4, Hope's "local convolutions")
-    y_h = self_modifying_titans(x_k, x_v, x_q)    six residual-MLP memories, each fitted at test time to its own values
+    y_h = self_modifying_titans(x_k, x_v, x_q)    six residual-MLP memories, each fitted at test time to v_t
     out = W_o norm(y) ⊙ silu(W_g x)
 
 Defaults (SelfModifyingConfig holds them, the only place) and each departure from the printed paper:
@@ -16,6 +16,11 @@ Defaults (SelfModifyingConfig holds them, the only place) and each departure fro
   is the delta rule, whose fixed point is v). Measured on MQAR (quick preset, lr 0.03, seeds 0 / 1,
   benchmarks/README.md): 0.660 / 0.936 with it, 0.843 / 0.872 without, and a run took half the time at head
   dim 16 (within a mini-batch the DGD transitions are chained; without them a mini-batch's update is one sum).
+- the main memory is Titans-MLP's (`memory_expand=4`, `memory_activation="gelu"`: a residual MLP 4 d wide with GELU),
+  the five generating memories the narrow SiLU MLP of eq. 89 (`hidden` 0: d wide); the paper gives every memory one
+  form and leaves its width open. Measured on MQAR (quick preset, lr 0.03, seeds 0-3, benchmarks/README.md):
+  0.703 / 0.989 / 0.989 / 0.992 with it, 0.843 / 0.872 / 0.372 / 0.793 with the generators' shape
+  (`memory_expand=0, memory_activation=None`, LMConfig format 5 and before), at about 1.3x the time per run.
 - v_t is L2-normalised like k_t and q_t (`normalize_v=True`; the paper normalises q and k only). Measured without it
   (benchmarks/README.md): the memories regress onto their own M(v) with v = M_v(x), a positive feedback once M_v's
   gain exceeds one; an LM on MQAR went NaN within 25 steps at eta_max 0.5. The proximal rule bounds each step but

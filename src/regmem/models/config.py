@@ -87,6 +87,8 @@ class LMConfig:
             d = _mixer_defaults(d, DEFAULTS_BEFORE_4)
         if version < 5:
             d = _mixer_defaults(d, DEFAULTS_BEFORE_5)
+        if version < 6:
+            d = _mixer_defaults(d, DEFAULTS_BEFORE_6)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -96,7 +98,7 @@ class LMConfig:
         return cls(**d)
 
 
-FORMAT = 5  # of to_dict's output; 1 (no "format" key) is every config written before format 2
+FORMAT = 6  # of to_dict's output; 1 (no "format" key) is every config written before format 2
 
 # Mixer options whose defaults changed with format 2 (regmem/layers/self_modifying.py, regmem/nested/cms.py): a
 # config without "format" was trained with these values, so they are filled in where it does not set them. The
@@ -113,6 +115,9 @@ DEFAULTS_BEFORE_3 = {"self_modifying_titans": {"self_values": True}, "hope": {"s
 DEFAULTS_BEFORE_4 = {"self_modifying_titans": {"ln_affine": False}, "hope": {"ln_affine": False}}
 # Format 5: self-modifying Titans' memories step without eq. 88's DGD term (regmem/layers/self_modifying.py).
 DEFAULTS_BEFORE_5 = {"self_modifying_titans": {"dgd": True}, "hope": {"dgd": True}}
+# Format 6: self-modifying Titans' main memory is Titans-MLP's (4 d wide, GELU), no longer the generators' shape.
+_GENERATORS_MEMORY = {"memory_expand": 0, "memory_activation": None}
+DEFAULTS_BEFORE_6 = {"self_modifying_titans": _GENERATORS_MEMORY, "hope": _GENERATORS_MEMORY}
 
 
 def _defaults_before_2(d: dict) -> dict:

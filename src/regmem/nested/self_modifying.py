@@ -22,13 +22,16 @@ future), and every inner gradient is taken there; the updates themselves follow 
 (`step_rule="proximal"`; "explicit" is eq. 88 as printed) and M_k (M_eta, M_alpha), M_v, M_q read their own view
 of the input (`inputs="separate"`; "shared" is eq. 94's one x_t): regmem/layers/self_modifying.py says why.
 
-Speed: the six memories share one architecture by default, so each whole mini-batch is one stacked forward for the
-generated tensors, one for the targets and one block of the engine's chunk form (`_fused_piece`), the memories kept
-stacked and per layer between mini-batches, and only the main memory's query path is computed; other
-configurations, padded rows and pieces cut by a continued state run the general `_piece`.
+Speed: with every memory updated on one mini-batch, each whole mini-batch is one stacked forward for the generated
+tensors (and one per architecture for the targets with `self_values`) and one block of the engine's chunk form per
+architecture (`_fused_piece`): one for all six when the main memory has the generators' model (`memory_expand=0`),
+two by default (the five generators, then the wider main memory); the memories are kept stacked and per layer
+between mini-batches, and only the main memory's query path is computed. Other configurations, padded rows and
+pieces cut by a continued state run the general `_piece`.
 
 Decisions where the paper is silent (documented, each a flag): eta and alpha are scalars per head, the memory
-output reduced by learned vectors w_eta, w_alpha; the activation is SiLU; DGD acts on each layer with that layer's
+output reduced by learned vectors w_eta, w_alpha; the generators' activation is SiLU, and the main memory is
+Titans-MLP's (4 d wide, GELU; `memory_expand`, `memory_activation`); DGD acts on each layer with that layer's
 input; inner momentum (`momentum=True`, the default: Table 6's full model) is Titans' Pi_t = mu_t Pi_{t-1} -
 eta_t G_t with mu_t = sigmoid(x_t . w_mu) (under the proximal rule (1 - mu_t) eta_t G_t enters it: regmem.ops.ttt);
 a "static" memory is never updated at test time (its meta-learned initial MLP stays; Table 6 ablates static k, v,
@@ -95,7 +98,13 @@ class SelfModifyingConfig:
     eta_max: float = 1.0  # eta_t = eta_max * sigmoid(.); the proximal rule keeps any eta from expanding
     mini_batch: int = 16  # tokens per mini-batch of every memory but the main one (Fig. 5's chunk of 16)
     mini_batch_memory: int | None = None  # the main memory's mini-batch; None means mini_batch
-    memory_model: InnerModel | None = None  # the main memory's model; None means the residual MLP
+    # The main memory's hidden width in multiples of the head dim and its activation: by default Titans-MLP's memory
+    # (4 d, GELU), which learned MQAR on 3 of 4 seeds where the generators' shape (d, SiLU) stalled on one
+    # (regmem/layers/self_modifying.py); memory_expand=0: the generators' width (`hidden` or d), and
+    # memory_activation=None: their activation (both as before LMConfig format 6)
+    memory_expand: int = 4
+    memory_activation: Activation | None = "gelu"
+    memory_model: InnerModel | None = None  # overrides the two above with any inner model
     # "separate": M_k (and M_eta, M_alpha), M_v, M_q read their own view of the input (x: [B, T, 3, H, d]);
     # "shared": all read one x [B, T, H, d], as eq. 94 prints (module docstring)
     inputs: Inputs = "separate"
@@ -120,11 +129,23 @@ class SelfModifyingConfig:
             raise ValueError(f"generator_gain must be >= 0, got {self.generator_gain!r}")
         if self.hidden < 0:
             raise ValueError(f"hidden must be >= 0 (0: the head dim), got {self.hidden!r}")
+        if not isinstance(self.memory_expand, int) or self.memory_expand < 0:
+            raise ValueError(f"memory_expand must be an int >= 0 (0: the generators' width), "
+                             f"got {self.memory_expand!r}")
+        if self.memory_activation is not None and self.memory_activation not in get_args(Activation):
+            raise ValueError(f"memory_activation must be one of {get_args(Activation)} or None, "
+                             f"got {self.memory_activation!r}")
 
     def model(self, name: str, d: int) -> InnerModel:
-        if name == "memory" and self.memory_model is not None:
+        """Memory `name`'s inner model at head dim d: a residual 2-layer MLP (the main memory's own width and
+        activation: `memory_expand`, `memory_activation`, or `memory_model`)."""
+        if name != "memory":
+            return InnerModel((self.hidden or d,), self.activation, residual=True, layer_norm=self.layer_norm)
+        if self.memory_model is not None:
             return self.memory_model
-        return InnerModel((self.hidden or d,), self.activation, residual=True, layer_norm=self.layer_norm)
+        width = self.memory_expand * d if self.memory_expand else (self.hidden or d)
+        return InnerModel((width,), self.memory_activation or self.activation, residual=True,
+                          layer_norm=self.layer_norm)
 
     def mini_batch_of(self, name: str) -> int:
         """The mini-batch of memory `name`."""
@@ -222,7 +243,8 @@ def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: 
     elif T > 1:
         first = step - shared_offset(torch.remainder(state.memory.offset, step))  # one host read (docstring)
     ys, start, stacked = [], 0, None
-    fused_ln = _heads_first(params.ln_of(MEMORIES)) if _fusable(config) else None  # stacked once, for every piece
+    fused_ln = ([_heads_first(params.ln_of(names)) for names in _fused_groups(config, d)] if _fusable(config)
+                else None)  # stacked once, for every piece
     while start < T:
         stop = min(T, start + (first if start == 0 else step))
         piece_mask = token_mask[:, start:stop] if token_mask is not None else None
@@ -243,59 +265,83 @@ def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: 
 
 
 def _fusable(config: SelfModifyingConfig) -> bool:
-    """All six memories alike, each updated, read after the update: every mini-batch is then one stacked forward
-    for the generated tensors, one for the targets (with self_values) and one engine block."""
+    """Every memory updated and read after the update, all on one mini-batch: every mini-batch is then one stacked
+    forward for the generated tensors and one engine block per architecture (`_fused_groups`)."""
     return (config.used() == MEMORIES and not config.static and config.read == "updated"
-            and config.memory_model is None and config.mini_batch_memory in (None, config.mini_batch))
+            and config.mini_batch_memory in (None, config.mini_batch))
+
+
+def _fused_groups(config: SelfModifyingConfig, d: int) -> tuple[tuple[str, ...], ...]:
+    """The stacks of `_fused_piece`: all six memories when the main memory has the generators' model, else the
+    five generators and the main memory apart."""
+    if config.model("memory", d) == config.model("k", d):
+        return (MEMORIES,)
+    return (MEMORIES[:-1], ("memory",))
 
 
 class _Stacked(NamedTuple):
-    """The six memories' states for `_fused_piece`: stacked along the head axis in MEMORIES order (memory g, head h
-    is head g H + h) and kept per layer ([B, 6 H, rows, columns] each; momenta [None] * depth without momentum)
-    between mini-batches, so no mini-batch packs, unpacks or copies them. offset: [B, 6 H], 0 between them."""
+    """The memories' states for `_fused_piece`, one stack per group of `_fused_groups`: a group's memories are
+    stacked along the head axis in MEMORIES order (its memory g, head h is head g H + h) and kept per layer
+    ([B, G H, rows, columns] each; momenta [None] * depth without momentum) between mini-batches, so no mini-batch
+    packs, unpacks or copies them. offsets: [B, G H] per group, 0 between mini-batches."""
 
+    groups: tuple
     weights: list
     momenta: list
-    offset: torch.Tensor
+    offsets: list
 
     @staticmethod
     def of(config: SelfModifyingConfig, state: SelfModifyingState, d: int) -> _Stacked:
-        stacked, model = _stack(list(state)), config.model("k", d)
-        momenta = model.unpack(stacked.momentum, d, d) if config.momentum else [None] * model.depth
-        return _Stacked(model.unpack(stacked.params, d, d), momenta, stacked.offset)
+        groups, weights, momenta, offsets = _fused_groups(config, d), [], [], []
+        for names in groups:
+            stacked, model = _stack([getattr(state, name) for name in names]), config.model(names[0], d)
+            weights.append(model.unpack(stacked.params, d, d))
+            momenta.append(model.unpack(stacked.momentum, d, d) if config.momentum else [None] * model.depth)
+            offsets.append(stacked.offset)
+        return _Stacked(groups, weights, momenta, offsets)
 
     def state(self, config: SelfModifyingConfig, d: int) -> SelfModifyingState:
-        model = config.model("k", d)
-        params = model.pack(self.weights)
-        momentum = model.pack(self.momenta) if config.momentum else params.new_zeros(*params.shape[:2], 0)
-        return SelfModifyingState(*_unstack(TTTState(params, momentum, params, self.offset), len(MEMORIES)))
+        states = {}
+        for names, weights, momenta, offset in zip(self.groups, self.weights, self.momenta, self.offsets,
+                                                   strict=True):
+            model = config.model(names[0], d)
+            params = model.pack(weights)
+            momentum = model.pack(momenta) if config.momentum else params.new_zeros(*params.shape[:2], 0)
+            states.update(zip(names, _unstack(TTTState(params, momentum, params, offset), len(names)), strict=True))
+        return SelfModifyingState(**states)
 
 
-def _fused_piece(x, config: SelfModifyingConfig, params: OuterParams, stacked: _Stacked, ln):
+def _fused_piece(x, config: SelfModifyingConfig, params: OuterParams, stacked: _Stacked, ln: list):
     """`_piece` for one whole aligned mini-batch of a `_fusable` configuration on the stacked states (`_Stacked`):
-    the anchor is the parameters (offset 0); ln: the six memories' LN affine in that order, heads first
+    the anchor is the parameters (offset 0); ln: per group, its memories' LN affine in that order, heads first
     (`_heads_first`), or None. Returns y [B, n, H, d] and the stacked states after it."""
     H, d = x.shape[-2], x.shape[-1]
-    model, W, G = config.model("k", d), stacked.weights, len(MEMORIES)
-    views = [*MEMORIES[:-1], "k"]  # the main memory generates nothing: its share, on k's view, is not used
-    rows = torch.cat([_view(config, x, name).transpose(1, 2) for name in views], dim=1)  # [B, 6 H, n, d]
-    reads, _ = model.forward(W, rows, ln)
-    r_k, r_v, r_q, r_eta, r_alpha, _ = reads.unflatten(1, (G, H)).unbind(1)  # [B, H, n, d] each
+    first = stacked.groups[0]  # the generators (and the main memory, when it shares their model)
+    views = [*MEMORIES[:-1], "k"][:len(first)]  # the main memory generates nothing: its share, on k's view, is unused
+    rows = torch.cat([_view(config, x, name).transpose(1, 2) for name in views], dim=1)  # [B, G H, n, d]
+    reads, _ = config.model("k", d).forward(stacked.weights[0], rows, ln[0])
+    r_k, r_v, r_q, r_eta, r_alpha = reads.unflatten(1, (len(first), H)).unbind(1)[:5]  # [B, H, n, d] each
     k, q = F.normalize(r_k, dim=-1), F.normalize(r_q, dim=-1)
     v = F.normalize(r_v, dim=-1) if config.normalize_v else r_v
     eta = config.eta_max * torch.sigmoid((r_eta * params.w_eta[:, None]).sum(-1))  # [B, H, n]
     bias = 0.0 if params.b_alpha is None else params.b_alpha[:, None]
     g = F.logsigmoid((r_alpha * params.w_alpha[:, None]).sum(-1) + bias)
     log_mu = F.logsigmoid((rows[:, :H] * params.w_mu[:, None]).sum(-1)) if config.momentum else None
-    targets = v.repeat(1, G, 1, 1)  # [B, 6 H, n, d]: v_t for every memory (eq. 84), or each one's own M(v_t) (eq. 87)
-    if config.self_values:
-        targets, _ = model.forward(W, targets, ln)
-    o, weights, momenta = ttt_mini_batch(
-        q, k.repeat(1, G, 1, 1), targets, eta.repeat(1, G, 1), g.repeat(1, G, 1),
-        log_mu.repeat(1, G, 1) if log_mu is not None else None, W, stacked.momenta, model=model, loss=config.loss,
-        dgd=config.dgd, step_rule=config.step_rule, ln=ln,
-        read=lambda t: t[:, (G - 1) * H:])  # only the main memory reads
-    return o.transpose(1, 2), _Stacked(weights, momenta, stacked.offset)
+    y, weights, momenta = None, [], []
+    for names, W, P, ln_group in zip(stacked.groups, stacked.weights, stacked.momenta, ln, strict=True):
+        G, model = len(names), config.model(names[0], d)
+        targets = v.repeat(1, G, 1, 1)  # [B, G H, n, d]: v_t for every memory (eq. 84), or its own M(v_t) (eq. 87)
+        if config.self_values:
+            targets, _ = model.forward(W, targets, ln_group)
+        reads_memory = "memory" in names  # only the main memory is read, and it is last in its group
+        o, W, P = ttt_mini_batch(
+            q if reads_memory else None, k.repeat(1, G, 1, 1), targets, eta.repeat(1, G, 1), g.repeat(1, G, 1),
+            log_mu.repeat(1, G, 1) if log_mu is not None else None, W, P, model=model, loss=config.loss,
+            dgd=config.dgd, step_rule=config.step_rule, ln=ln_group, read=lambda t, G=G: t[:, (G - 1) * H:])
+        y = o if reads_memory else y
+        weights.append(W)
+        momenta.append(P)
+    return y.transpose(1, 2), _Stacked(stacked.groups, weights, momenta, stacked.offsets)
 
 
 def _read(config: SelfModifyingConfig, name: str, state: TTTState, rows: torch.Tensor,
@@ -388,6 +434,7 @@ def _piece(x, config, params, state, mask, mode, step, aligned):
         ln = params.ln_of(group)  # [G H, d] each, or None
         if aligned and mode == "chunk" and mask is None and x.shape[1] == mini_batch:
             heads_first = [None if t is None else t.transpose(1, 2) for t in args]
+            heads_first[0] = heads_first[0] if "memory" in group else None  # a group without it is not read
             d = k.shape[-1]
             momenta = model.unpack(initial.momentum, d, d) if config.momentum else [None] * model.depth
             o, weights, momenta = ttt_mini_batch(*heads_first, model.unpack(initial.params, d, d), momenta,
@@ -396,7 +443,7 @@ def _piece(x, config, params, state, mask, mode, step, aligned):
             packed = model.pack(weights)
             stacked = TTTState(packed, model.pack(momenta) if config.momentum else initial.momentum, packed,
                                initial.offset)
-            o = o.transpose(1, 2)
+            o = o.transpose(1, 2) if o is not None else None
         else:
             o, stacked = ttt(*args, model=model, loss=config.loss, dgd=config.dgd, step_rule=config.step_rule,
                              ln_weight=ln[0] if ln else None, ln_bias=ln[1] if ln else None,

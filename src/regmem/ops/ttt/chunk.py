@@ -103,8 +103,8 @@ def _block(anchor_w, W_now, P_now, q_n, k_n, v_n, eta_n, mu_n, kn, *, model: Inn
     [..., c, V]; eta_n, mu_n (log momentum retention or None): [..., c]; kn: the block's decay kernels (`_kernels`);
     the leading dims [...] ([B, H] in the chunk form) broadcast. `read` (None: all) selects, from every tensor's
     leading dims, the memories whose query path is computed (q_n is already selected): a caller that reads one of
-    several stacked memories skips the others' reads. Returns the outputs [..., c, V] and the layers' (W, Pi) at the
-    block's end."""
+    several stacked memories skips the others' reads; q_n None skips every read (the outputs are then None). Returns
+    the outputs [..., c, V] and the layers' (W, Pi) at the block's end."""
     y, trace = model.forward(anchor_w, k_n, ln)  # [..., c, V]
     dy = loss_grad(loss, y, v_n, loss_param)
     deltas = model.backward(anchor_w, trace, dy, ln)
@@ -116,12 +116,16 @@ def _block(anchor_w, W_now, P_now, q_n, k_n, v_n, eta_n, mu_n, kn, *, model: Inn
     for layer, (W0, P0, X, delta, eta, rho) in enumerate(layers):
         D = -eta * delta
         W_end, P_end, E = _layer_state(W0, P0, X, D, rho if dgd else None, kn)
+        new_w.append(W_end)
+        new_p.append(P_end)
+        if z is None:
+            continue
         pick = read or (lambda t: t)
         h = _layer_read(model.layer_input(z), *(None if t is None else pick(t) for t in (W0, P0, X, D, E)),
                         {name: pick(t) for name, t in kn.items()})
-        new_w.append(W_end)
-        new_p.append(P_end)
         z = activation(model.activation, h) if layer < model.depth - 1 else h
+    if z is None:
+        return None, new_w, new_p
     ln_read = ln if ln is None or read is None else tuple(read(p) for p in ln)
     out = layer_norm(z, ln_read) if model.layer_norm else z
     return (out + q_n if model.residual else out), new_w, new_p
@@ -137,7 +141,8 @@ def ttt_mini_batch(q, k, v, beta, g, log_eta, weights: list, momenta: list, *, m
     k: [..., T, K]; v: [..., T, V]; beta, g (or None), log_eta (or None): [..., T]; weights: the layers
     [..., rows, columns] (`model.unpack` of the parameters, which are the anchor); momenta: the same for the
     momentum, or [None] * depth without it. The leading dims ([B, H], or e.g. [B, memories, H]) broadcast, so
-    inputs shared by several memories are passed once. q: [..., T, K] of the memories `read` selects (`_block`).
+    inputs shared by several memories are passed once. q: [..., T, K] of the memories `read` selects (`_block`), or
+    None to advance the state without reading (o is then None).
     ln: the output layer norm's affine (gamma, beta), each broadcastable to [..., T, V] with the leading dims of
     the other tensors (so `read` selects from it too), or None. Returns o [..., T, V] and the layers' weights and
     momenta after the mini-batch."""
