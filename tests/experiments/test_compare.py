@@ -139,9 +139,10 @@ def test_presets_derive_from_d_model():
     quick = make_preset("x", 64)
     assert (quick.n_heads, quick.task["seq_len"], quick.task["vocab_size"], quick.steps) == (4, 64, 256, 512)
     assert make_preset("y", 128).steps == 2 * quick.steps
-    mlp = PRESETS["quick-mlp"]  # quick's size, data and budget; only the model's depth and FFN differ
+    mlp = PRESETS["quick-mlp"]  # quick's size, data and budget; only the model's depth and FFN (and its lr) differ
     assert (mlp.n_layers, mlp.ffn) == (2, "swiglu") and (PRESETS["quick"].n_layers, PRESETS["quick"].ffn) == (1, "none")
-    same = {"n_layers", "ffn", "name"}
+    assert (mlp.mlp_lr_scale, PRESETS["quick"].mlp_lr_scale) == (1.0, 0.1)
+    same = {"n_layers", "ffn", "name", "mlp_lr_scale"}
     assert {k: v for k, v in mlp.to_dict().items() if k not in same} == {
         k: v for k, v in PRESETS["quick"].to_dict().items() if k not in same}
 

@@ -1,6 +1,7 @@
 """One description of a run (src/regmem/experiments/runs.py): `Run.key` names the files of finished runs, so it
 must not move — committed runs under benchmarks/results/ are reused by resumable commands."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -8,7 +9,7 @@ import pytest
 
 from regmem.experiments.presets import PRESETS, Preset
 from regmem.experiments.repro import am_toys, nl_mad
-from regmem.experiments.runs import Run
+from regmem.experiments.runs import Run, build_train_config
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
@@ -76,3 +77,18 @@ def test_the_stored_form_names_budget_overrides_only_where_given():
 def test_a_run_with_a_bad_budget_raises(field, value, message):
     with pytest.raises(ValueError, match=message):
         Run("mqar", "attn", **{field: value})
+
+
+def test_mlp_lr_scale_enters_the_key_only_of_runs_with_an_mlp():
+    """The quick preset trains a model's MLPs at 0.1 x the lr; a run without one (every MLP-free mixer of the
+    committed tables) is the same run as before, under the same key, and a Hope run (its CMS) is not."""
+    quick = PRESETS["quick"]
+    one = dataclasses.replace(quick, mlp_lr_scale=1.0)
+    assert quick.mlp_lr_scale == 0.1 and PRESETS["quick-mlp"].mlp_lr_scale == 1.0
+    assert Run("mqar", "gated_deltanet", 0.03).key(quick) == Run("mqar", "gated_deltanet", 0.03).key(one)
+    assert Run("mqar", "hope", 0.03).key(quick) != Run("mqar", "hope", 0.03).key(one)
+    with_ffn = dataclasses.replace(quick, ffn="swiglu")
+    assert Run("mqar", "attn", 0.03).key(with_ffn) != Run("mqar", "attn", 0.03).key(
+        dataclasses.replace(with_ffn, mlp_lr_scale=1.0))
+    assert build_train_config(quick, seed=0, progress=False).mlp_lr_scale == 0.1
+    assert build_train_config(quick, seed=0, progress=False, optimizer="muon").mlp_lr_scale == 1.0  # AdamW's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from regmem.cli.args import (
@@ -33,6 +34,9 @@ def add_train(commands) -> None:
                              "for the rest; tune --lr for it)")
     parser.add_argument("--batch-size", type=positive_int, default=None,
                         help="global batch (default: the preset's)")
+    parser.add_argument("--mlp-lr-scale", type=positive_float, default=None,
+                        help="AdamW's lr of the model's MLPs (FFN, Hope's CMS) is --lr times this (default: the "
+                             "preset's: 0.1 at tiny, quick, small; 1 at quick-mlp)")
     parser.add_argument("--seed", type=int, default=0, help="seed of data, init and data order")
     parser.add_argument("--out-dir", default=None, help="metrics.jsonl, checkpoint/ and model/ go here")
     parser.add_argument("--checkpoint-every", type=positive_int, default=None, help="steps between checkpoints")
@@ -64,6 +68,8 @@ def _train(args) -> None:
     run = Run(args.task, args.mixer, lr=args.lr, seed=args.seed, setting=dict(args.task_field), steps=args.steps,
               batch_size=args.batch_size, optimizer=args.optimizer)
     preset = PRESETS[args.preset]
+    if args.mlp_lr_scale is not None:
+        preset = dataclasses.replace(preset, mlp_lr_scale=args.mlp_lr_scale)
     _check(args, run, preset)
     result = train_and_evaluate(run, preset, out_dir=args.out_dir, checkpoint_every=args.checkpoint_every,
                                 resume=args.resume, progress=not args.no_progress, log=print)

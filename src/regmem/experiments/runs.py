@@ -21,6 +21,7 @@ from typing import get_args
 import torch
 
 from regmem.experiments.presets import Preset
+from regmem.layers import MIXERS
 from regmem.models import LM, LMConfig
 from regmem.tasks import TASKS
 from regmem.train import TrainConfig, Trainer, distributed
@@ -66,14 +67,21 @@ def build_train_config(
     batch_size: int | None = None, out_dir: str | None = None, checkpoint_every: int | None = None,
     optimizer: OptimizerName = "adamw",
 ) -> TrainConfig:
-    """The preset's budget; steps, lr and batch_size override it where given (warm-up and logging follow steps)."""
+    """The preset's budget; steps, lr and batch_size override it where given (warm-up and logging follow steps).
+    The preset's `mlp_lr_scale` applies to AdamW; another optimizer takes one lr for the whole model."""
     steps = preset.steps if steps is None else steps
     return TrainConfig(
         steps=steps, batch_size=preset.batch_size if batch_size is None else batch_size,
         lr=preset.lr if lr is None else lr, warmup_steps=steps // 10, eval_every=preset.eval_every, seed=seed,
         progress=progress, target_metric="accuracy", target_value=0.99, log_every=max(steps // 20, 1),
         out_dir=out_dir, checkpoint_every=checkpoint_every, optimizer=optimizer,
+        mlp_lr_scale=preset.mlp_lr_scale if optimizer == "adamw" else 1.0,
     )
+
+
+def has_mlp(mixer: str, preset: Preset) -> bool:
+    """Whether a run of `mixer` under `preset` has MLP parameters (an FFN, or a mixer with one inside)."""
+    return preset.ffn != "none" or getattr(MIXERS.get(mixer), "has_mlp", False)
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,8 @@ class Run:
         """A stable name for the run's file: a hash of everything that fixes the run. Budget overrides enter only
         where given, so the key of a run without them is the one stored runs were saved under."""
         budget = {k: v for k, v in preset.to_dict().items() if k != "task_points"}  # other tasks' points do not count
+        if preset.mlp_lr_scale == 1 or not has_mlp(self.mixer, preset):  # then it changes nothing in the run
+            budget.pop("mlp_lr_scale")
         fixed = {"task": self.task, "mixer": self.mixer, "lr": self.lr, "seed": self.seed, "setting": self.setting,
                  "preset": budget, "task_point": preset.task_points.get(self.task), **self.budget_overrides()}
         return hashlib.sha256(json.dumps(fixed, sort_keys=True).encode()).hexdigest()[:20]

@@ -20,6 +20,8 @@ class Mixer(nn.Module):
     whose options move it to another point sets its own `recipe_name` or overrides `recipe`."""
 
     recipe_name: str = ""
+    # True for a mixer with an MLP inside (Hope's CMS), which a run trains at `TrainConfig.mlp_lr_scale` x its lr
+    has_mlp: bool = False
 
     @classmethod
     def default_recipe(cls) -> Recipe | None:

@@ -26,6 +26,7 @@ TRAJECTORY_FIELDS = (
     "seed",
     "bf16",
     "optimizer",
+    "mlp_lr_scale",
 )
 
 
@@ -66,6 +67,10 @@ class TrainConfig:
     target_metric: str | None = None  # eval metric that stops the run early, e.g. "accuracy"
     target_value: float | None = None  # stop once target_metric >= target_value (zoology: accuracy 0.99)
     optimizer: OptimizerName = "adamw"  # the optimiser built when the Trainer is given none
+    # AdamW's lr for the model's MLPs (every block's FFN, every CMS, inside a mixer too) is lr * mlp_lr_scale: at the
+    # large lrs of small synthetic runs an MLP's output, cubic in its weights, outgrows the normalised mixers' and
+    # drowns them under the final norm (regmem/train/optimizers.py); 1 is one lr for all
+    mlp_lr_scale: float = 1.0
 
     def __post_init__(self):
         _require(_is_int(self.steps) and self.steps >= 1, "steps", "an int >= 1", self.steps)
@@ -84,6 +89,10 @@ class TrainConfig:
         _require(ratio_ok, "min_lr_ratio", "a number in [0, 1]", self.min_lr_ratio)
         _require(self.optimizer in get_args(OptimizerName), "optimizer", f"one of {get_args(OptimizerName)}",
                  self.optimizer)
+        scale_ok = _is_number(self.mlp_lr_scale) and self.mlp_lr_scale > 0
+        _require(scale_ok, "mlp_lr_scale", "a number > 0", self.mlp_lr_scale)
+        _require(self.mlp_lr_scale == 1 or self.optimizer == "adamw", "mlp_lr_scale",
+                 f"1 with optimizer={self.optimizer!r} (it scales AdamW's lr)", self.mlp_lr_scale)
         clip_ok = self.grad_clip is None or (_is_number(self.grad_clip) and self.grad_clip > 0)
         _require(clip_ok, "grad_clip", "None or a number > 0", self.grad_clip)
         for name in ("eval_every", "eval_batch_size", "log_every"):
