@@ -93,14 +93,14 @@ def test_unknown_optimizer_is_a_value_error():
 def test_mlp_lr_scale_gives_the_mlps_groups_of_their_own():
     """With mlp_lr_scale every block's FFN and the CMS inside a Hope mixer train at lr * mlp_lr_scale, everything
     else at lr, each parameter once; at 1 AdamW keeps nanoGPT's two groups."""
-    from regmem.train.optimizers import adamw, mlp_parameters
+    from regmem.train.optimizers import adamw
 
     torch.manual_seed(0)
     lm = LM(LMConfig(vocab_size=VOCAB, d_model=16, n_layers=2, n_heads=2, mixer=("hope", "gla"), ffn="swiglu",
                      mixer_kwargs={"hope": {"cms_chunk_sizes": (2, 4)}}))
     expected = {id(p) for block in lm.blocks for p in block.ffn.parameters()}
     expected |= {id(p) for p in lm.blocks[0].mixer.cms.parameters()}
-    assert {id(p) for p in mlp_parameters(lm)} == expected and len(expected) > 4
+    assert {id(p) for p in lm.mlp_parameters()} == expected and len(expected) > 4
     optimizer = adamw(lm, TrainConfig(steps=1, batch_size=1, lr=0.01, mlp_lr_scale=0.1))
     slow = {id(p) for g in optimizer.param_groups if g["lr"] == pytest.approx(0.001) for p in g["params"]}
     fast = {id(p) for g in optimizer.param_groups if g["lr"] == 0.01 for p in g["params"]}
@@ -108,6 +108,8 @@ def test_mlp_lr_scale_gives_the_mlps_groups_of_their_own():
     assert len(slow) + len(fast) == sum(len(g["params"]) for g in optimizer.param_groups) == len(list(lm.parameters()))
     one = adamw(lm, TrainConfig(steps=1, batch_size=1, lr=0.01))
     assert len(one.param_groups) == 2 and all(g["lr"] == 0.01 for g in one.param_groups)
+    with pytest.raises(ValueError, match="mlp_lr_scale"):  # a model that does not name its MLPs
+        adamw(CrashingLM(), TrainConfig(steps=1, batch_size=1, lr=0.01, mlp_lr_scale=0.1))
 
 
 def test_bad_mlp_lr_scale_is_a_value_error():

@@ -18,7 +18,8 @@ CMSConfig (regmem/nested/cms.py), whose defaults they read; with `cms=False` set
 Training: the CMS's levels are MLPs whose output is cubic in their weights, after a mixer whose projections feed
 normalisations; at the lr that mixer wants they outgrow it. The experiments' presets (tiny, quick, small) train
 every MLP, this CMS included (`has_mlp`), at 0.1 x the run's lr (`TrainConfig.mlp_lr_scale`); measured on MQAR
-(quick, lr 0.03, seed 0, benchmarks/README.md) Hope then recalled 0.992, against 0.441 at its best single lr.
+(quick, benchmarks/README.md) Hope then recalled 0.991 at lr 0.03 over seeds 0 / 1, against 0.255 at its best
+lr with one lr for all (LMConfig format 5).
 
 State: `HopeState(inner, cms)`, the inner mixer's state and the CMS's.
 """

@@ -83,6 +83,16 @@ class LM(nn.Module):
         elif isinstance(module, CMS):  # its levels stand for the SwiGLU FFN: the same init (CMS.reset_parameters)
             module.reset_parameters(std=self.config.init_std)
 
+    def mlp_parameters(self) -> list[nn.Parameter]:
+        """The parameters of its MLPs, every block's FFN and every CMS (Hope's, inside its mixer, too): the optimiser
+        trains them at lr * `TrainConfig.mlp_lr_scale` (regmem/train/optimizers.py)."""
+        found = {}
+        for module in self.modules():
+            mlp = module.ffn if isinstance(module, Block) else module if isinstance(module, CMS) else None
+            if mlp is not None:
+                found.update((id(p), p) for p in mlp.parameters())
+        return list(found.values())
+
     def forward(self, input_ids, state=None, *, attention_mask=None, return_state=False):
         """input_ids: [B, T] int64; state: a list of per-layer states or None; attention_mask: [B, T] (1 = token)."""
         x = self.embed(input_ids)  # [B, T, d_model]

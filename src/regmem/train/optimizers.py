@@ -23,29 +23,20 @@ def _decayed_groups(params: list[torch.nn.Parameter], weight_decay: float) -> li
     return [g for g in groups if g["params"]]
 
 
-def mlp_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
-    """The parameters of the model's MLPs: every LM block's FFN and every CMS (Hope's, inside its mixer, too)."""
-    from regmem.models.lm import Block
-    from regmem.nested import CMS
-
-    found = {}
-    for module in model.modules():
-        mlp = module.ffn if isinstance(module, Block) else module if isinstance(module, CMS) else None
-        if mlp is not None:
-            found.update((id(p), p) for p in mlp.parameters())
-    return list(found.values())
-
-
 def adamw(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
     """AdamW with weight decay on >= 2-D parameters (matrices, embeddings) only; norms and biases are not decayed
-    (nanoGPT's configure_optimizers). With `mlp_lr_scale` != 1 the MLPs' parameters (`mlp_parameters`) form groups
+    (nanoGPT's configure_optimizers). With `mlp_lr_scale` != 1 the MLPs' parameters (`model.mlp_parameters()`, an
+    LM's every FFN and CMS) form groups
     of their own at lr * mlp_lr_scale: measured on MQAR (quick preset, one Gated DeltaNet layer + SwiGLU, lr 0.03,
     seed 0, benchmarks/README.md) the FFN at the mixer's lr drowned it (0.116; 0.985 without the FFN), at 0.1 x
     its lr it did not (0.992)."""
     params = [p for p in model.parameters() if p.requires_grad]
     if config.mlp_lr_scale == 1:
         return torch.optim.AdamW(_decayed_groups(params, config.weight_decay), lr=config.lr, betas=config.betas)
-    mlp = {id(p) for p in mlp_parameters(model)}
+    if not callable(getattr(model, "mlp_parameters", None)):
+        raise ValueError(f"mlp_lr_scale={config.mlp_lr_scale} needs a model that names its MLPs' parameters "
+                         f"(mlp_parameters(), as regmem's LM does); {type(model).__name__} does not")
+    mlp = {id(p) for p in model.mlp_parameters()}
     groups = _decayed_groups([p for p in params if id(p) not in mlp], config.weight_decay)
     groups += [{**group, "lr": config.lr * config.mlp_lr_scale}
                for group in _decayed_groups([p for p in params if id(p) in mlp], config.weight_decay)]
