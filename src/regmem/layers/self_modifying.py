@@ -21,7 +21,7 @@ Defaults (SelfModifyingConfig holds them, the only place) and each departure fro
   form and leaves its width open. Measured on MQAR (quick preset, benchmarks/README.md): 0.990 at lr 0.03 over
   seeds 0 / 1 (0.977 at lr 0.01) with it, 0.857 with the generators' shape (`memory_expand=0,
   memory_activation=None`, LMConfig format 5 and before; seeds 2 / 3 then read 0.372 / 0.793). It costs time: at
-  heads of 16 a run took 1.3x as long, at heads of 64 the layer 1.3-1.8x (the memory's hidden layer is 4 d wide).
+  heads of 16 a run took 1.1-1.3x as long, at heads of 64 the layer 1.1x in one process (benchmarks/README.md).
 - v_t is L2-normalised like k_t and q_t (`normalize_v=True`; the paper normalises q and k only). Measured without it
   (benchmarks/README.md): the memories regress onto their own M(v) with v = M_v(x), a positive feedback once M_v's
   gain exceeds one; an LM on MQAR went NaN within 25 steps at eta_max 0.5. The proximal rule bounds each step but
