@@ -343,3 +343,20 @@ def test_local_polynomial_bad_input_raises_value_error_naming_the_argument(case)
     override, name = BAD_POLYNOMIAL[case]
     with pytest.raises(ValueError, match=name):
         _call(local_polynomial.reference, **override)
+
+
+def test_local_polynomial_solves_with_two_threads():
+    """The fit's system is symmetric positive definite and is solved by Cholesky: an LU solve of this batch ([1, 4,
+    64, 153, 153]) returned invalid pivots with 2 MKL threads and raised (it broke `regmem showcase`)."""
+    from regmem.ops.examples import example_of
+
+    _, example = example_of("local_polynomial")
+    tokens, options, state = example.make(1, 64, 4, 16, 16, torch.float32, torch.Generator().manual_seed(0))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with torch.no_grad():
+            o, _ = local_polynomial(**tokens, **options, initial_state=state, mode="chunk")
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.isfinite(o).all()

@@ -75,7 +75,10 @@ def local_polynomial_fit(q, k, v, *, offset, degree, scale, bandwidth, qk_norm, 
     rhs = XtW @ rearrange(v, "b l h v -> b h 1 l v")  # [B, H, T, P, V], X_t^T W_t V_t
     penalty = torch.ones(X.shape[-1], dtype=q.dtype, device=q.device)
     penalty[0] = 0.0  # the intercept M^[0] is not penalised
-    M = torch.linalg.solve(gram + torch.diag(ridge * penalty), rhs)  # [B, H, T, P, V], [M^[0]; M^[1]; ...]
+    # Symmetric positive definite (the intercept's row has sum w = 1, the rest the ridge), so Cholesky; an LU solve
+    # of this batch with 2 MKL threads returned invalid pivots on some inputs (regmem showcase, float32 and float64).
+    L = torch.linalg.cholesky(gram + torch.diag(ridge * penalty))
+    M = torch.cholesky_solve(rhs, L)  # [B, H, T, P, V], [M^[0]; M^[1]; ...]
     return rearrange(M[..., 0, :], "b h t v -> b t h v")  # M^[0]
 
 
