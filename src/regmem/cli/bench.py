@@ -1,4 +1,4 @@
-"""`regmem bench ops | decode | layers | snr | optim`: timings written to <out-dir>/<date>-<kind>.{json,md}."""
+"""`regmem bench ops | decode | layers | snr | optim | gpu`: timings written to <out-dir>/<date>-<kind>.{json,md}."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ OUT_DIR_HELP = "where the JSON and markdown go"
 def add_bench(commands) -> None:
     parser = commands.add_parser("bench", help="benchmarks (results under benchmarks/results/)")
     kinds = parser.add_subparsers(dest="kind", required=True, metavar="KIND")
-    for add in (_add_ops, _add_decode, _add_layers, _add_snr, _add_optim):
+    for add in (_add_ops, _add_decode, _add_layers, _add_snr, _add_optim, _add_gpu):
         add(kinds)
 
 
@@ -182,3 +182,44 @@ def _optim(args) -> None:
     torch.set_num_threads(args.threads)
     result = run_optim_timing(args.models, args.optimizers, min_run_time=args.min_run_time)
     _write(result, optim_timing_table(result), args.out_dir, "optim")
+
+
+def _add_gpu(kinds) -> None:
+    from regmem.bench.cases import CASES
+    from regmem.bench.gpu import COMPILE_MIXERS
+    from regmem.layers import MIXERS
+
+    parser = kinds.add_parser(
+        "gpu", help="one pass on a GPU (about 4 min with compilation): every op's fwd+bwd at bf16 B 4 T 4096 H 16 "
+                    "K=V=128 beside SDPA and fla's kernel (where fla is installed), every mixer's training step at "
+                    "B 8 T 512 d_model 256 with a host-sync check and a torch.compile column; bench/gpu.py")
+    parser.add_argument("--ops", type=names_among(CASES), default=None,
+                        help="comma-separated cases of `bench ops` (default: all, the issues' first)")
+    parser.add_argument("--mixers", type=names_among(MIXERS), default=None,
+                        help="comma-separated mixers (default: all)")
+    parser.add_argument("--compile-mixers", type=names_among(MIXERS), default=list(COMPILE_MIXERS),
+                        help="mixers also timed under torch.compile (default: %(default)s)")
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
+    parser.add_argument("--no-fla", action="store_true", help="skip fla's kernels (each autotunes for up to minutes "
+                                                              "on its first call)")
+    parser.add_argument("--tables", type=names_among(("ops", "layers")), default=["ops", "layers"],
+                        help="which tables: ops, layers (one alone gets the whole budget)")
+    parser.add_argument("--budget", type=positive_int, default=230,
+                        help="seconds for the whole pass; each table stops at its share, rows not reached say so")
+    parser.add_argument("--reps", type=positive_int, default=3, help="timed calls per row (median)")
+    parser.add_argument("--device", default="cuda", help="torch device (cpu: a smoke run at the same shapes)")
+    parser.add_argument("--out-dir", default="benchmarks/results/gpu", help=OUT_DIR_HELP)
+    parser.set_defaults(handler=_gpu, parser=parser)
+
+
+def _gpu(args) -> None:
+    from regmem.bench.gpu import gpu_table, run_gpu
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        args.parser.error("argument --device: torch sees no CUDA device here (--device cpu runs the same pass on "
+                          "the CPU)")
+    compile_mixers = [] if args.no_compile else args.compile_mixers
+    result = run_gpu(args.device, cases=args.ops if "ops" in args.tables else [],
+                     mixers=args.mixers if "layers" in args.tables else [], compile_mixers=compile_mixers,
+                     budget_s=args.budget, reps=args.reps, fla=False if args.no_fla else None)
+    _write(result, gpu_table(result), args.out_dir, "gpu")

@@ -1,0 +1,356 @@
+"""`regmem bench gpu`: one pass over regmem on an accelerator, sized to fit a short GPU lease (about 4 minutes with
+compilation).
+
+Two tables, each stopped at its share of the time budget (rows not reached say so; nothing is extrapolated):
+
+- **ops**: every case of `regmem bench ops` (bench/cases.py), chunk form, forward+backward at bf16, B 4, T 4096,
+  H 16, K = V = 128, beside causal SDPA (flash attention) at the same shape and, where fla is importable, fla's
+  kernel for the same op on the same tensors (`FLA_KERNELS`; a refusal, e.g. fla's Triton check on Hopper, is
+  recorded as the row's error). Inputs are the cases' own (`regmem.ops.examples`). fla's conventions are not
+  mapped here: the row times its kernel on tensors of the same shape, which is what its speed depends on.
+- **layers**: every mixer of `MIXERS` at its defaults, one training step (forward, mean-square loss, backward) at
+  B 8, T 512, d_model 256, 4 heads, fp32: eager time, tokens/s, the time over Gated DeltaNet's, whether the step is
+  free of host synchronisations (`torch.cuda.set_sync_debug_mode("error")`, value checks off), and for
+  `compile_mixers` the step under `torch.compile` (its first call, the compilation, reported apart).
+
+Each timing is the median of `reps` calls after one untimed first call, whose wall time (compilation, Triton
+autotuning) is reported apart as "first call s". On a CPU (`device="cpu"`, for tests) the sync column is "n/a".
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from regmem.bench.cases import CASES, Shape, case_inputs, op_step
+
+OP_SHAPE = Shape(B=4, T=4096, H=16, K=128, V=128, chunk_size=64)
+LAYER_SHAPE = {"batch": 8, "seq_len": 512, "d_model": 256, "heads": 4}
+# The cases the issues quote first (they run first, so a short budget still covers them), then every other case.
+LEADING_CASES = ("linear_attn", "gla_scalar", "gla_diagonal", "delta_rule", "gated_delta_rule", "least_squares",
+                 "hla2", "deltaformer", "local_linear_attn")
+SKIPPED_CASES = {"kernel_regression": "a T x T Cholesky per head: O(T^3) by design, not a GPU speed case"}
+COMPILE_MIXERS = ("attn", "gated_deltanet", "titans_mlp", "hope")
+BASELINE_MIXER = "gated_deltanet"
+SHARES = {"ops": 0.45, "layers": 0.75, "compile": 1.0}  # cumulative fraction of the budget each section may reach
+
+
+def _fla_call(module: str, name: str, arguments: Callable[[dict], tuple[tuple, dict]]) -> Callable[[dict], Callable]:
+    """A maker of fla's kernel call on a case's tokens: fla.ops.<module>.<name>(*args, **kwargs) -> output."""
+    def make(tokens: dict) -> Callable:
+        fn = getattr(importlib.import_module(f"fla.ops.{module}"), name)
+        args, kwargs = arguments(tokens)
+
+        def call(**leaves):
+            out = fn(*(leaves.get(a, a) if isinstance(a, str) else a for a in args), **kwargs)
+            return out[0] if isinstance(out, tuple) else out
+        return call
+    return make
+
+
+def _lamb(tokens: dict) -> torch.Tensor:
+    return torch.ones_like(tokens["q"][..., 0], dtype=torch.float32)  # MesaNet's ridge, 1 as regmem's case
+
+
+# case -> fla's kernel for the same op (names of leaves are passed as strings and resolved at call time)
+FLA_KERNELS = {
+    "linear_attn": _fla_call("linear_attn", "chunk_linear_attn", lambda t: (("q", "k", "v"), {"normalize": False})),
+    "gla_scalar": _fla_call("simple_gla", "chunk_simple_gla", lambda t: (("q", "k", "v", "g"), {})),
+    "gla_diagonal": _fla_call("gla", "chunk_gla", lambda t: (("q", "k", "v", "g"), {})),
+    "delta_rule": _fla_call("delta_rule", "chunk_delta_rule", lambda t: (("q", "k", "v", "beta"), {})),
+    "gated_delta_rule": _fla_call("gated_delta_rule", "chunk_gated_delta_rule",
+                                  lambda t: (("q", "k", "v", "g", "beta"), {})),
+    "least_squares": _fla_call("mesa_net", "chunk_mesa_net", lambda t: (
+        ("q", "k", "v", t["g"] if "g" in t else torch.zeros_like(_lamb(t)), torch.ones_like(_lamb(t)), _lamb(t)),
+        {})),
+    "deltaformer": _fla_call("deltaformer", "deltaformer_attn", lambda t: (("q", "k", "v", "beta"), {})),
+}
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_call(fn: Callable[[], object], device: torch.device, *, reps: int) -> tuple[float, float]:
+    """(first call's wall seconds, median ms of `reps` further calls); CUDA events on a GPU, wall clock elsewhere."""
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    first = time.perf_counter() - start
+    times = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(begin.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return first, statistics.median(times)
+
+
+def _error(err: BaseException) -> str:
+    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200]
+
+
+def _sdpa_step(tokens: dict) -> Callable[[], None]:
+    leaves = [tokens[n].detach().transpose(1, 2).requires_grad_() for n in ("q", "k", "v")]
+
+    def step():
+        o = F.scaled_dot_product_attention(*leaves, is_causal=True)
+        o.backward(torch.ones_like(o))
+        for t in leaves:
+            t.grad = None
+    return step
+
+
+def _fla_step(name: str, tokens: dict) -> Callable[[], None]:
+    call = FLA_KERNELS[name](tokens)
+    leaves = {n: t.detach().requires_grad_(t.is_floating_point()) for n, t in tokens.items()}
+
+    def step():
+        o = call(**leaves)
+        o.backward(torch.ones_like(o))
+        for t in leaves.values():
+            t.grad = None
+    return step
+
+
+def run_ops(case_names, device, *, shape: Shape, dtype: torch.dtype, reps: int, deadline: float, fla: bool,
+            progress=print) -> list[dict]:
+    """One row per case (and a first row for SDPA): regmem's chunk form fwd+bwd; then, with what is left of the
+    deadline, fla's kernel where it has one (its first call autotunes for up to two minutes per kernel on an H200,
+    so it goes last and cannot crowd out regmem's rows)."""
+    gen = torch.Generator(device=device).manual_seed(0)
+    sdpa_tokens, _ = case_inputs(CASES["linear_attn"], shape, dtype, gen)
+    first, ms = time_call(_sdpa_step(sdpa_tokens), device, reps=reps)
+    rows = [{"op": "sdpa (causal)", "ms": ms, "first_s": first}]
+    progress(f"{'sdpa (causal)':>26}: {ms:9.2f} ms")
+    del sdpa_tokens
+    for name in case_names:
+        row = {"op": name}
+        rows.append(row)
+        if name in SKIPPED_CASES:
+            row["error"] = f"not run: {SKIPPED_CASES[name]}"
+            continue
+        if time.perf_counter() > deadline:
+            row["error"] = "not run: the budget's share for ops was spent"
+            continue
+        case = CASES[name]
+        try:
+            tokens, options = case_inputs(case, shape, dtype, gen)
+            kwargs = {"mode": "chunk", "chunk_size": shape.chunk_size}
+            row["first_s"], row["ms"] = time_call(op_step(case, tokens, options, kwargs, "fwdbwd"), device, reps=reps)
+        except Exception as err:  # a row's failure is its result (unsupported dtype, out of memory, ...)
+            row["error"] = _error(err)
+        tokens = None
+        _report(progress, name, row, "op")
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    for row in (r for r in rows if fla and r["op"] in FLA_KERNELS and "ms" in r):
+        if time.perf_counter() > deadline:
+            row["fla_error"] = "not run: budget"
+            continue
+        try:
+            tokens, _ = case_inputs(CASES[row["op"]], shape, dtype, gen)
+            row["fla_first_s"], row["fla_ms"] = time_call(_fla_step(row["op"], tokens), device, reps=reps)
+        except Exception as err:
+            row["fla_error"] = _error(err)
+        _report(progress, f"{row['op']} (fla)", {k: v for k, v in row.items() if k.startswith("fla")}, "op")
+    return rows
+
+
+def _report(progress, name: str, row: dict, key: str) -> None:
+    progress(f"{name:>26}: " + " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
+                                        for k, v in row.items() if k != key))
+
+
+def _train_step(mixer: torch.nn.Module, x: torch.Tensor) -> Callable[[], None]:
+    def step():
+        mixer.zero_grad(set_to_none=True)
+        mixer(x)[0].float().pow(2).mean().backward()
+    return step
+
+
+def _sync_free(step: Callable[[], None], device: torch.device) -> bool | str:
+    from regmem.ops import value_checks
+
+    if device.type != "cuda":
+        return "n/a"
+    with value_checks(None):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            step()
+            return True
+        except RuntimeError as err:
+            return _error(err)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+
+def run_layers(mixers, compile_mixers, device, *, reps: int, deadlines: tuple[float, float], compile_backend: str,
+               shape: dict, progress=print) -> list[dict]:
+    """One row per mixer: eager training step, sync check, and (for `compile_mixers`) the compiled step."""
+    from regmem.layers import build_mixer
+
+    layers_deadline, compile_deadline = deadlines
+    x = torch.randn(shape["batch"], shape["seq_len"], shape["d_model"], device=device,
+                    generator=torch.Generator(device=device).manual_seed(0))
+    rows, built = [], {}
+    for name in mixers:
+        row = {"mixer": name}
+        rows.append(row)
+        if time.perf_counter() > layers_deadline:
+            row["error"] = "not run: the budget's share for layers was spent"
+            continue
+        try:
+            torch.manual_seed(0)
+            mixer = build_mixer(name, shape["d_model"], shape["heads"]).to(device)
+            step = _train_step(mixer, x)
+            row["first_s"], row["ms"] = time_call(step, device, reps=reps)
+            row["tokens_per_s"] = shape["batch"] * shape["seq_len"] / row["ms"] * 1e3
+            row["sync_free"] = _sync_free(step, device)
+            built[name] = mixer
+        except Exception as err:
+            row["error"] = _error(err)
+        _report(progress, name, row, "mixer")
+    for name in compile_mixers:
+        row = next(r for r in rows if r["mixer"] == name)
+        if name not in built:
+            continue
+        if time.perf_counter() > compile_deadline:
+            row["compile_error"] = "not run: budget"
+            continue
+        try:
+            compiled = torch.compile(built[name], backend=compile_backend)
+            row["compile_first_s"], row["compile_ms"] = time_call(_train_step(compiled, x), device, reps=reps)
+        except Exception as err:
+            row["compile_error"] = _error(err)
+        progress(f"{name:>26} compiled: {row.get('compile_ms', row.get('compile_error'))}")
+    return rows
+
+
+def run_gpu(device: str = "cuda", *, cases=None, mixers=None, compile_mixers=COMPILE_MIXERS, budget_s: float = 230,
+            reps: int = 3, fla: bool | None = None, op_shape: Shape | None = None,
+            op_dtype: torch.dtype = torch.bfloat16, layer_shape: dict | None = None, compile_backend: str = "inductor",
+            progress=print) -> dict:
+    """Both tables on `device` within `budget_s` seconds (SHARES splits it when both run: an empty `cases` or
+    `mixers` leaves its table out and the other one the whole budget); {"meta", "ops", "layers"}. `fla`: time fla's
+    kernels (None: when fla is installed). Shapes default to OP_SHAPE and LAYER_SHAPE."""
+    from regmem.layers import MIXERS
+
+    op_shape = OP_SHAPE if op_shape is None else op_shape
+    layer_shape = LAYER_SHAPE if layer_shape is None else layer_shape
+
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device: {device!r} asked for, but torch sees no CUDA device")
+    cases = list(dict.fromkeys([*LEADING_CASES, *CASES])) if cases is None else list(cases)
+    mixers = list(MIXERS) if mixers is None else list(mixers)
+    unknown = [c for c in cases if c not in CASES] + [m for m in [*mixers, *compile_mixers] if m not in MIXERS]
+    if unknown:
+        raise ValueError(f"cases/mixers: unknown names {unknown}")
+    if fla is None:
+        fla = _version("fla-core") != "not installed"
+    start = time.perf_counter()
+    shares = SHARES if cases and mixers else {"ops": 1.0, "layers": 0.75 if mixers else 1.0, "compile": 1.0}
+    deadline = {k: start + share * budget_s for k, share in shares.items()}
+    meta = {
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "torch": torch.__version__, "cuda": torch.version.cuda, "triton": _version("triton"),
+        "fla": _version("fla-core"), "budget_s": budget_s, "reps": reps, "op_dtype": str(op_dtype),
+        "op_shape": dict(op_shape.__dict__), "layer_shape": dict(layer_shape), "compile_backend": compile_backend,
+    }
+    progress(f"bench gpu on {meta['device']} (torch {meta['torch']}, triton {meta['triton']}, fla {meta['fla']})")
+    ops = [] if not cases else run_ops(cases, dev, shape=op_shape, dtype=op_dtype, reps=reps,
+                                       deadline=deadline["ops"], fla=fla, progress=progress)
+    layers = run_layers(mixers, [m for m in compile_mixers if m in mixers], dev, reps=reps,
+                        deadlines=(deadline["layers"], deadline["compile"]), compile_backend=compile_backend,
+                        shape=layer_shape, progress=progress)
+    meta["seconds"] = time.perf_counter() - start
+    return {"meta": meta, "ops": ops, "layers": layers}
+
+
+def _ms(row: dict, key: str = "ms", error: str = "error") -> str:
+    return f"{row[key]:.2f}" if key in row else f"– ({row[error]})" if error in row else "–"
+
+
+def _ratio(a: dict | None, b: dict | None, key_a: str = "ms", key_b: str = "ms") -> str:
+    return f"{a[key_a] / b[key_b]:.1f}x" if a and b and key_a in a and key_b in b else "–"
+
+
+# The targets issues 29 and 31 set on this table: (what, row kind, name, over which row, at most x).
+TARGETS = (
+    ("Hope's training step over Gated DeltaNet's (issue 29)", "layers", "hope", BASELINE_MIXER, 20),
+    ("DeltaFormer fwd+bwd over SDPA (issue 31)", "ops", "deltaformer", "sdpa (causal)", 6),
+    ("least_squares fwd+bwd over SDPA (issue 31)", "ops", "least_squares", "sdpa (causal)", 10),
+    ("local-linear layer over attention's (issue 31)", "layers", "local_linear", "attn", 6),
+)
+
+
+def gpu_table(result: dict) -> str:
+    """The run's device and versions, the ops table, the layers table and the targets checked on them."""
+    meta, ops, layers = result["meta"], result["ops"], result["layers"]
+    s, ls = meta["op_shape"], meta["layer_shape"]
+    sdpa = ops[0] if ops else None
+    lines = [
+        f"{meta['device']}; torch {meta['torch']} (CUDA {meta['cuda']}), triton {meta['triton']}, fla "
+        f"{meta['fla']}; {meta['seconds']:.0f} s of a {meta['budget_s']:.0f} s budget; medians of {meta['reps']} "
+        "after one untimed first call (its wall time apart: compilation, autotuning).",
+    ]
+    if ops:
+        lines += [
+            "",
+            f"## Ops: chunk form, forward+backward, {meta['op_dtype'].removeprefix('torch.')}, B {s['B']}, "
+            f"T {s['T']}, H {s['H']}, K = V = {s['K']}, chunk {s['chunk_size']}",
+            "",
+            "| op | regmem ms | / SDPA | first call s | fla ms | regmem / fla |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+    for r in ops:
+        fla = _ms(r, "fla_ms", "fla_error") if "fla_ms" in r or "fla_error" in r else "–"
+        first = f"{r['first_s']:.1f}" if "first_s" in r else "–"
+        lines.append(f"| {r['op']} | {_ms(r)} | {_ratio(r, sdpa)} | {first} | {fla} | "
+                     f"{_ratio(r, r, 'ms', 'fla_ms')} |")
+    base = next((r for r in layers if r["mixer"] == BASELINE_MIXER), None)
+    lines += [] if not layers else [
+        "",
+        f"## Layers: one training step (forward, loss, backward), fp32, B {ls['batch']}, T {ls['seq_len']}, "
+        f"d_model {ls['d_model']}, {ls['heads']} heads",
+        "",
+        f"| mixer | ms | tokens/s | / {BASELINE_MIXER} | sync-free | compiled ms | compile s |",
+        "|---|---:|---:|---:|---|---:|---:|",
+    ]
+    for r in layers:
+        tokens = f"{r['tokens_per_s']:,.0f}" if "tokens_per_s" in r else "–"
+        compiled = _ms(r, "compile_ms", "compile_error") if "compile_ms" in r or "compile_error" in r else "–"
+        compile_s = f"{r['compile_first_s']:.0f}" if "compile_first_s" in r else "–"
+        lines.append(f"| {r['mixer']} | {_ms(r)} | {tokens} | {_ratio(r, base)} | {r.get('sync_free', '–')} | "
+                     f"{compiled} | {compile_s} |")
+    lines += ["", "## Targets", "", "| target | measured | at most | met |", "|---|---:|---:|---|"]
+    for what, kind, name, over, limit in TARGETS:
+        rows = {r.get("op", r.get("mixer")): r for r in (ops if kind == "ops" else layers)}
+        a, b = rows.get(name), rows.get(over)
+        if a and b and "ms" in a and "ms" in b:
+            ratio = a["ms"] / b["ms"]
+            lines.append(f"| {what} | {ratio:.1f}x | {limit}x | {'yes' if ratio <= limit else 'no'} |")
+        else:
+            lines.append(f"| {what} | not measured | {limit}x | – |")
+    return "\n".join(lines)
