@@ -31,7 +31,7 @@ def test_quick_nl_mad_prints_the_papers_table_beside_ours_and_resumes(tmp_path):
         (t, m) for t in ("icr", "memorization") for m in ("attn", "linear")}
     for cell in result["cells"]:
         assert f"{100 * cell['mean']:.1f}" in report
-    assert "Hope: not built yet" in report and paths["plot"].stat().st_size > 1000
+    assert "Hope is not among this run's mixers" in report and paths["plot"].stat().st_size > 1000
     again = []
     run_repro("nl-mad", tmp_path, variant="quick", log=again.append)
     assert "4 of 4 runs already finished" in again[0]
@@ -179,3 +179,16 @@ def test_a_repro_record_needs_a_default_and_a_quick_variant():
     with pytest.raises(ValueError, match="missing \\['quick'\\]"):
         Repro("x", "help", {"default": ttr_online.OnlineSettings()}, ttr_online.run, ttr_online.format_report,
               ttr_online.plot_curves)
+
+
+def test_nl_mad_mlp_lr_scale_reaches_the_preset_and_only_then_the_run_keys():
+    from regmem.experiments.repro.nl_mad import MADSettings, mad_preset
+    from regmem.experiments.repro.record import replace_fields
+    from regmem.experiments.runs import Run
+
+    default, scaled = MADSettings(), replace_fields(MADSettings(), {"mlp_lr_scale": 0.1})
+    assert mad_preset(default).mlp_lr_scale == 1.0 and mad_preset(scaled).mlp_lr_scale == 0.1
+    run = Run("icr", "hope", 0.03, 0)
+    assert run.key(mad_preset(default)) != run.key(mad_preset(scaled))
+    with pytest.raises(ValueError, match="mlp_lr_scale must be > 0"):
+        replace_fields(MADSettings(), {"mlp_lr_scale": 0.0})
