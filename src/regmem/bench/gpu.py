@@ -65,10 +65,10 @@ FLA_KERNELS = {
     "delta_rule": _fla_call("delta_rule", "chunk_delta_rule", lambda t: (("q", "k", "v", "beta"), {})),
     "gated_delta_rule": _fla_call("gated_delta_rule", "chunk_gated_delta_rule",
                                   lambda t: (("q", "k", "v", "g", "beta"), {})),
+    # the case's least squares: no decay (log g = 0), beta 1, ridge 1
     "least_squares": _fla_call("mesa_net", "chunk_mesa_net", lambda t: (
-        ("q", "k", "v", t["g"] if "g" in t else torch.zeros_like(_lamb(t)), torch.ones_like(_lamb(t)), _lamb(t)),
-        {})),
-    "deltaformer": _fla_call("deltaformer", "deltaformer_attn", lambda t: (("q", "k", "v", "beta"), {})),
+        ("q", "k", "v", torch.zeros_like(_lamb(t)), torch.ones_like(_lamb(t)), _lamb(t)), {})),
+    "deltaformer": _fla_call("deltaformer", "deltaformer_attn", lambda t: (("q", "k", "v"), {})),  # default betas
 }
 
 
