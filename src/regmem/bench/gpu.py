@@ -110,27 +110,25 @@ def _error(err: BaseException) -> str:
     return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200]
 
 
-def _sdpa_step(tokens: dict) -> Callable[[], None]:
-    leaves = [tokens[n].detach().transpose(1, 2).requires_grad_() for n in ("q", "k", "v")]
-
+def _backward_step(forward: Callable[..., torch.Tensor], leaves: dict) -> Callable[[], None]:
+    """forward(**leaves) and a backward of ones, the leaves' gradients cleared after (op_step's fwd+bwd for calls
+    that return one tensor)."""
     def step():
-        o = F.scaled_dot_product_attention(*leaves, is_causal=True)
-        o.backward(torch.ones_like(o))
-        for t in leaves:
-            t.grad = None
-    return step
-
-
-def _fla_step(name: str, tokens: dict) -> Callable[[], None]:
-    call = FLA_KERNELS[name](tokens)
-    leaves = {n: t.detach().requires_grad_(t.is_floating_point()) for n, t in tokens.items()}
-
-    def step():
-        o = call(**leaves)
+        o = forward(**leaves)
         o.backward(torch.ones_like(o))
         for t in leaves.values():
             t.grad = None
     return step
+
+
+def _sdpa_step(tokens: dict) -> Callable[[], None]:
+    leaves = {n: tokens[n].detach().transpose(1, 2).requires_grad_() for n in ("q", "k", "v")}
+    return _backward_step(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), leaves)
+
+
+def _fla_step(name: str, tokens: dict) -> Callable[[], None]:
+    leaves = {n: t.detach().requires_grad_(t.is_floating_point()) for n, t in tokens.items()}
+    return _backward_step(FLA_KERNELS[name](tokens), leaves)
 
 
 def run_ops(case_names, device, *, shape: Shape, dtype: torch.dtype, reps: int, deadline: float, fla: bool,
