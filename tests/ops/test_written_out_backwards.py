@@ -1,5 +1,6 @@
-"""The autograd.Functions whose backward is written by hand (segsum, the UT inverse and the delta rule's state pass
-across chunks) against autograd through the plain formulas they replace, and torch's gradcheck."""
+"""The autograd.Functions whose backward is written by hand (segsum, the chunk decays, the diagonal gate's decayed
+scores, the UT inverse and the delta rule's state pass across chunks) against autograd through the plain formulas
+they replace, and torch's gradcheck."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from regmem.ops.common import segsum
+from regmem.ops.common import chunk_decays, decayed_scores, segsum
 from regmem.ops.delta.wy import chunk_state_scan, unit_lower_inverse
 
 f64 = torch.float64
@@ -99,3 +100,77 @@ def test_chunk_state_scan_matches_autograd_through_the_loop(diagonal, used):
     for name, a, b in zip(["W", "U_prime", "k_out", "decay", "S0"], grads, expected, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=lambda m, n=name: f"d{n}: {m}")
     assert torch.autograd.gradcheck(lambda *x: chunk_state_scan(*x), tuple(inputs))
+
+
+def _plain_chunk_decays(g):
+    """The three chunk decays by explicit sums over the gates each spans (autograd records every term)."""
+    C = g.shape[-2]
+    into = torch.stack([g[..., : t + 1, :].sum(-2) for t in range(C)], dim=-2)
+    out_of = torch.stack([g[..., s + 1:, :].sum(-2) for s in range(C)], dim=-2)
+    return torch.exp(into), torch.exp(out_of), torch.exp(g.sum(-2))
+
+
+@pytest.mark.parametrize("channels", [1, 4], ids=["scalar", "diagonal"])
+@pytest.mark.parametrize("used", [(0, 1, 2), (0,), (1,), (2,), (0, 2)])
+def test_chunk_decays_match_autograd_through_the_plain_sums(channels, used):
+    gen = torch.Generator().manual_seed(len(used) + channels)
+    g = (-torch.rand(2, 3, 7, channels, generator=gen, dtype=f64) * 4).requires_grad_()
+    outs, plain = chunk_decays(g), _plain_chunk_decays(g)
+    for a, b in zip(outs, plain, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+    cotangents = [torch.randn(outs[i].shape, generator=gen, dtype=f64) for i in used]
+    (grad,) = torch.autograd.grad(sum((outs[i] * c).sum() for i, c in zip(used, cotangents, strict=True)), g)
+    (expected,) = torch.autograd.grad(sum((plain[i] * c).sum() for i, c in zip(used, cotangents, strict=True)), g)
+    torch.testing.assert_close(grad, expected, rtol=1e-10, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda x: chunk_decays(x), (g,))
+
+
+def _plain_diagonal_scores(q, k, g):
+    """A_ts = sum_k q_tk k_sk exp(sum_{s<j<=t} g_jk) for s <= t, by explicit sums per pair (the definition)."""
+    C = k.shape[-2]
+    rows = []
+    for t in range(C):
+        row = [(q[..., t, :] * k[..., s, :] * torch.exp(g[..., s + 1:t + 1, :].sum(-2))).sum(-1) if s <= t
+               else (q[..., t, :] * k[..., s, :]).sum(-1) * 0.0 for s in range(C)]
+        rows.append(torch.stack(row, dim=-1))
+    return torch.stack(rows, dim=-2)
+
+
+@pytest.mark.hypothesis
+@given(C=st.integers(1, 19), lead=st.lists(st.integers(1, 2), max_size=1), strength=st.sampled_from([0.0, 1.0, 30.0]),
+       seed=st.integers(0, 2**16))
+def test_diagonal_scores_values_and_gradients_match_the_plain_sums(C, lead, strength, seed):
+    """Chunks of every size (powers of two or padded to one), queries with extra leading dims that share the keys."""
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(*lead, 2, C, 3, generator=gen, dtype=f64).requires_grad_()
+    k = torch.randn(2, C, 3, generator=gen, dtype=f64).requires_grad_()
+    g = (-torch.rand(2, C, 3, generator=gen, dtype=f64) * strength).requires_grad_()
+    A, A_plain = decayed_scores(q, k, g), _plain_diagonal_scores(q, k, g)
+    torch.testing.assert_close(A, A_plain, rtol=1e-12, atol=1e-12)
+    cotangent = torch.randn(A.shape, generator=gen, dtype=f64)
+    grads = torch.autograd.grad((A * cotangent).sum(), (q, k, g))
+    expected = torch.autograd.grad((A_plain * cotangent).sum(), (q, k, g))
+    for name, a, b in zip("qkg", grads, expected, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11, msg=lambda m, n=name: f"d{n}: {m}")
+
+
+@pytest.mark.parametrize("C", [1, 2, 5, 8])
+def test_diagonal_scores_pass_gradcheck_and_give_no_gradient_to_a_chunks_first_gate(C):
+    gen = torch.Generator().manual_seed(C)
+    q, k = (torch.randn(2, C, 3, generator=gen, dtype=f64).requires_grad_() for _ in range(2))
+    g = (-torch.rand(2, C, 3, generator=gen, dtype=f64)).requires_grad_()
+    assert torch.autograd.gradcheck(decayed_scores, (q, k, g))
+    (dg,) = torch.autograd.grad(decayed_scores(q, k, g).sum(), g)
+    assert torch.equal(dg[:, 0], torch.zeros_like(dg[:, 0]))  # no decay inside the chunk contains g_0
+
+
+def test_diagonal_scores_are_exact_under_total_decay_in_float32():
+    """g = -200 per step: every off-diagonal score is exactly 0 and the diagonal is q_t . k_t; no exponent is
+    positive, so nothing overflows on the way (a factorisation e^{b_t} e^{-b_s} would give inf * 0 = nan)."""
+    gen = torch.Generator().manual_seed(3)
+    q, k = (torch.randn(4, 16, 8, generator=gen) for _ in range(2))
+    g = torch.full((4, 16, 8), -200.0, requires_grad=True)
+    A = decayed_scores(q, k, g)
+    torch.testing.assert_close(A, torch.diag_embed((q * k).sum(-1)), rtol=0, atol=0)
+    (dg,) = torch.autograd.grad(A.sum(), g)
+    assert torch.isfinite(dg).all()

@@ -2,7 +2,7 @@
 how a padded batch reaches an op (padding.py)."""
 
 from regmem.ops.common.chunking import merge_chunks, pad_time, split_chunks
-from regmem.ops.common.decay import segsum, suffix_exclusive
+from regmem.ops.common.decay import chunk_decays, segsum, suffix_exclusive
 from regmem.ops.common.kernels import SCORE_KERNELS, ScoreKernel, check_score_kernel, round_ste, score_kernel
 from regmem.ops.common.op import Call, Op, compute_dtype, map_state, op, scaled_queries
 from regmem.ops.common.padding import permute_time, real_end, real_first_order, restore_time, zero_padding
@@ -59,6 +59,7 @@ __all__ = [
     "check_tensor",
     "check_token_scalar",
     "checks_values",
+    "chunk_decays",
     "compute_dtype",
     "decayed_scores",
     "map_fields",

@@ -54,3 +54,36 @@ def suffix_exclusive(g: torch.Tensor, dim: int) -> torch.Tensor:
     last = torch.zeros_like(g.narrow(dim, 0, 1))
     shifted = torch.cat([g.narrow(dim, 1, g.shape[dim] - 1), last], dim=dim)  # shifted[s] = g_{s+1}
     return shifted.flip(dim).cumsum(dim).flip(dim)
+
+
+def chunk_decays(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """g: [..., C, K|1], log gates of a chunk (time at dim -2) -> the three decays every chunk form uses:
+    e^{b_t} from the chunk start to t (inclusive) [..., C, K|1], e^{b_C - b_s} from s (exclusive) to the chunk end
+    [..., C, K|1], and e^{b_C} across the whole chunk [..., K|1]. Each exponent is a direct sum of its gates."""
+    return _ChunkDecays.apply(g)
+
+
+class _ChunkDecays(torch.autograd.Function):
+    """The backward written out: autograd through cumsum, suffix_exclusive and exp ran ~12 passes over a diagonal
+    gate ([..., C, K]); here one cumsum serves. With db = d(decay) ⊙ decay for each of the three,
+    dg_j = sum_{t >= j} db_in_t + sum_{s < j} db_out_s + db_total
+         = (sum_t db_in_t + db_total) + sum_{s < j} (db_out_s - db_in_s)."""
+
+    @staticmethod
+    def forward(g):
+        return torch.exp(g.cumsum(dim=-2)), torch.exp(suffix_exclusive(g, dim=-2)), torch.exp(g.sum(dim=-2))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*output)
+
+    @staticmethod
+    def backward(ctx, d_in, d_out, d_total):
+        e_in, e_out, e_total = ctx.saved_tensors
+        db_in = torch.zeros_like(e_in) if d_in is None else d_in * e_in  # [..., C, K|1]
+        db_out = torch.zeros_like(e_out) if d_out is None else d_out * e_out
+        whole = db_in.sum(dim=-2, keepdim=True)  # [..., 1, K|1]
+        if d_total is not None:
+            whole = whole + (d_total * e_total).unsqueeze(-2)
+        before = (db_out - db_in).cumsum(dim=-2)  # inclusive; shifted by one below to sum s < j
+        return torch.cat([whole, whole + before[..., :-1, :]], dim=-2)

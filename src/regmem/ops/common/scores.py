@@ -8,12 +8,12 @@ dims of q share one decay construction: a caller needing scores of several queri
 
 from __future__ import annotations
 
+import functools
+
 import torch
-from einops import rearrange
+import torch.nn.functional as F
 
-from regmem.ops.common.decay import segsum, suffix_exclusive
-
-SUB_CHUNK = 8  # secondary chunk for diagonal gates: bounds the explicit [c, c, K] decay tensor
+from regmem.ops.common.decay import segsum
 
 
 def decayed_scores(q: torch.Tensor, k: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -28,33 +28,111 @@ def scalar_decayed_scores(q, k, g):
 
 
 def diagonal_decayed_scores(q, k, g):
-    """Diagonal gate g: [B, H, N, C, K]: A_ts = sum_k q_tk k_sk exp(sum_{s<j<=t} g_jk), via sub-chunks."""
-    C = k.shape[3]
-    c = min(SUB_CHUNK, C)
-    qs, ks, gs = (rearrange(x, "... (i c) k -> ... i c k", c=c) for x in (q, k, g))  # [(..), B, H, N, I, c, K]
-    I = ks.shape[3]
+    """Diagonal gate g: [B, H, N, C, K]: A_ts = sum_k q_tk k_sk exp(sum_{s<j<=t} g_jk), by halving the chunk.
 
-    # Pairs inside one sub-chunk: the explicit per-channel decay tensor, channel-last. Within c <= 8 steps the
-    # difference of two in-block cumsums keeps float32 accuracy (|sum| <= 8 max|g|), unlike a chunk-long cumsum.
-    a = gs.cumsum(dim=4)  # [B, H, N, I, c, K], from the sub-chunk start to t (inclusive)
-    causal = torch.ones(c, c, dtype=torch.bool, device=q.device).tril().unsqueeze(-1)  # [c(t), c(s), 1]
-    log_L = (a.unsqueeze(-2) - a.unsqueeze(-3)).masked_fill(~causal, float("-inf"))  # [B, H, N, I, c, c, K]
-    W = torch.exp(log_L) * ks.unsqueeze(-3)  # [B, H, N, I, c(t), c(s), K], W_ts = L_ts ⊙ k_s
-    A_diag = (W * qs.unsqueeze(-2)).sum(dim=-1)  # [(..), B, H, N, I, c(t), c(s)], A_ts = W_ts . q_t
+    The chunk (padded to a power of two P) is a binary tree of blocks. A pair s < t belongs to exactly one block
+    whose left half holds s and right half holds t; its decay factors through the boundary m between the halves,
+        exp(sum_{s<j<=t} g_j) = exp(sum_{m<=j<=t} g_j) * exp(sum_{s<j<m} g_j),
+    a prefix sum inside the right half and a suffix sum inside the left half, both <= 0. So the block's scores are
+    one matmul (q_right ⊙ e^{prefix}) (k_left ⊙ e^{suffix})^T, and each level of the tree scales q and k once: the
+    work is log2(P) elementwise passes over q and k plus the [C, C] matmul's flops. GLA's secondary chunking (explicit
+    [c, c, K] decays inside sub-chunks of 8, arXiv:2312.06635 Sec. 4) materialises 8 K floats per token and query
+    and ran 4-6x slower on CPU. Every sum is a direct sum of the gates it spans, built level by level from block
+    totals. The backward is written out (`_DiagonalScores`)."""
+    return _DiagonalScores.apply(q, k, g)
 
-    # Pairs in sub-chunks j < i: decay t <- start of i, start of i <- end of j, end of j <- s.
-    q_in = qs * torch.exp(a)  # [(..), B, H, N, I, c, K]
-    k_out = ks * torch.exp(suffix_exclusive(gs, dim=4))  # [B, H, N, I, c, K]
-    log_through = segsum(rearrange(gs.sum(dim=4), "b h n i k -> b h n k i"))  # [B, H, N, K, I, I]
-    # sum_{m=j+1}^{i-1} of sub-chunk totals = log_through[i - 1, j]; row i = 0 has no earlier sub-chunk
-    no_earlier = torch.full_like(log_through[..., :1, :], float("-inf"))  # [B, H, N, K, 1, I]
-    log_between = torch.cat([no_earlier, log_through[..., :-1, :]], dim=-2)  # [B, H, N, K, I(i), I(j)]
-    between = rearrange(torch.exp(log_between), "... k i j -> ... j i 1 k")  # [B, H, N, I(j), I(i), 1, K], 0 if j >= i
-    # Sub-chunk j's keys against every query decayed to j's end: one [(I c), K] x [K, c] matmul per j, laid out
-    # j-major so the batch of matmuls is contiguous (an einsum over these dims ran per-slice copies on CPU).
-    q_through = rearrange(q_in.unsqueeze(-4) * between, "... j i t k -> ... j (i t) k")  # [(..), B, H, N, I, I c, K]
-    A_off = rearrange(q_through @ k_out.transpose(-1, -2), "... j (i t) s -> ... i t j s", i=I)  # [.., I, c, I, c]
 
-    # The diagonal blocks (i = j, where A_off is 0) take the in-sub-chunk scores.
-    A = torch.diagonal_scatter(A_off, rearrange(A_diag, "... i t s -> ... t s i"), dim1=-4, dim2=-2)
-    return rearrange(A, "... i t j s -> ... (i t) (j s)")  # [(..), B, H, N, C, C]
+@functools.lru_cache(maxsize=64)
+def _score_layout(C: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where each score lives. The forward concatenates [diagonal (P), level-1 blocks (P/2 x 1 x 1), level-2 blocks
+    (P/4 x 2 x 2), ..., one zero] into a source row of P + P (P - 1) / 2 + 1 entries. `gather` [C * C] picks A's
+    entries from it row-major (the zero above the diagonal and for padding); `scatter` [P + P (P - 1) / 2] gives each
+    source entry its place in the padded, flattened [P, P], so the backward gathers dA the other way."""
+    P = _padded(C)
+    place = [[-1] * P for _ in range(P)]  # plain lists: no data-dependent tensor ops for torch.compile to trace
+    for t in range(P):
+        place[t][t] = t
+    offset, h = P, 1
+    while h < P:
+        for b in range(P // (2 * h)):
+            for i in range(h):
+                for j in range(h):
+                    place[2 * b * h + h + i][2 * b * h + j] = offset + (b * h + i) * h + j
+        offset, h = offset + (P // (2 * h)) * h * h, 2 * h
+    scatter = [0] * offset
+    for t in range(P):
+        for s in range(P):
+            if place[t][s] >= 0:
+                scatter[place[t][s]] = t * P + s
+    gather = [place[t][s] if place[t][s] >= 0 else offset for t in range(C) for s in range(C)]
+    return (torch.tensor(gather, dtype=torch.long, device=device),
+            torch.tensor(scatter, dtype=torch.long, device=device))
+
+
+def _padded(C: int) -> int:
+    return 1 << max(C - 1, 0).bit_length()
+
+
+class _DiagonalScores(torch.autograd.Function):
+    """Forward: the halving tree above. Backward: per level, dq_right = (dA_block k_left) ⊙ e^{prefix} and
+    dk_left = (dA_block^T q_right) ⊙ e^{suffix}; the gate's gradient then follows from A depending on g only
+    through b_t - b_s (b the in-chunk cumulative gate): db_t = q_t ⊙ dq_t - k_t ⊙ dk_t, dg_j = sum_{t >= j} db_t."""
+
+    @staticmethod
+    def forward(ctx, q, k, g):
+        C = k.shape[-2]
+        P = _padded(C)
+        if P != C:
+            q, k, g = (F.pad(x, (0, 0, 0, P - C)) for x in (q, k, g))
+        parts = [(q * k).sum(dim=-1)]  # [..., P], A_tt
+        prefix = g.clone()  # inclusive sum from the start of each aligned block of size h
+        suffix = torch.zeros_like(g)  # exclusive sum to the end of each aligned block of size h
+        totals = g  # [B, H, N, P / h, K], each block's sum
+        decays = []
+        h = 1
+        while h < P:
+            nb = P // (2 * h)
+            pre, suf = prefix.unflatten(-2, (nb, 2, h)), suffix.unflatten(-2, (nb, 2, h))  # [.., nb, 2, h, K]
+            e_right, e_left = torch.exp(pre[..., 1, :, :]), torch.exp(suf[..., 0, :, :])  # [B, H, N, nb, h, K]
+            q_right = q.unflatten(-2, (nb, 2, h))[..., 1, :, :] * e_right  # [..., nb, h, K]
+            k_left = k.unflatten(-2, (nb, 2, h))[..., 0, :, :] * e_left
+            parts.append((q_right @ k_left.transpose(-1, -2)).flatten(-3))  # [..., nb * h * h]
+            decays += [e_right, e_left, q_right, k_left]
+            if 2 * h < P:  # the sums for blocks of 2h: the right half adds the left's total, and vice versa
+                tot = totals.unflatten(-2, (nb, 2))  # [B, H, N, nb, 2, K]
+                pre[..., 1, :, :] += tot[..., 0:1, :]
+                suf[..., 0, :, :] += tot[..., 1:2, :]
+                totals = tot.sum(dim=-2)
+            h *= 2
+        lead = parts[-1].shape[:-1] if len(parts) > 1 else parts[0].shape[:-1]
+        parts = [p.expand(*lead, p.shape[-1]) for p in parts]
+        source = torch.cat([*parts, parts[0].new_zeros(*lead, 1)], dim=-1)
+        gather, _ = _score_layout(C, source.device)
+        ctx.save_for_backward(q, k, *decays)
+        ctx.shapes = (C, k.shape, g.shape)
+        return source.index_select(-1, gather).unflatten(-1, (C, C))
+
+    @staticmethod
+    def backward(ctx, dA):
+        q, k, *decays = ctx.saved_tensors
+        C, k_shape, g_shape = ctx.shapes
+        P = q.shape[-2]
+        _, scatter = _score_layout(C, dA.device)
+        dA = F.pad(dA, (0, P - C, 0, P - C)) if P != C else dA
+        d_source = dA.flatten(-2).index_select(-1, scatter)  # [..., P + sum of level sizes]
+        lead = d_source.shape[:-1]
+        d_diag, d_source = d_source.split([P, d_source.shape[-1] - P], dim=-1)
+        dq = d_diag.unsqueeze(-1) * k  # [..., P, K]
+        dk = d_diag.unsqueeze(-1) * q
+        dq, dk = dq.expand(*lead, P, q.shape[-1]).clone(), dk.expand(*lead, P, k.shape[-1]).clone()
+        h, offset = 1, 0
+        for e_right, e_left, q_right, k_left in zip(*(decays[i::4] for i in range(4)), strict=True):
+            nb = P // (2 * h)
+            dX = d_source[..., offset:offset + nb * h * h].unflatten(-1, (nb, h, h))
+            dq.unflatten(-2, (nb, 2, h))[..., 1, :, :].addcmul_(dX @ k_left, e_right)
+            dk.unflatten(-2, (nb, 2, h))[..., 0, :, :].addcmul_(dX.transpose(-1, -2) @ q_right, e_left)
+            offset, h = offset + nb * h * h, 2 * h
+        db = (q * dq - k * dk).sum_to_size(g_shape)  # [B, H, N, P, K]
+        # dg_j = sum_{t >= j} db_t = -sum_{t < j} db_t (the db_t sum to 0); dg_0 = 0: no in-chunk decay holds g_0
+        dg = torch.cat([torch.zeros_like(db[..., :1, :]), db[..., :-1, :].cumsum(-2).neg_()], dim=-2)
+        return dq[..., :C, :], dk.sum_to_size(k_shape)[..., :C, :], dg[..., :C, :]

@@ -15,7 +15,7 @@ i.e. U = U' - W S_n with the WY factors U' = (I + A)^{-1} diag(beta) V and W = (
 Then  o_t = (q_t ⊙ e^{b_t})^T S_n + sum_{s<=t} q_t^T (e^{b_t - b_s} ⊙ k_s) u_s  and
       S_{n+1} = e^{b_C} ⊙ S_n + sum_s (k_s ⊙ e^{b_C - b_s}) u_s^T.
 No exponent is ever positive: the decayed scores come from the gated-linear-attention kernels (direct sums of
-the gates they span; sub-chunks of 8 with explicit per-channel decays for a diagonal gate), so g = -20 per step
+the gates they span; a halving tree of blocks for a diagonal gate, ops/common/scores.py), so g = -20 per step
 and g = 0 are both exact.
 
 Legend: B batch, T time, H heads, K key dim, V value dim, N chunks, C chunk size.
@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 from einops import rearrange
 
-from regmem.ops.common import decayed_scores, pad_time, segsum, suffix_exclusive
+from regmem.ops.common import chunk_decays, decayed_scores, pad_time, segsum
 from regmem.ops.delta.wy import chunk_state_scan, unit_lower_inverse
 
 
@@ -74,11 +74,9 @@ def _decayed_keys(q, k, g, beta):
     if g is None:
         return beta * k, q, k, q.new_ones(*q.shape[:2], 1, 1)
     g_channels = g.unsqueeze(-1) if g.ndim == 3 else g  # [N, R, C, K|1]
-    b_in = g_channels.cumsum(dim=2)  # [N, R, C, K|1], from the chunk start to t (inclusive)
-    b_out = suffix_exclusive(g_channels, dim=2)  # [N, R, C, K|1], from s (exclusive) to the chunk end
-    b_total = g_channels.sum(dim=2)  # [N, R, K|1], across the whole chunk
-    decay_in = torch.exp(b_in)  # beta folds into it while it is [N, R, C, 1] for a scalar gate
-    return k * (beta * decay_in), q * decay_in, k * torch.exp(b_out), torch.exp(b_total).unsqueeze(-1)
+    # from the chunk start to t (inclusive), from s (exclusive) to the chunk end, across the whole chunk
+    decay_in, decay_out, decay_total = chunk_decays(g_channels)  # [N, R, C, K|1] x2, [N, R, K|1]
+    return k * (beta * decay_in), q * decay_in, k * decay_out, decay_total.unsqueeze(-1)
 
 
 def _scores(q, k, g):

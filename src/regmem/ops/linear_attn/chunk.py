@@ -8,18 +8,17 @@ For chunk n with state S_n entering it, and t, s positions inside the chunk:
 where b_t = sum_{j<=t} g_j is the log-decay from the chunk start. No exponent is ever positive: every decay is
 a direct sum of the gates it spans (ops/common/decay.py), or a difference of sums over at most 8 steps, so
 g = -20 per step and g = 0 are both exact. With a diagonal gate, decays inside a chunk are per key channel;
-pairs of tokens in different sub-chunks of 8 go through the sub-chunk boundary between them (GLA's secondary
-chunking), pairs inside one sub-chunk use the explicit [c, c, K] decay tensor.
+the scores come from a halving tree of blocks whose pairs factor their decay through the boundary between the
+block's halves (ops/common/scores.py; GLA's secondary chunking taken down to single tokens).
 
-Legend: B batch, T time, H heads, K key (feature) dim, V value dim, N chunks, C chunk size,
-I sub-chunks per chunk, c sub-chunk size.
+Legend: B batch, T time, H heads, K key (feature) dim, V value dim, N chunks, C chunk size.
 """
 
 from __future__ import annotations
 
 import torch
 
-from regmem.ops.common import decayed_scores, merge_chunks, split_chunks, suffix_exclusive
+from regmem.ops.common import chunk_decays, decayed_scores, merge_chunks, split_chunks
 
 
 def gla_chunk_core(q, k, v, g, *, initial_state, chunk_size):
@@ -38,30 +37,28 @@ def gla_chunk_core(q, k, v, g, *, initial_state, chunk_size):
     g = split_chunks(g, chunk_size)  # [B, H, N, C] or [B, H, N, C, K]
     g_channels = g.unsqueeze(-1) if g.ndim == 4 else g  # [B, H, N, C, K|1]
 
-    # Step 1: log-decays inside each chunk, each a direct sum of the gates it spans.
-    b_in = g_channels.cumsum(dim=3)  # [B, H, N, C, K|1], from the chunk start to t (inclusive)
-    b_out = suffix_exclusive(g_channels, dim=3)  # [B, H, N, C, K|1], from s to the chunk end
-    b_total = g_channels.sum(dim=3)  # [B, H, N, K|1], across the whole chunk
+    # Step 1: decays inside each chunk, each exponent a direct sum of the gates it spans: from the chunk start to
+    # t (inclusive), from s to the chunk end, across the whole chunk.
+    decay_in, decay_out, decay_total = chunk_decays(g_channels)  # [B, H, N, C, K|1] x2, [B, H, N, K|1]
 
     # Step 2: intra-chunk scores A_ts = sum_k q_tk k_sk L_tsk (s <= t), then their outputs.
     A = decayed_scores(q, k, g)  # [B, H, N, C, C]
     o = A @ v  # [B, H, N, C, V]
 
     # Step 3: what each chunk adds to the state, decayed to the chunk end.
-    U = torch.einsum("bhnck,bhncv->bhnkv", k * torch.exp(b_out), v)  # [B, H, N, K, V]
+    U = torch.einsum("bhnck,bhncv->bhnkv", k * decay_out, v)  # [B, H, N, K, V]
 
     # Step 4: inter-chunk pass, one step per chunk: S_{n+1} = e^{b_total} ⊙ S_n + U_n.
     # unbind, not U[:, :, n]: the backward of indexing would zero-fill all of U once per chunk (O(N^2)).
-    decay = torch.exp(b_total).unsqueeze(-1)  # [B, H, N, K|1, 1]
     entering = []
     S = S0
-    for decay_n, U_n in zip(decay.unbind(dim=2), U.unbind(dim=2), strict=True):
+    for decay_n, U_n in zip(decay_total.unsqueeze(-1).unbind(dim=2), U.unbind(dim=2), strict=True):
         entering.append(S)
         S = decay_n * S + U_n
     S_in = torch.stack(entering, dim=2)  # [B, H, N, K, V], state entering each chunk
 
     # Step 5: outputs from the state entering the chunk.
-    o = o + torch.einsum("bhnck,bhnkv->bhncv", q * torch.exp(b_in), S_in)
+    o = o + torch.einsum("bhnck,bhnkv->bhncv", q * decay_in, S_in)
     return merge_chunks(o, T), S
 
 
