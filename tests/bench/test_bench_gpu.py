@@ -93,6 +93,7 @@ def test_fla_rows_run_after_regmem_rows_on_the_same_tensors(monkeypatch):
     import types
 
     from regmem.ops import linear_attn
+    from regmem.ops.linear_attn import fla_backend
 
     seen = []
 
@@ -100,18 +101,28 @@ def test_fla_rows_run_after_regmem_rows_on_the_same_tensors(monkeypatch):
         seen.append((q.shape, normalize))
         return linear_attn(q, k, v)  # (o, state), as fla's kernels return
 
+    def chunk_simple_gla(q, k, v, g, scale, initial_state, output_final_state):  # what backend="fla" calls
+        seen.append(("regmem on fla", g, scale))
+        return linear_attn(q, k, v, scale=scale, initial_state=initial_state, output_final_state=True)
+
     def chunk_delta_rule(*args, **kwargs):
         raise RuntimeError("Triton >= 3.4.0 and < 3.7.1 on Hopper GPUs produces incorrect results")
     for parent in ("fla", "fla.ops"):
         monkeypatch.setitem(sys.modules, parent, types.ModuleType(parent))
-    for module, fn in (("linear_attn", chunk_linear_attn), ("delta_rule", chunk_delta_rule)):
+    for module, fn in (("linear_attn", chunk_linear_attn), ("delta_rule", chunk_delta_rule),
+                       ("simple_gla", chunk_simple_gla)):
         monkeypatch.setitem(sys.modules, f"fla.ops.{module}", types.SimpleNamespace(**{fn.__name__: fn}))
+    monkeypatch.setattr(fla_backend, "check_cuda", lambda q: None)  # CPU tensors stand in for CUDA ones
     order = []
     result = run_gpu("cpu", cases=["linear_attn", "delta_rule", "hla2"], mixers=[], compile_mixers=[], fla=True,
                      budget_s=600, progress=order.append, **SMALL)
     ops = {r["op"]: r for r in result["ops"]}
     assert ops["linear_attn"]["fla_ms"] > 0 and seen[0] == ((1, 32, 2, 8), False)
+    # regmem's op on fla's kernel is timed next, through the op's frame (q scaled there, so fla gets scale 1)
+    assert ops["linear_attn"]["regmem_fla_ms"] > 0 and ("regmem on fla", None, 1.0) in seen
+    assert "with backend='fla' over fla's own call" in gpu_table(result)
     assert ops["delta_rule"]["fla_error"].startswith("RuntimeError: Triton >= 3.4.0")
+    assert "regmem_fla_ms" not in ops["delta_rule"]  # fla's own call failed: nothing to compare with
     assert "fla_ms" not in ops["hla2"] and "fla_error" not in ops["hla2"]  # fla has no kernel for it
     assert [i for i, line in enumerate(order) if "(fla)" in line] == [5, 6]  # after the header, sdpa, 3 regmem rows
     assert "| linear_attn |" in gpu_table(result) and "x |" in gpu_table(result).split("| linear_attn |")[1][:80]

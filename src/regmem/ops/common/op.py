@@ -20,7 +20,9 @@ The frame (the op contract of `regmem/ops/__init__.py`):
   - with `cu_seqlens` the packed row [1, total, ...] becomes a padded batch [N, T_max, ...] of neutral tokens
     (varlen.py) and the output is packed back;
   - `Call.finish` post-processes (o, state) in the compute dtype (a normalised read-out, an interleaved sequence);
-  - the final state is dropped unless `output_final_state`.
+  - the final state is dropped unless `output_final_state`;
+  - `backend` picks whose kernel runs the form: "torch" (the cores above), a library's (backends.py: "fla" on
+    CUDA), or "auto" (the default): the first library backend that can run this call, else torch.
 
 A core is `core(**call.tokens, initial_state=S0, **call.options, **form_options) -> (o, S_T)` on a plain batch,
 every per-token tensor [B, T, H, ...] in the compute dtype, the state always returned. Keyword-only parameters of
@@ -38,6 +40,7 @@ from typing import Any
 
 import torch
 
+from regmem.ops.common.backends import Backend, warn_once
 from regmem.ops.common.validate import MODES, Mode, check_chunk_size
 from regmem.ops.common.varlen import Packing
 
@@ -71,16 +74,17 @@ class Call:
     options: Mapping[str, Any] = field(default_factory=dict)  # further keyword arguments of every core
     cu_seqlens: torch.Tensor | None = None  # [N + 1] offsets of packed sequences (validated by prepare)
     finish: Callable | None = None  # (o, state) -> (o, state) in the compute dtype, after unpacking
+    torch_only: bool = False  # options only the torch cores implement: backend="auto" runs torch
 
 
 class Op:
-    """A public op: `op(*args, mode="chunk", chunk_size=64, output_final_state=False, backend="torch", **kwargs)`.
+    """A public op: `op(*args, mode="chunk", chunk_size=64, output_final_state=False, backend="auto", **kwargs)`.
 
     `op.reference`, `op.recurrent`, `op.chunk`: the same call with the form fixed. `op.forms`: the cores by mode.
-    `backends`: optional kernels of other libraries, {"fla": {"chunk": core}}, chosen only by `backend=`."""
+    `backends`: kernels of other libraries by name, {"fla": Backend}, run by `backend=` that name or "auto"."""
 
     def __init__(self, prepare: Callable[..., Call], *, reference: Callable, recurrent: Callable, chunk: Callable,
-                 backends: Mapping[str, Mapping[str, Callable]] | None = None):
+                 backends: Mapping[str, Backend] | None = None):
         self.prepare = prepare
         self.forms = {"reference": reference, "recurrent": recurrent, "chunk": chunk}
         self.backends = dict(backends or {})
@@ -98,8 +102,8 @@ class Op:
         return f"<op {self.__module__}.{self.__name__}>"
 
     def __call__(self, *args, mode: Mode = "chunk", chunk_size: int = 64, output_final_state: bool = False,
-                 backend: str = "torch", **kwargs):
-        core = self._core(mode, backend)
+                 backend: str = "auto", **kwargs):
+        self._check_backend(mode, backend)
         check_chunk_size(chunk_size)
         options = self._take_form_options(mode, kwargs)
         if mode == "chunk":
@@ -107,21 +111,46 @@ class Op:
         frame = {"output_final_state": output_final_state, "backend": backend}
         call = self.prepare(*args, **kwargs, **{name: frame[name] for name in self._frame_keywords})
         tokens, initial_state, packing = _enter(call)
-        o, state = core(**tokens, initial_state=initial_state, **call.options, **options)
+        core = self._core(mode, backend, call, tokens)
+        try:
+            o, state = core(**tokens, initial_state=initial_state, **call.options, **options)
+        except Exception as err:  # a library's kernel refused the call: "auto" falls back, a named backend raises
+            if backend != "auto" or core is self.forms[mode]:
+                raise
+            reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+            warn_once(f"{self.__name__}: the {core.__module__} kernel failed ({reason}); "
+                      "backend='auto' runs the torch form (backend='fla' raises instead)")
+            o, state = self.forms[mode](**tokens, initial_state=initial_state, **call.options, **options)
         return _leave(call, o, state, packing, output_final_state)
 
-    def _core(self, mode: str, backend: str) -> Callable:
+    def _check_backend(self, mode: str, backend: str) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if backend == "torch":
-            return self.forms[mode]
+        if backend in ("auto", "torch"):
+            return
         if backend not in self.backends:
-            known = ("torch", *self.backends)
+            known = ("auto", "torch", *self.backends)
             raise ValueError(f"backend must be one of {known} for {self.__name__}, got {backend!r}")
-        forms = self.backends[backend]
+        forms = self.backends[backend].forms
         if mode not in forms:
             raise ValueError(f"backend={backend!r} provides the {' and '.join(forms)} form only, got mode={mode!r}")
-        return forms[mode]
+
+    def _core(self, mode: str, backend: str, call: Call, tokens: Mapping[str, torch.Tensor | None]) -> Callable:
+        """The core that runs: the named backend's, or for "auto" the first backend able to run this call (its
+        tensors, dtype and options), else the torch form's."""
+        if backend == "torch":
+            return self.forms[mode]
+        if backend != "auto":
+            return self.backends[backend].forms[mode]
+        for library in self.backends.values():
+            if mode not in library.forms or call.torch_only:
+                continue
+            usable, warning = library.usable(tokens)
+            if usable:
+                return library.forms[mode]
+            if warning is not None:
+                warn_once(warning)
+        return self.forms[mode]
 
     def _take_form_options(self, mode: str, kwargs: dict) -> dict:
         """Pops the options of `mode`'s core out of kwargs; an option of another form only is an error."""
@@ -135,7 +164,7 @@ class Op:
 
 
 def op(*, reference: Callable, recurrent: Callable, chunk: Callable,
-       backends: Mapping[str, Mapping[str, Callable]] | None = None) -> Callable[[Callable[..., Call]], Op]:
+       backends: Mapping[str, Backend] | None = None) -> Callable[[Callable[..., Call]], Op]:
     """Declares an op: decorates its prepare function (see the module docstring)."""
     return functools.partial(Op, reference=reference, recurrent=recurrent, chunk=chunk, backends=backends)
 
@@ -175,7 +204,7 @@ def _public_signature(prepare: Callable, form_options: Mapping[str, Mapping[str,
     taken = {p.name for p in params}
     extra = {"output_final_state": False, "mode": "chunk", "chunk_size": 64}
     if backends:
-        extra["backend"] = "torch"
+        extra["backend"] = "auto"
     for options in form_options.values():
         extra |= options
     kw = inspect.Parameter.KEYWORD_ONLY

@@ -1,7 +1,9 @@
 """The public ops of the delta-rule family: `delta_rule` and `gated_delta_rule`.
 
 Each op validates its arguments here and runs one of the forms of reference.py, recurrent.py and chunk.py
-(`op(..., mode=...)` or `op.reference / .recurrent / .chunk`). The parameterisations (parameterizations.py) and
+(`op(..., mode=...)` or `op.reference / .recurrent / .chunk`); on CUDA with flash-linear-attention installed the
+chunk form of both runs fla's kernel (fla_backend.py; `backend="auto"`, the default, or `backend="fla"`). The
+parameterisations (parameterizations.py) and
 DeltaProduct (product.py) are ops on the same forms. The math is in DERIVATION.md beside this file.
 
 Recurrence (regmem layout S = M^T, *Test-time regression*, arXiv:2501.12352, eq. (29) and (41)):
@@ -28,6 +30,7 @@ from regmem.ops.common import (
     scaled_queries,
 )
 from regmem.ops.delta.chunk import delta_chunk_core
+from regmem.ops.delta.fla_backend import FLA
 from regmem.ops.delta.recurrent import delta_recurrent_core
 from regmem.ops.delta.reference import delta_reference_core
 
@@ -51,7 +54,7 @@ def delta_call(q, k, v, g, beta, *, scale, initial_state, cu_seqlens, out_dtype=
     return Call(tokens, out_dtype or q.dtype, initial_state, cu_seqlens=cu_seqlens, finish=finish)
 
 
-@op(**FORMS)
+@op(**FORMS, backends={"fla": FLA})
 def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None):
     """Gated delta rule (Gated DeltaNet, arXiv:2412.06464; with a diagonal gate, Kimi Delta Attention):
     eq. (38)-(41) of *Test-time regression* (arXiv:2501.12352), L2-regularised least squares solved by
@@ -70,6 +73,8 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seq
         mode: "reference" | "recurrent" | "chunk".
         chunk_size: chunk length C of the chunk form (a power of two).
         cu_seqlens: [N + 1] integer offsets of packed sequences (B = 1).
+        backend: "auto" (default: fla's `chunk_gated_delta_rule`, or `chunk_kda` for a diagonal gate, for the
+            chunk form when the tensors are on CUDA and fla is installed; else torch), "torch" or "fla".
 
     Returns:
         o: [B, T, H, V] in the input dtype, and the final state [N, H, K, V] or None.
@@ -80,7 +85,7 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seq
     return delta_call(q, k, v, g, beta, scale=scale, initial_state=initial_state, cu_seqlens=cu_seqlens)
 
 
-@op(**FORMS)
+@op(**FORMS, backends={"fla": FLA})
 def delta_rule(q, k, v, beta, *, scale=None, initial_state=None, cu_seqlens=None):
     """Delta rule (DeltaNet; Schlag et al. 2021, Yang et al. 2024 arXiv:2406.06484): eq. (26)-(29) of
     *Test-time regression* (arXiv:2501.12352), one SGD step per token on 1/2 ||v_t - M k_t||^2 from M_{t-1}.
@@ -89,8 +94,8 @@ def delta_rule(q, k, v, beta, *, scale=None, initial_state=None, cu_seqlens=None
 
     Args:
         q, k: [B, T, H, K]; v: [B, T, H, V]; beta: [B, T, H] step size, >= 0 (not capped).
-        scale, initial_state ([N, H, K, V]), output_final_state, mode, chunk_size, cu_seqlens: as
-            `gated_delta_rule`.
+        scale, initial_state ([N, H, K, V]), output_final_state, mode, chunk_size, cu_seqlens, backend: as
+            `gated_delta_rule` (fla's `chunk_delta_rule`).
 
     Returns:
         o: [B, T, H, V] in the input dtype, and the final state [N, H, K, V] or None.

@@ -1,8 +1,9 @@
 """The public ops of the linear-attention family: `linear_attn` and `gated_linear_attn`.
 
 Each op validates its arguments here and runs one of the forms of reference.py, recurrent.py and chunk.py
-(`op(..., mode=...)` or `op.reference / .recurrent / .chunk`); `backend="fla"` runs the chunk form of
-flash-linear-attention on CUDA (fla_backend.py). The math is in DERIVATION.md beside this file.
+(`op(..., mode=...)` or `op.reference / .recurrent / .chunk`); on CUDA with flash-linear-attention installed the
+chunk form runs fla's kernel (fla_backend.py; `backend="auto"`, the default, or `backend="fla"`). The math is in
+DERIVATION.md beside this file.
 
 Shapes: q, k: [B, T, H, K]; v: [B, T, H, V]; g: [B, T, H] (scalar) or [B, T, H, K] (diagonal), log retention
 (<= 0); state S: [N, H, F, V] (F = K without a feature map) with o_t = S_t^T q_t, the transpose of the paper's M;
@@ -32,12 +33,11 @@ from regmem.ops.common import (
 from regmem.ops.common.normalize import append_column, append_ones, divide_by_ones_column, split_column
 from regmem.ops.feature_maps import Identity, map_queries_and_keys, resolve_feature_map
 from regmem.ops.linear_attn.chunk import gla_chunk_core
-from regmem.ops.linear_attn.fla_backend import gla_fla_core
+from regmem.ops.linear_attn.fla_backend import FLA
 from regmem.ops.linear_attn.recurrent import gla_recurrent_core
 from regmem.ops.linear_attn.reference import gla_reference_core
 
 FORMS = {"reference": gla_reference_core, "recurrent": gla_recurrent_core, "chunk": gla_chunk_core}
-FLA = {"fla": {"chunk": gla_fla_core}}
 
 
 class NormalizedState(NamedTuple):
@@ -47,9 +47,9 @@ class NormalizedState(NamedTuple):
     z: torch.Tensor
 
 
-@op(**FORMS, backends=FLA)
+@op(**FORMS, backends={"fla": FLA})
 def linear_attn(q, k, v, *, feature_map=None, normalize=False, scale=None, initial_state=None, cu_seqlens=None,
-                backend="torch"):
+                backend="auto"):
     """Linear attention, eq. (2)-(3) of *Test-time regression* (arXiv:2501.12352): uniform weights, linear
     (feature-mapped) regressor, one batch gradient step from 0 (eq. 24).
 
@@ -67,8 +67,10 @@ def linear_attn(q, k, v, *, feature_map=None, normalize=False, scale=None, initi
         mode: "reference" | "recurrent" | "chunk".
         chunk_size: chunk length C of the chunk form (a power of two).
         cu_seqlens: [N + 1] integer offsets of packed sequences (B = 1).
-        backend: "torch" (all forms, any device) or "fla" (chunk form on CUDA by flash-linear-attention;
-            not with normalize=True, whose fla variant adds an epsilon and keeps another state layout).
+        backend: "auto" (default: fla's kernel for the chunk form when the tensors are on CUDA and fla is
+            installed, else torch), "torch" (all forms, any device) or "fla" (the chunk form on CUDA by
+            flash-linear-attention; not with normalize=True, whose fla variant adds an epsilon and keeps another
+            state layout: "auto" runs torch there).
 
     Returns:
         o: [B, T, H, V] in the input dtype, and the final state or None.
@@ -91,7 +93,7 @@ def linear_attn(q, k, v, *, feature_map=None, normalize=False, scale=None, initi
     if initial_state is not None:
         initial_state = append_column(*initial_state)  # [N, H, F, V + 1]
     return Call({"q": fq, "k": fk, "v": append_ones(v.to(fq.dtype)), "g": None}, q.dtype, initial_state,
-                cu_seqlens=cu_seqlens, finish=_normalized_read_out)
+                cu_seqlens=cu_seqlens, finish=_normalized_read_out, torch_only=True)
 
 
 def _normalized_read_out(o, state):
@@ -99,7 +101,7 @@ def _normalized_read_out(o, state):
     return divide_by_ones_column(o, eps=0.0), NormalizedState(*split_column(state))
 
 
-@op(**FORMS, backends=FLA)
+@op(**FORMS, backends={"fla": FLA})
 def gated_linear_attn(q, k, v, g, *, scale=None, initial_state=None, cu_seqlens=None):
     """Gated linear attention, eq. (4)/(16) of *Test-time regression* (arXiv:2501.12352): decaying weights
     gamma_s^(t) = prod_{j=s+1}^t exp(g_j), linear regressor, one batch gradient step from 0.
