@@ -360,3 +360,20 @@ def test_local_polynomial_solves_with_two_threads():
     finally:
         torch.set_num_threads(threads)
     assert torch.isfinite(o).all()
+
+
+def test_the_solve_reads_its_status_only_where_values_are_checked():
+    """centred_solve runs torch.linalg.solve_ex (no host sync on a GPU) and raises on a singular system only under
+    value checks: moments with C_kk = -ridge (K = 1) make C_kk + ridge I exactly singular."""
+    from regmem.ops import value_checks
+    from regmem.ops.nonparametric.chunk import centred_solve
+
+    ridge = 0.5
+    moments = torch.tensor([[1.0, 0.0, -ridge, 2.0, 3.0]], dtype=torch.float64)  # m0, k_bar, E[kk], v_bar, E[vk]
+    q = torch.ones(1, 1, dtype=torch.float64)
+    with value_checks(True), pytest.raises(ValueError, match="singular"):
+        centred_solve(moments, q, 1, 1, ridge)
+    with value_checks(False):
+        centred_solve(moments, q, 1, 1, ridge)  # the status is never read: no error, whatever the values
+    fine = torch.tensor([[1.0, 0.0, 1.0, 2.0, 3.0]], dtype=torch.float64)  # C_kk = 1: o = 2 + 3 * 1 / 1.5
+    torch.testing.assert_close(centred_solve(fine, q, 1, 1, ridge), torch.tensor([[4.0]], dtype=torch.float64))

@@ -58,6 +58,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch.autograd.function import once_differentiable
 
+from regmem.ops.common import checks_values
 from regmem.ops.nonparametric.reference import local_polynomial_fit
 from regmem.ops.nonparametric.similarity import (
     allowed_pairs,
@@ -216,7 +217,12 @@ def centred_solve(moments: torch.Tensor, q: torch.Tensor, K: int, V: int, ridge:
     C_kk = E_kk - k_bar.unsqueeze(-1) * k_bar.unsqueeze(-2)  # [B, H, c, K, K]
     C_vk = vk.unflatten(-1, (V, K)) - v_bar.unsqueeze(-1) * k_bar.unsqueeze(-2)  # [B, H, c, V, K]
     eye = torch.eye(K, dtype=q.dtype, device=q.device)
-    x = torch.linalg.solve(C_kk + ridge * eye, (q - k_bar).unsqueeze(-1))  # [B, H, c, K, 1]
+    # solve_ex: torch.linalg.solve reads LAPACK's status on the host (a device sync on a GPU, the only one in a
+    # local-linear layer's step); the system is SPD (ridge > 0), so the status is read only where values are checked.
+    x, info = torch.linalg.solve_ex(C_kk + ridge * eye, (q - k_bar).unsqueeze(-1))  # [B, H, c, K, 1]
+    if checks_values(info) and bool((info != 0).any()):
+        raise ValueError("local_linear_attn: a query's weighted key covariance plus ridge is singular (non-finite "
+                         "inputs?); raise ridge")
     return v_bar + (C_vk @ x).squeeze(-1)  # [B, H, c, V]
 
 
