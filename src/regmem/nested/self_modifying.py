@@ -242,22 +242,22 @@ def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: 
         state = initial_state(config, params, B)
     elif T > 1:
         first = step - shared_offset(torch.remainder(state.memory.offset, step))  # one host read (docstring)
-    ys, start, stacked = [], 0, None
+    ys, stacked = [], None
     fused_ln = ([_heads_first(params.ln_of(names)) for names in _fused_groups(config, d)] if _fusable(config)
                 else None)  # stacked once, for every piece
-    while start < T:
-        stop = min(T, start + (first if start == 0 else step))
-        piece_mask = token_mask[:, start:stop] if token_mask is not None else None
-        aligned = start > 0 or first == step  # the piece starts where a mini-batch of the step grid starts
-        if _fusable(config) and mode == "chunk" and piece_mask is None and aligned and stop - start == step:
+    sizes = [min(first, T)] + [min(step, T - t) for t in range(first, T, step)] if T > 0 else []
+    # split, not x[:, start:stop]: the backward of a slice zero-fills all of x once per piece (O(T^2 / step))
+    masks = token_mask.split(sizes, dim=1) if token_mask is not None else [None] * len(sizes)
+    for index, (piece, piece_mask) in enumerate(zip(x.split(sizes, dim=1), masks, strict=True)):
+        aligned = index > 0 or first == step  # the piece starts where a mini-batch of the step grid starts
+        if _fusable(config) and mode == "chunk" and piece_mask is None and aligned and piece.shape[1] == step:
             stacked = stacked if stacked is not None else _Stacked.of(config, state, d)
-            y, stacked = _fused_piece(x[:, start:stop], config, params, stacked, fused_ln)
+            y, stacked = _fused_piece(piece, config, params, stacked, fused_ln)
         else:
             if stacked is not None:
                 state, stacked = stacked.state(config, d), None
-            y, state = _piece(x[:, start:stop], config, params, state, piece_mask, mode, step, aligned)
+            y, state = _piece(piece, config, params, state, piece_mask, mode, step, aligned)
         ys.append(y)
-        start = stop
     if stacked is not None:
         state = stacked.state(config, d)
     y = torch.cat(ys, dim=1) if ys else x.new_zeros(B, 0, H, d)
