@@ -350,6 +350,9 @@ def gpu_table(result: dict) -> str:
         f"## Layers: one training step (forward, loss, backward), fp32, B {ls['batch']}, T {ls['seq_len']}, "
         f"d_model {ls['d_model']}, {ls['heads']} heads",
         "",
+        "The mixers call their ops with the default backend='auto': fla's kernels for linear attention, GLA and the "
+        f"delta rules where fla is installed (fla {meta['fla']}), the torch forms otherwise.",
+        "",
         f"| mixer | ms | tokens/s | / {BASELINE_MIXER} | sync-free | compiled ms | compile s |",
         "|---|---:|---:|---:|---|---:|---:|",
     ]
