@@ -18,6 +18,8 @@ state (the recurrent form). A fixed-size state makes the step cost the same at e
 - `cms`: Nested Learning's Continuum Memory System (regmem/nested/cms.py) with three SwiGLU levels of the LM's FFN
   width 8/3 d_model, updated every 16, 64 and 256 tokens; `swiglu`: one such FFN (the LM's), its baseline.
 - `hope`: self-modifying Titans (mini-batch 16) followed by that CMS; `gated_deltanet`, its baseline at equal d_model.
+  `hope_compiled`: the same with `compile_pieces=True`, each mini-batch's fused piece through torch.compile (inductor;
+  its compilation, minutes on CPU, falls in the untimed first call).
 - `mamba`: Mamba-1 (state 16 per channel, d_inner = 2 d_model, the selective scan's chunk form); `mamba2`, its
   baseline (state 64, `heads` heads of 2 d_model / heads).
 """
@@ -80,13 +82,14 @@ LAYER_CASES = {
     "cms": _cms,
     "swiglu": _FFN,
     "hope": _regmem("hope", mini_batch=16),
+    "hope_compiled": _regmem("hope", mini_batch=16, compile_pieces=True),
     "gated_deltanet": _regmem("gated_deltanet"),
     "titans_pytorch": _titans_pytorch(None),
     "titans_pytorch_b16": _titans_pytorch(16),
 }
 EXTERNAL_LAYERS = {"titans_pytorch": "titans_mlp", "titans_pytorch_b16": "titans_mlp"}  # theirs -> ours
 # layer -> the layer its time is stated against
-BASELINES = {"cms": "swiglu", "hope": "gated_deltanet", "mamba": "mamba2"}
+BASELINES = {"cms": "swiglu", "hope": "gated_deltanet", "hope_compiled": "gated_deltanet", "mamba": "mamba2"}
 STATELESS = {*EXTERNAL_LAYERS, "swiglu"}  # no decoding state: no step pass
 PASSES = ("fwd", "fwdbwd", "step")
 
