@@ -61,6 +61,7 @@ MEMORIES = ("k", "v", "q", "eta", "alpha", "memory")
 StaticMemory = Literal["k", "v", "q", "eta", "alpha"]  # every memory but the main one can be static
 Read = Literal["anchor", "updated"]
 Inputs = Literal["shared", "separate"]
+CompileBackend = Literal["inductor", "cudagraphs", "aot_eager", "eager"]  # torch.compile backends for compile_pieces
 VIEW = {"k": 0, "eta": 0, "alpha": 0, "v": 1, "q": 2}  # which input view each generating memory reads ("separate")
 
 
@@ -108,11 +109,11 @@ class SelfModifyingConfig:
     # "separate": M_k (and M_eta, M_alpha), M_v, M_q read their own view of the input (x: [B, T, 3, H, d]);
     # "shared": all read one x [B, T, H, d], as eq. 94 prints (module docstring)
     inputs: Inputs = "separate"
-    # True: each whole mini-batch's fused piece runs through torch.compile (a str: that backend instead of inductor),
+    # True: each whole mini-batch's fused piece runs through torch.compile (a name: that backend instead of inductor),
     # one graph traced once and reused by every mini-batch (fixed shapes), not the layer's unrolled loop; same
     # results to float round-off. It pays where the layer is bound by many small ops: 2.3x a training step on one CPU
-    # thread at T 512, after a compile of ~5 min on CPU (regmem/layers/self_modifying.py)
-    compile_pieces: bool | str = False
+    # thread at T 512, after a compile of 3-5 min on a loaded 2-core CPU (benchmarks/README.md, "compile_pieces")
+    compile_pieces: bool | CompileBackend = False
 
     def __post_init__(self):
         object.__setattr__(self, "static", frozenset(self.static))
@@ -128,10 +129,9 @@ class SelfModifyingConfig:
                 continue
             if not isinstance(value, int) or value < 1 or value & (value - 1):
                 raise ValueError(f"{name} must be a positive power of two, got {value!r}")
-        if not isinstance(self.compile_pieces, (bool, str)) or (
-                isinstance(self.compile_pieces, str) and self.compile_pieces not in torch._dynamo.list_backends(())):
-            raise ValueError("compile_pieces must be True, False or a torch.compile backend name (see "
-                             f"torch._dynamo.list_backends()), got {self.compile_pieces!r}")
+        if not isinstance(self.compile_pieces, bool) and self.compile_pieces not in get_args(CompileBackend):
+            raise ValueError(f"compile_pieces must be True, False or one of {get_args(CompileBackend)}, "
+                             f"got {self.compile_pieces!r}")
         if not self.eta_max >= 0:
             raise ValueError(f"eta_max must be >= 0, got {self.eta_max!r}")
         if not self.generator_gain >= 0:
@@ -275,7 +275,7 @@ def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: 
 
 
 @functools.cache
-def _compiled_piece(backend: bool | str):
+def _compiled_piece(backend: bool | CompileBackend):
     """`_fused_piece` compiled once per process and backend (config option `compile_pieces`); dynamo re-traces it only
     for a new shape or configuration."""
     return torch.compile(_fused_piece, dynamic=False, backend="inductor" if backend is True else backend)
