@@ -104,7 +104,7 @@ class _DiagonalScores(torch.autograd.Function):
                 suf[..., 0, :, :] += tot[..., 1:2, :]
                 totals = tot.sum(dim=-2)
             h *= 2
-        lead = parts[-1].shape[:-1] if len(parts) > 1 else parts[0].shape[:-1]
+        lead = parts[0].shape[:-1]  # q's and k's leading dims broadcast
         parts = [p.expand(*lead, p.shape[-1]) for p in parts]
         source = torch.cat([*parts, parts[0].new_zeros(*lead, 1)], dim=-1)
         gather, _ = _score_layout(C, source.device)
@@ -120,11 +120,9 @@ class _DiagonalScores(torch.autograd.Function):
         _, scatter = _score_layout(C, dA.device)
         dA = F.pad(dA, (0, P - C, 0, P - C)) if P != C else dA
         d_source = dA.flatten(-2).index_select(-1, scatter)  # [..., P + sum of level sizes]
-        lead = d_source.shape[:-1]
         d_diag, d_source = d_source.split([P, d_source.shape[-1] - P], dim=-1)
-        dq = d_diag.unsqueeze(-1) * k  # [..., P, K]
+        dq = d_diag.unsqueeze(-1) * k  # [..., P, K], in the broadcast shape (accumulated into below)
         dk = d_diag.unsqueeze(-1) * q
-        dq, dk = dq.expand(*lead, P, q.shape[-1]).clone(), dk.expand(*lead, P, k.shape[-1]).clone()
         h, offset = 1, 0
         for e_right, e_left, q_right, k_left in zip(*(decays[i::4] for i in range(4)), strict=True):
             nb = P // (2 * h)
@@ -135,4 +133,4 @@ class _DiagonalScores(torch.autograd.Function):
         db = (q * dq - k * dk).sum_to_size(g_shape)  # [B, H, N, P, K]
         # dg_j = sum_{t >= j} db_t = -sum_{t < j} db_t (the db_t sum to 0); dg_0 = 0: no in-chunk decay holds g_0
         dg = torch.cat([torch.zeros_like(db[..., :1, :]), db[..., :-1, :].cumsum(-2).neg_()], dim=-2)
-        return dq[..., :C, :], dk.sum_to_size(k_shape)[..., :C, :], dg[..., :C, :]
+        return dq.sum_to_size(q.shape)[..., :C, :], dk.sum_to_size(k_shape)[..., :C, :], dg[..., :C, :]
