@@ -170,8 +170,8 @@ def run_ops(case_names, device, *, shape: Shape, dtype: torch.dtype, reps: int, 
             row["fla_error"] = "not run: budget"
             continue
         case = CASES[row["op"]]
-        tokens, options = case_inputs(case, shape, dtype, gen)
-        try:
+        try:  # the inputs inside too: a row's failure (out of memory, ...) is its result
+            tokens, options = case_inputs(case, shape, dtype, gen)
             row["fla_first_s"], row["fla_ms"] = time_call(_fla_step(row["op"], tokens), device, reps=reps)
         except Exception as err:
             row["fla_error"] = _error(err)
