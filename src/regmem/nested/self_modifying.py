@@ -257,12 +257,12 @@ def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: 
     sizes = [min(first, T)] + [min(step, T - t) for t in range(first, T, step)] if T > 0 else []
     # split, not x[:, start:stop]: the backward of a slice zero-fills all of x once per piece (O(T^2 / step))
     masks = token_mask.split(sizes, dim=1) if token_mask is not None else [None] * len(sizes)
+    fused = _compiled_piece(config.compile_pieces) if config.compile_pieces else _fused_piece
     for index, (piece, piece_mask) in enumerate(zip(x.split(sizes, dim=1), masks, strict=True)):
         aligned = index > 0 or first == step  # the piece starts where a mini-batch of the step grid starts
         if _fusable(config) and mode == "chunk" and piece_mask is None and aligned and piece.shape[1] == step:
             stacked = stacked if stacked is not None else _Stacked.of(config, state, d)
-            run = _compiled_piece(config.compile_pieces) if config.compile_pieces else _fused_piece
-            y, stacked = run(piece, config, params, stacked, fused_ln)
+            y, stacked = fused(piece, config, params, stacked, fused_ln)
         else:
             if stacked is not None:
                 state, stacked = stacked.state(config, d), None
