@@ -5,7 +5,10 @@ scaled and in the compute dtype; same outputs) and a test of whether it can run 
 every op's default, runs the first backend whose test passes and the torch form otherwise, so a CPU machine, a
 float64 call or a machine without the library always gets the torch form, without importing the library.
 
-fla (flash-linear-attention, `pip install 'regmem[cuda]'`) is the one backend today: Triton kernels for CUDA.
+Two kinds today, both Triton kernels for CUDA (`pip install 'regmem[cuda]'`): fla's (flash-linear-attention) for
+the ops it has, and regmem's own (backend="triton") where fla has none. regmem's run on the CPU too under Triton's
+interpreter (TRITON_INTERPRET=1, set before anything imports triton, which torch.compile does), which is how the tests
+check them without a GPU.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import os
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -86,3 +90,34 @@ def check_cuda(q: torch.Tensor) -> None:
 
 def fla_backend(**forms: Callable) -> Backend:
     return Backend(forms, fla_usable)
+
+
+TRITON_DTYPES = FLA_DTYPES  # the frame hands bf16 / fp16 calls to the cores in float32
+
+
+def triton_interpreting() -> bool:
+    """Whether Triton kernels run under its CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def triton_usable(tokens: Tokens) -> tuple[bool, str | None]:
+    """regmem's Triton kernels run a call whose tensors are on CUDA in a dtype they take, when triton is installed."""
+    first = next(t for t in tokens.values() if t is not None)
+    return first.is_cuda and first.dtype in TRITON_DTYPES and _installed("triton"), None
+
+
+def triton_module(module: str):
+    """regmem's module of Triton kernels `module`, or an ImportError that says how to install Triton."""
+    if not _installed("triton"):
+        raise ImportError("backend='triton' needs triton: pip install 'regmem[cuda]'")
+    return importlib.import_module(module)
+
+
+def check_triton_device(q: torch.Tensor) -> None:
+    if not q.is_cuda and not triton_interpreting():
+        raise ValueError(f"backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1, Triton's CPU interpreter), "
+                         f"got q on {q.device}")
+
+
+def triton_backend(**forms: Callable) -> Backend:
+    return Backend(forms, triton_usable)

@@ -119,7 +119,7 @@ class Op:
                 raise
             reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
             warn_once(f"{self.__name__}: the {core.__module__} kernel failed ({reason}); "
-                      "backend='auto' runs the torch form (backend='fla' raises instead)")
+                      "backend='auto' runs the torch form (a backend named explicitly raises instead)")
             o, state = self.forms[mode](**tokens, initial_state=initial_state, **call.options, **options)
         return _leave(call, o, state, packing, output_final_state)
 

@@ -33,9 +33,11 @@ from regmem.ops.deltaformer.chunk import deltaformer_chunk_core
 from regmem.ops.deltaformer.recurrent import deltaformer_recurrent_core
 from regmem.ops.deltaformer.reference import deltaformer_reference_core
 from regmem.ops.deltaformer.state import KUState
+from regmem.ops.deltaformer.triton_backend import TRITON
 
 
-@op(reference=deltaformer_reference_core, recurrent=deltaformer_recurrent_core, chunk=deltaformer_chunk_core)
+@op(reference=deltaformer_reference_core, recurrent=deltaformer_recurrent_core, chunk=deltaformer_chunk_core,
+    backends={"triton": TRITON})
 def deltaformer(q, k, v, w=None, alpha=None, beta=None, *, erase_weights=None, erase_kernel="softmax",
                 read_kernel="softmax", scale=None, decimals=0, initial_state=None, output_final_state=False,
                 cu_seqlens=None, key_mask=None):
@@ -66,6 +68,10 @@ def deltaformer(q, k, v, w=None, alpha=None, beta=None, *, erase_weights=None, e
         mode: "reference" | "recurrent" | "chunk".
         chunk_size: rows per block C of the chunk form (a power of two; T need not be a multiple).
         solver: chunk form only, "triangular" (forward substitution) or "doubling" (eq. 100).
+        backend: "auto" (default: regmem's Triton kernels for the chunk form's erase pass when the tensors are on
+            CUDA, triton is installed and erase_kernel is "softmax", else torch), "torch" (all forms, any device)
+            or "triton" (the chunk form, softmax erase kernel; CUDA, or the CPU under TRITON_INTERPRET=1;
+            triton_backend.py).
         cu_seqlens: [N + 1] integer offsets of packed sequences (B = 1); no initial or final state then.
         key_mask: [B, S + T] bool (True = the pair takes part) or None. A masked pair is erased against and read
             by no other token (a query always reads its own pair). Not with `cu_seqlens`.
@@ -98,7 +104,8 @@ def deltaformer(q, k, v, w=None, alpha=None, beta=None, *, erase_weights=None, e
               "alpha": ones if alpha is None else alpha, "beta": ones if beta is None else beta}
     options = {"erase_weights": erase_weights, "erase_kernel": erase_kernel, "read_kernel": read_kernel,
                "scale": K ** -0.5 if scale is None else float(scale), "decimals": decimals, "key_mask": key_mask}
-    return Call(tokens, q.dtype, initial_state, options=options, cu_seqlens=cu_seqlens)
+    return Call(tokens, q.dtype, initial_state, options=options, cu_seqlens=cu_seqlens,
+                torch_only=erase_kernel != "softmax")  # regmem's Triton kernels erase by softmax only
 
 
 def check_kernels(erase_kernel: str, read_kernel: str, decimals: int) -> None:

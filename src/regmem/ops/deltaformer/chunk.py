@@ -68,15 +68,22 @@ def deltaformer_chunk_core(q, k, v, w, alpha, beta, *, initial_state, erase_weig
             us.append(unit_lower_inverse(block) @ rhs)
     u_all = torch.cat(us, dim=2) if us else v.new_zeros(v.shape[0], v.shape[2], 0, v.shape[-1])  # [B, H, S+T, V]
     u_all = rearrange(u_all, "b h l v -> b l h v")
-    # Step 4: the read.
-    if read_kernel == "softmax":
-        o = softmax_read(q, k_all, u_all, S, key_mask, scale)
-    else:
-        o = torch.cat([read(q[:, s:s + chunk_size], k_all[:, :S + s + chunk_size], u_all[:, :S + s + chunk_size],
-                            S + s, key_mask, kernel=read_kernel, scale=scale, decimals=decimals)
-                       for s in range(0, T, chunk_size)], dim=1) if T else v.new_zeros(q.shape[0], 0, q.shape[2],
-                                                                                         v.shape[-1])
+    o = chunked_read(q, k_all, u_all, S, key_mask, read_kernel=read_kernel, scale=scale, decimals=decimals,
+                     chunk_size=chunk_size)  # step 4
     return o, KUState(k_all, u_all)
+
+
+def chunked_read(q, k_all, u_all, S, key_mask, *, read_kernel, scale, decimals, chunk_size):
+    """Step 4, o [B, T, Hq, V]: one SDPA call for kappa_2 = softmax, else a masked [C, S + e] matrix per chunk of
+    queries. q: [B, T, Hq, K]; k_all: [B, L, H, K]; u_all: [B, L, H, V]."""
+    T = q.shape[1]
+    if read_kernel == "softmax":
+        return softmax_read(q, k_all, u_all, S, key_mask, scale)
+    if not T:
+        return u_all.new_zeros(q.shape[0], 0, q.shape[2], u_all.shape[-1])
+    return torch.cat([read(q[:, s:s + chunk_size], k_all[:, :S + s + chunk_size], u_all[:, :S + s + chunk_size],
+                           S + s, key_mask, kernel=read_kernel, scale=scale, decimals=decimals)
+                      for s in range(0, T, chunk_size)], dim=1)
 
 
 def unit_lower_inverse(A: torch.Tensor) -> torch.Tensor:

@@ -55,6 +55,7 @@ from regmem.ops.nonparametric.reference import (
 )
 from regmem.ops.nonparametric.similarity import REGRESSION_KERNELS, causal_logits, similarity_features
 from regmem.ops.nonparametric.state import KVState
+from regmem.ops.nonparametric.triton_backend import TRITON
 
 DEGREES = (0, 1, 2)
 MAX_KEY_DIM_DEGREE_2 = 16  # the p = 2 design has C(K + 2, 2) columns per pair and query: 153 at K = 16
@@ -91,7 +92,8 @@ def softmax_attn(q, k, v, *, scale=None, bandwidth=None, qk_norm=False, initial_
     return kv_call(q, k, v, initial_state, output_final_state, cu_seqlens, key_mask, options)
 
 
-@op(reference=local_linear_reference_core, recurrent=local_linear_recurrent_core, chunk=local_linear_chunk_core)
+@op(reference=local_linear_reference_core, recurrent=local_linear_recurrent_core, chunk=local_linear_chunk_core,
+    backends={"triton": TRITON})
 def local_linear_attn(q, k, v, *, scale=None, bandwidth=None, qk_norm=False, ridge=1e-3, initial_state=None,
                       output_final_state=False, cu_seqlens=None, key_mask=None):
     """Local linear attention, eqs. (52)-(54) of *Test-time regression* (arXiv:2501.12352, Sec. 4 Vignette 4):
@@ -116,6 +118,9 @@ def local_linear_attn(q, k, v, *, scale=None, bandwidth=None, qk_norm=False, rid
         key_mask: [B, S + T] bool (S cached, T new pairs; True = the pair takes part) or None for all pairs.
             A masked pair is used by no query but its own, so no fit is empty (a padded query regresses on
             itself). Not with `cu_seqlens`.
+        backend: "auto" (default: regmem's Triton kernel for the chunk form's moments when the tensors are on CUDA
+            and triton is installed, else torch), "torch" (all forms, any device) or "triton" (the chunk form;
+            CUDA, or the CPU under TRITON_INTERPRET=1; triton_backend.py).
 
     Returns:
         o: [B, T, H, V] in the input dtype, and the final KVState or None.

@@ -106,9 +106,11 @@ def local_linear_chunk_core(q, k, v, *, initial_state, scale, bandwidth, qk_norm
     return o, KVState(k, v)
 
 
-def local_linear_fit(q, k, v, *, offset, scale, bandwidth, qk_norm, ridge, chunk_size, key_mask):
+def local_linear_fit(q, k, v, *, offset, scale, bandwidth, qk_norm, ridge, chunk_size, key_mask, moments_fn=None):
     """q: [B, T, H, K]; k: [B, L, H, K]; v: [B, L, H, V]; query t uses pairs j <= offset + t (those of
-    key_mask: [B, L] bool, and its own; None means all). Returns o: [B, T, H, V]."""
+    key_mask: [B, L] bool, and its own; None means all); `moments_fn` computes
+    step 2: `CausalMoments.apply` (None) or a function with its call (triton_backend.py).
+    Returns o: [B, T, H, V]."""
     B, T, H, K = q.shape
     V = v.shape[-1]
     if T == 0:
@@ -127,7 +129,7 @@ def local_linear_fit(q, k, v, *, offset, scale, bandwidth, qk_norm, ridge, chunk
     X = pair_features(k_c, v_c)  # [B, H, L, F]
 
     # Step 2: every query's unnormalised moments over its causal pairs, streamed in blocks of C queries.
-    moments = CausalMoments.apply(q_sim, k_sim, X, sim_scale, offset, chunk_size, key_mask)  # [B, H, T, F]
+    moments = (moments_fn or CausalMoments.apply)(q_sim, k_sim, X, sim_scale, offset, chunk_size, key_mask)  # [B,H,T,F]
 
     # Step 3: centre and solve one K x K system per query, a block at a time (bounds the temporaries).
     o = torch.cat([
