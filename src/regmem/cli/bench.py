@@ -191,7 +191,8 @@ def _add_gpu(kinds) -> None:
 
     parser = kinds.add_parser(
         "gpu", help="one pass on a GPU (about 4 min with compilation): every op's fwd+bwd at bf16 B 4 T 4096 H 16 "
-                    "K=V=128 beside SDPA and fla's kernel (where fla is installed), every mixer's training step at "
+                    "K=V=128 beside SDPA, regmem's own Triton kernels (DeltaFormer, local-linear attention) and fla's "
+                    "kernel (where fla is installed), every mixer's training step at "
                     "B 8 T 512 d_model 256 with a host-sync check and a torch.compile column; bench/gpu.py")
     parser.add_argument("--ops", type=names_among(CASES), default=None,
                         help="comma-separated cases of `bench ops` (default: all, the issues' first)")
