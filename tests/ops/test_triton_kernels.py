@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from helpers import assert_all_close, assert_close, kv_cache_inputs, rel_rms, run_with_grads
-from regmem.ops import KUState, deltaformer, local_linear_attn
+from regmem.ops import KUState, KVState, deltaformer, local_linear_attn
 from regmem.ops.common import backends
 from regmem.ops.deltaformer import triton_backend as deltaformer_triton
 from regmem.ops.nonparametric import triton_backend
@@ -224,6 +224,24 @@ def test_erase_kernels_read_nothing_outside_their_tensors():
 
     expected = erase_with_grads([x.clone() for x in clean])
     assert_all_close(erase_with_grads([poisoned(x) for x in clean]), expected, "NaN past the tensors")
+
+
+@pytest.mark.parametrize("op,state", [(local_linear_attn, KVState), (deltaformer, KUState)],
+                         ids=["local_linear_attn", "deltaformer"])
+def test_no_new_tokens_keep_the_cache_and_its_gradient(op, state):
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 0, 2, d, generator=gen).to(DEVICE) for d in (4, 4, 3))
+    cache = state(torch.randn(1, 3, 2, 4, generator=gen).to(DEVICE), torch.randn(1, 3, 2, 3, generator=gen).to(DEVICE))
+    results = []
+    for backend in ("triton", "torch"):
+        leaves = state(*(x.clone().requires_grad_() for x in cache))
+        o, final = op(q, k, v, initial_state=leaves, output_final_state=True, backend=backend)
+        grads = torch.autograd.grad(sum((x * (i + 1)).sum() for i, x in enumerate(final)), list(leaves))
+        results.append({"o": o.detach(), **{f"state.{f}": x.detach() for f, x in zip(final._fields, final,
+                                                                                      strict=True)},
+                        **{f"grad_cache.{f}": g for f, g in zip(final._fields, grads, strict=True)}})
+    assert results[0]["o"].shape == (1, 0, 2, 3)
+    assert_all_close(results[0], results[1], "T = 0")
 
 
 # --- choice and errors -----------------------------------------------------------------------------------------

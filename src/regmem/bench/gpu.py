@@ -37,10 +37,12 @@ LAYER_SHAPE = {"batch": 8, "seq_len": 512, "d_model": 256, "heads": 4}
 LEADING_CASES = ("linear_attn", "gla_scalar", "gla_diagonal", "delta_rule", "gated_delta_rule", "least_squares",
                  "hla2", "deltaformer", "local_linear_attn")
 SKIPPED_CASES = {"kernel_regression": "a T x T Cholesky per head: O(T^3) by design, not a GPU speed case"}
-COMPILE_MIXERS = ("attn", "gated_deltanet", "titans_mlp", "hope")
-# compiled by their `compile_pieces` option: torch.compile of the whole layer unrolls its loop over mini-batches
-# (Hope's did not finish in 110 s on an H200); one graph per mini-batch piece is traced once and reused
-PIECE_COMPILED = ("hope", "self_modifying_titans")
+COMPILE_MIXERS = ("attn", "gated_deltanet", "titans_mlp", "ttt_mlp", "hope")
+# compiled by their own option (ops/common/compiled.py): torch.compile of the whole layer unrolls its loop over
+# mini-batches (Hope's did not finish in 110 s on an H200); one graph per mini-batch piece or engine block is traced
+# once and reused
+PIECE_COMPILED = {"hope": "compile_pieces", "self_modifying_titans": "compile_pieces",
+                  "titans_mlp": "compile_blocks", "ttt_mlp": "compile_blocks", "ttt_linear": "compile_blocks"}
 BASELINE_MIXER = "gated_deltanet"
 SHARES = {"ops": 0.45, "layers": 0.75, "compile": 1.0}  # cumulative fraction of the budget each section may reach
 
@@ -266,7 +268,8 @@ def run_layers(mixers, compile_mixers, device, *, reps: int, deadlines: tuple[fl
         try:
             if name in PIECE_COMPILED:  # one graph per mini-batch piece, reused (the whole layer's unrolls its loop)
                 torch.manual_seed(0)
-                compiled = build_mixer(name, shape["d_model"], shape["heads"], compile_pieces=compile_backend)
+                option = {PIECE_COMPILED[name]: compile_backend}
+                compiled = build_mixer(name, shape["d_model"], shape["heads"], **option)
                 compiled = compiled.to(device)
             else:
                 compiled = torch.compile(built[name], backend=compile_backend)
@@ -375,8 +378,8 @@ def gpu_table(result: dict) -> str:
         "The mixers call their ops with the default backend='auto': fla's kernels for linear attention, GLA and the "
         f"delta rules where fla is installed (fla {meta['fla']}), regmem's Triton kernels for DeltaFormer and "
         "local-linear attention, the torch forms otherwise. The compiled column "
-        f"compiles the whole layer, except {', '.join(PIECE_COMPILED)}: their `compile_pieces` option, one graph per "
-        "mini-batch piece.",
+        f"compiles the whole layer, except {', '.join(PIECE_COMPILED)}: their `compile_pieces` / `compile_blocks` "
+        "option, one graph per mini-batch piece or engine block.",
         "",
         f"| mixer | ms | tokens/s | / {BASELINE_MIXER} | sync-free | compiled ms | compile s |",
         "|---|---:|---:|---:|---|---:|---:|",

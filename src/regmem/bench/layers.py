@@ -20,6 +20,8 @@ state (the recurrent form). A fixed-size state makes the step cost the same at e
 - `hope`: self-modifying Titans (mini-batch 16) followed by that CMS; `gated_deltanet`, its baseline at equal d_model.
   `hope_compiled`: the same with `compile_pieces=True`, each mini-batch's fused piece through torch.compile (inductor;
   its compilation, minutes on CPU, falls in the untimed first call).
+- `titans_mlp_compiled`, `ttt_mlp_compiled`: those layers with `compile_blocks=True`, each block of the engine's
+  chunk form through torch.compile (inductor; compiled in the untimed first call), stated against the eager layer.
 - `mamba`: Mamba-1 (state 16 per channel, d_inner = 2 d_model, the selective scan's chunk form); `mamba2`, its
   baseline (state 64, `heads` heads of 2 d_model / heads).
 """
@@ -75,6 +77,8 @@ DEEP = {"mini_batch": 16, "chunk_size": 16}
 LAYER_CASES = {
     "titans_mlp": _regmem("titans_mlp", **DEEP),
     "ttt_mlp": _regmem("ttt_mlp", **DEEP),
+    "titans_mlp_compiled": _regmem("titans_mlp", **DEEP, compile_blocks=True),
+    "ttt_mlp_compiled": _regmem("ttt_mlp", **DEEP, compile_blocks=True),
     "ttt_linear": _regmem("ttt_linear", **DEEP),
     "self_modifying_titans": _regmem("self_modifying_titans", mini_batch=16),
     "mamba": _regmem("mamba"),
@@ -89,7 +93,8 @@ LAYER_CASES = {
 }
 EXTERNAL_LAYERS = {"titans_pytorch": "titans_mlp", "titans_pytorch_b16": "titans_mlp"}  # theirs -> ours
 # layer -> the layer its time is stated against
-BASELINES = {"cms": "swiglu", "hope": "gated_deltanet", "hope_compiled": "gated_deltanet", "mamba": "mamba2"}
+BASELINES = {"cms": "swiglu", "hope": "gated_deltanet", "hope_compiled": "gated_deltanet", "mamba": "mamba2",
+             "titans_mlp_compiled": "titans_mlp", "ttt_mlp_compiled": "ttt_mlp"}
 STATELESS = {*EXTERNAL_LAYERS, "swiglu"}  # no decoding state: no step pass
 PASSES = ("fwd", "fwdbwd", "step")
 

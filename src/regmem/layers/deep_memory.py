@@ -25,6 +25,9 @@ outer optimiser through the unrolled inner updates ("meta-learned initial memory
 
 `mini_batch` is a model hyper-parameter (the engine takes every inner gradient of a mini-batch at its start; 1 is
 the token recurrence); `chunk_size` only sets the chunk form's block length (≤ mini_batch), as in every mixer.
+`compile_blocks=True` (or a torch.compile backend's name) runs each block of the chunk form through one compiled
+graph, reused by every block (ops/common/compiled.py): same numbers to round-off, fewer and larger kernels, after a
+compilation of its own on the first call.
 
 Padding (regmem/ops/common/padding.py, "real tokens first"): each row's real tokens are moved to its front (the
 engine counts mini-batches from a row's first real token), the op's `token_mask` makes the padded tail change
@@ -42,7 +45,7 @@ from torch import nn
 
 from regmem.layers.memory import MemoryMixer
 from regmem.ops import InnerModel, TTTState, ttt
-from regmem.ops.common import permute_time, real_first_order, restore_time
+from regmem.ops.common import CompileBackend, check_compile_option, permute_time, real_first_order, restore_time
 from regmem.ops.ttt.model import Loss, StepRule
 
 
@@ -54,8 +57,10 @@ class DeepMemoryMixer(MemoryMixer):
 
     def __init__(self, d_model: int, n_heads: int, *, inner_model: InnerModel, inner_lr: float = 1.0,
                  mini_batch: int = 16, dgd: bool = False, loss: Loss = "l2", step_rule: StepRule = "explicit",
-                 qk_norm: bool = True, **memory_kwargs):
+                 compile_blocks: bool | CompileBackend = False, qk_norm: bool = True, **memory_kwargs):
         super().__init__(d_model, n_heads, qk_norm=qk_norm, **memory_kwargs)
+        check_compile_option("compile_blocks", compile_blocks)
+        self.compile_blocks = compile_blocks  # the chunk form's blocks through torch.compile (ops/ttt/chunk.py)
         if loss not in get_args(Loss):
             raise ValueError(f"loss must be one of {get_args(Loss)}, got {loss!r}")
         if step_rule not in get_args(StepRule):
@@ -94,7 +99,8 @@ class DeepMemoryMixer(MemoryMixer):
         o, state = ttt(q, k, v, beta, g, log_eta, model=self.inner_model, loss=self.loss, dgd=self.dgd,
                        step_rule=self.step_rule,
                        mini_batch=self.mini_batch, initial_state=memory, output_final_state=True, mode=mode,
-                       chunk_size=min(self.chunk_size, self.mini_batch), token_mask=mask, **ln)
+                       chunk_size=min(self.chunk_size, self.mini_batch), token_mask=mask, **ln,
+                       **({"compile_blocks": self.compile_blocks} if mode == "chunk" else {}))
         if order is not None:
             o = restore_time(o, order)
         return o, state

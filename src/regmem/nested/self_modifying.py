@@ -52,7 +52,7 @@ import torch
 import torch.nn.functional as F
 
 from regmem.ops import InnerModel, TTTState, ttt
-from regmem.ops.common import Mode, shared_offset
+from regmem.ops.common import CompileBackend, Mode, check_compile_option, compiled, shared_offset
 from regmem.ops.ttt import ttt_mini_batch
 from regmem.ops.ttt.model import Activation, Loss, StepRule
 from regmem.ops.ttt.state import start_anchor
@@ -61,7 +61,6 @@ MEMORIES = ("k", "v", "q", "eta", "alpha", "memory")
 StaticMemory = Literal["k", "v", "q", "eta", "alpha"]  # every memory but the main one can be static
 Read = Literal["anchor", "updated"]
 Inputs = Literal["shared", "separate"]
-CompileBackend = Literal["inductor", "cudagraphs", "aot_eager", "eager"]  # torch.compile backends for compile_pieces
 VIEW = {"k": 0, "eta": 0, "alpha": 0, "v": 1, "q": 2}  # which input view each generating memory reads ("separate")
 
 
@@ -129,9 +128,7 @@ class SelfModifyingConfig:
                 continue
             if not isinstance(value, int) or value < 1 or value & (value - 1):
                 raise ValueError(f"{name} must be a positive power of two, got {value!r}")
-        if not isinstance(self.compile_pieces, bool) and self.compile_pieces not in get_args(CompileBackend):
-            raise ValueError(f"compile_pieces must be True, False or one of {get_args(CompileBackend)}, "
-                             f"got {self.compile_pieces!r}")
+        check_compile_option("compile_pieces", self.compile_pieces)
         if not self.eta_max >= 0:
             raise ValueError(f"eta_max must be >= 0, got {self.eta_max!r}")
         if not self.generator_gain >= 0:
@@ -257,7 +254,7 @@ def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: 
     sizes = [min(first, T)] + [min(step, T - t) for t in range(first, T, step)] if T > 0 else []
     # split, not x[:, start:stop]: the backward of a slice zero-fills all of x once per piece (O(T^2 / step))
     masks = token_mask.split(sizes, dim=1) if token_mask is not None else [None] * len(sizes)
-    fused = _compiled_piece(config.compile_pieces) if config.compile_pieces else _fused_piece
+    fused = compiled(_fused_piece, config.compile_pieces) if config.compile_pieces else _fused_piece
     for index, (piece, piece_mask) in enumerate(zip(x.split(sizes, dim=1), masks, strict=True)):
         aligned = index > 0 or first == step  # the piece starts where a mini-batch of the step grid starts
         if _fusable(config) and mode == "chunk" and piece_mask is None and aligned and piece.shape[1] == step:
@@ -272,13 +269,6 @@ def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: 
         state = stacked.state(config, d)
     y = torch.cat(ys, dim=1) if ys else x.new_zeros(B, 0, H, d)
     return y, state
-
-
-@functools.cache
-def _compiled_piece(backend: bool | CompileBackend):
-    """`_fused_piece` compiled once per process and backend (config option `compile_pieces`); dynamo re-traces it only
-    for a new shape or configuration."""
-    return torch.compile(_fused_piece, dynamic=False, backend="inductor" if backend is True else backend)
 
 
 def _fusable(config: SelfModifyingConfig) -> bool:

@@ -2,6 +2,7 @@
 how a padded batch reaches an op (padding.py)."""
 
 from regmem.ops.common.chunking import merge_chunks, pad_time, split_chunks
+from regmem.ops.common.compiled import CompileBackend, check_compile_option, compiled
 from regmem.ops.common.decay import chunk_decays, segsum, suffix_exclusive
 from regmem.ops.common.kernels import SCORE_KERNELS, ScoreKernel, check_score_kernel, round_ste, score_kernel
 from regmem.ops.common.op import Call, Op, compute_dtype, map_state, op, scaled_queries
@@ -35,6 +36,7 @@ from regmem.ops.common.varlen import Packing, shared_offset
 
 __all__ = [
     "MODES",
+    "CompileBackend",
     "SCORE_KERNELS",
     "Call",
     "Mode",
@@ -42,9 +44,11 @@ __all__ = [
     "Packing",
     "ScoreKernel",
     "associative_scan",
+    "compiled",
     "check_at_least",
     "check_at_most",
     "check_chunk_size",
+    "check_compile_option",
     "check_cu_seqlens",
     "check_initial_state",
     "check_key_mask",

@@ -330,8 +330,9 @@ class TritonErase(torch.autograd.Function):
         E = v.new_empty(B, H, G, T, V)
         mask = _mask_arg(key_mask, v)
         options = _options(v, key_mask is not None, K, V)
-        _erase_fwd[(B * H, triton.cdiv(V, options["BVT"]))](k_all, w, v, alpha, beta, a, mask, u_all, lse, E, T, S,
-                                                           L, K, V, G, H, float(scale), **_sequential(options))
+        if T and B * H:  # no zero-sized grids (no new rows: u_all is the cache)
+            _erase_fwd[(B * H, triton.cdiv(V, options["BVT"]))](k_all, w, v, alpha, beta, a, mask, u_all, lse, E, T,
+                                                               S, L, K, V, G, H, float(scale), **_sequential(options))
         ctx.save_for_backward(k_all, w, v, alpha, beta, a, mask, u_all, lse, E)
         ctx.scale, ctx.options = float(scale), options
         return u_all
@@ -344,6 +345,9 @@ class TritonErase(torch.autograd.Function):
         G, T, V = w.shape[2], w.shape[3], v.shape[-1]
         S = L - T
         ubar = ubar.contiguous()
+        if not (T and B * H):  # no new rows: the cache's u passes its gradient through, nothing else has one
+            zero = torch.zeros_like
+            return (zero(k_all), zero(w), zero(v), zero(alpha), zero(beta), zero(a), ubar[:, :, :S], None, None)
         d = torch.empty_like(u_all)  # the adjoint of every u
         sizes = (T, S, L, K, V, G, H, ctx.scale)
         tiles = triton.cdiv(V, ctx.options["BVT"])

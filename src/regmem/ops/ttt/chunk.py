@@ -35,15 +35,27 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from regmem.ops.common import merge_chunks, segsum, split_chunks, suffix_exclusive
+from regmem.ops.common import (
+    CompileBackend,
+    check_compile_option,
+    compiled,
+    merge_chunks,
+    segsum,
+    split_chunks,
+    suffix_exclusive,
+)
 from regmem.ops.ttt.model import InnerModel, activation, layer_norm, layer_steps, loss_grad, norms_sq
 from regmem.ops.ttt.state import TTTState, start_anchor, zero_state
 
 
 def ttt_chunk_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: InnerModel, loss, loss_param, dgd, ln,
-                   mini_batch, chunk_size, step_rule):
+                   mini_batch, chunk_size, step_rule, compile_blocks: bool | CompileBackend = False):
     """Arguments and returns as `ttt_reference_core`; the mini-batch runs in blocks of min(chunk_size, mini_batch)
-    tokens (both powers of two), the anchor moving only at mini-batch boundaries."""
+    tokens (both powers of two), the anchor moving only at mini-batch boundaries. `compile_blocks` (True, or a
+    torch.compile backend's name) runs every block through one compiled `_block` (ops/common/compiled.py): the same
+    numbers to round-off, fewer and larger kernels."""
+    check_compile_option("compile_blocks", compile_blocks)
+    block = compiled(_block, compile_blocks) if compile_blocks else _block
     B, T, H, K = q.shape
     V = v.shape[-1]
     C = mini_batch
@@ -81,8 +93,8 @@ def ttt_chunk_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: Inn
             has_live = (live_n.sum(-1) > 0).unsqueeze(-1)  # [B, H, 1]
             final_anchor = torch.where(has_live, model.pack(anchor_w), final_anchor)
         mu = mu_n[n] if with_momentum else None
-        out, new_w, new_p = _block(anchor_w, W_now, P_now, q_n, k_n, v_n, eta_n, mu, kn, model=model, loss=loss,
-                                   loss_param=loss_param, dgd=dgd, ln=ln, step_rule=step_rule)
+        out, new_w, new_p = block(anchor_w, W_now, P_now, q_n, k_n, v_n, eta_n, mu, kn, model=model, loss=loss,
+                                  loss_param=loss_param, dgd=dgd, ln=ln, step_rule=step_rule)
         outputs.append(out)
         W_now, P_now = new_w, new_p
     theta = model.pack(W_now)
