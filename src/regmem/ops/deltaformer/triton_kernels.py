@@ -114,8 +114,9 @@ def _erase_fwd(k_ptr, w_ptr, v_ptr, alpha_ptr, beta_ptr, a_ptr, mask_ptr, u_ptr,
             erased += a_g * acc * z_inv[:, None]
             block += a_g * p * z_inv[:, None]
             lse = tl.where(z > 0, m_safe + tl.log(tl.where(z > 0, z, 1.0)), float("-inf"))
-            if pid_v == 0:  # every tile computes the same normalisers
-                tl.store(lse_ptr + (bh * G + g) * T + r, lse, mask=r_valid)
+            # every value tile computes the same normalisers, bit for bit, and stores them: each program then reads
+            # back its own write (below), never one a sibling program has not made yet
+            tl.store(lse_ptr + (bh * G + g) * T + r, lse, mask=r_valid)
             tl.store(e_ptr + ((bh * G + g) * T + r[:, None]) * V + vd[None, :], acc * z_inv[:, None],
                      mask=r_valid[:, None] & (vd < V)[None, :])  # the earlier pairs' part of E^g; own block below
         beta = tl.load(beta_ptr + bh * T + r, mask=r_valid, other=0.0)
