@@ -70,7 +70,7 @@ def _scores(w, k_ptr, i, kd, pos, row_valid, L, K, mask_ptr, scale, HAS_MASK: tl
 def _erase_fwd(k_ptr, w_ptr, v_ptr, alpha_ptr, beta_ptr, a_ptr, mask_ptr, u_ptr, lse_ptr, e_ptr,
                T, S, L, K, V, G, H, scale, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
                BLOCK: tl.constexpr, BK: tl.constexpr, BVT: tl.constexpr):
-    bh, pid_v = tl.program_id(0), tl.program_id(1)
+    bh, pid_v = tl.program_id(0).to(tl.int64), tl.program_id(1)  # int64 offsets
     h = bh % H
     kd = tl.arange(0, BK)
     vd = pid_v * BVT + tl.arange(0, BVT)  # this program's tile of the value columns (each solves apart)
@@ -173,7 +173,7 @@ def _erase_adjoint(k_ptr, w_ptr, beta_ptr, a_ptr, mask_ptr, lse_ptr, ubar_ptr, d
                    HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
                    BK: tl.constexpr, BVT: tl.constexpr):
     """d of the new rows: (I + (beta A)^T) d = ubar, chunk by chunk from the last, back substitution within one."""
-    bh, pid_v = tl.program_id(0), tl.program_id(1)
+    bh, pid_v = tl.program_id(0).to(tl.int64), tl.program_id(1)  # int64 offsets
     h = bh % H
     kd = tl.arange(0, BK)
     vd = pid_v * BVT + tl.arange(0, BVT)  # the value columns' systems are independent
@@ -217,7 +217,7 @@ def _cache_adjoint(k_ptr, w_ptr, beta_ptr, a_ptr, mask_ptr, lse_ptr, ubar_ptr, d
                    BK: tl.constexpr, BVT: tl.constexpr):
     """d of the cached pairs: ubar minus what every new row pushes back onto them (no system: no cached row
     erases)."""
-    pid, bh, pid_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    pid, bh, pid_v = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     vd = pid_v * BVT + tl.arange(0, BVT)
     i = pid * BLOCK + tl.arange(0, BLOCK)
     later = _pushed_back(k_ptr + bh * L * K, w_ptr, lse_ptr, beta_ptr, d_ptr, a_ptr, mask_ptr + (bh // H) * L, i, vd,
@@ -252,7 +252,7 @@ def _erase_dw(k_ptr, w_ptr, u_ptr, beta_ptr, a_ptr, mask_ptr, lse_ptr, e_ptr, d_
               scale, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
               BK: tl.constexpr, BV: tl.constexpr):
     """dw^g for one block of rows: scale sum over the pairs they see of ds k."""
-    pid, bh = tl.program_id(0), tl.program_id(1)
+    pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     h = bh % H
     kd = tl.arange(0, BK)
     vd = tl.arange(0, BV)
@@ -285,7 +285,7 @@ def _erase_dk(k_ptr, w_ptr, u_ptr, beta_ptr, a_ptr, mask_ptr, lse_ptr, e_ptr, d_
               scale, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
               BK: tl.constexpr, BV: tl.constexpr):
     """dk (erase part) for one block of pairs: scale sum over the rows that see them and every g of ds^T w."""
-    pid, bh = tl.program_id(0), tl.program_id(1)
+    pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     h = bh % H
     kd = tl.arange(0, BK)
     vd = tl.arange(0, BV)

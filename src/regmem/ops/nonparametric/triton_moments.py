@@ -54,7 +54,7 @@ def _weights(q, k_ptr, j, d, pos, t_valid, L, D, mask_ptr, scale, HAS_MASK: tl.c
 def _moments_fwd(q_ptr, k_ptr, x_ptr, mask_ptr, out_ptr, max_ptr, T, L, D, F, H, offset, scale,
                  HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_T: tl.constexpr,
                  BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr):
-    pid_t, pid_f, bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    pid_t, pid_f, bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)  # int64: BH L F > 2^31
     t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     d = tl.arange(0, BLOCK_D)
     f = pid_f * BLOCK_F + tl.arange(0, BLOCK_F)
@@ -87,7 +87,7 @@ def _moments_bwd_x(q_ptr, k_ptr, g_ptr, mask_ptr, max_ptr, dx_ptr, T, L, D, F, H
                    HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_T: tl.constexpr,
                    BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr):
     """dX for one (key block, F tile): sum over the queries that see the block of p^T g."""
-    pid_j, pid_f, bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    pid_j, pid_f, bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     j = pid_j * BLOCK_L + tl.arange(0, BLOCK_L)
     d = tl.arange(0, BLOCK_D)
     f = pid_f * BLOCK_F + tl.arange(0, BLOCK_F)
@@ -128,7 +128,7 @@ def _moments_bwd_k(q_ptr, k_ptr, x_ptr, g_ptr, mask_ptr, max_ptr, dk_ptr, T, L, 
                    HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_T: tl.constexpr,
                    BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr):
     """dk for one key block: scale sum over the queries that see it of ds^T q."""
-    pid_j, bh = tl.program_id(0), tl.program_id(1)
+    pid_j, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     j = pid_j * BLOCK_L + tl.arange(0, BLOCK_L)
     d = tl.arange(0, BLOCK_D)
     mask_row = mask_ptr + (bh // H) * L
@@ -153,7 +153,7 @@ def _moments_bwd_q(q_ptr, k_ptr, x_ptr, g_ptr, mask_ptr, max_ptr, dq_ptr, T, L, 
                    HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_T: tl.constexpr,
                    BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr):
     """dq for one query block: scale sum over the pairs it sees of ds k."""
-    pid_t, bh = tl.program_id(0), tl.program_id(1)
+    pid_t, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     d = tl.arange(0, BLOCK_D)
     t_valid = t < T
