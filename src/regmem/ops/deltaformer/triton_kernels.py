@@ -248,6 +248,17 @@ def _row_inputs(d_ptr, beta_ptr, bh, t, t_valid, T, S, L, V, vd):
 
 
 @triton.jit
+def _rows_of(w_ptr, lse_ptr, e_ptr, a_ptr, bh, h, g, t, t_valid, T, K, V, G, kd, vd):
+    """Erase vector g's inputs for the rows t: a_g, w^g_t [BLOCK, BK], lse^g_t [BLOCK], E^g_t [BLOCK, BV]."""
+    w = tl.load(w_ptr + ((bh * G + g) * T + t[:, None]) * K + kd[None, :], mask=t_valid[:, None] & (kd < K)[None, :],
+                other=0.0)
+    lse = tl.load(lse_ptr + (bh * G + g) * T + t, mask=t_valid, other=float("-inf"))
+    e = tl.load(e_ptr + ((bh * G + g) * T + t[:, None]) * V + vd[None, :], mask=t_valid[:, None] & (vd < V)[None, :],
+                other=0.0)
+    return tl.load(a_ptr + h * G + g), w, lse, e
+
+
+@triton.jit
 def _erase_dw(k_ptr, w_ptr, u_ptr, beta_ptr, a_ptr, mask_ptr, lse_ptr, e_ptr, d_ptr, dw_ptr, T, S, L, K, V, G, H,
               scale, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
               BK: tl.constexpr, BV: tl.constexpr):
@@ -264,11 +275,7 @@ def _erase_dw(k_ptr, w_ptr, u_ptr, beta_ptr, a_ptr, mask_ptr, lse_ptr, e_ptr, d_
     row_mask = t_valid[:, None] & (kd < K)[None, :]
     stop = tl.minimum(S + (pid + 1) * BLOCK, L)  # the last row sees the pairs before it
     for g in range(G):
-        a_g = tl.load(a_ptr + h * G + g)
-        w = tl.load(w_ptr + ((bh * G + g) * T + t[:, None]) * K + kd[None, :], mask=row_mask, other=0.0)
-        lse = tl.load(lse_ptr + (bh * G + g) * T + t, mask=t_valid, other=float("-inf"))
-        e = tl.load(e_ptr + ((bh * G + g) * T + t[:, None]) * V + vd[None, :],
-                    mask=t_valid[:, None] & (vd < V)[None, :], other=0.0)
+        a_g, w, lse, e = _rows_of(w_ptr, lse_ptr, e_ptr, a_ptr, bh, h, g, t, t_valid, T, K, V, G, kd, vd)
         acc = tl.zeros([BLOCK, BK], ACC)
         for j0 in range(0, stop, BLOCK):
             j = j0 + tl.arange(0, BLOCK)
@@ -299,12 +306,7 @@ def _erase_dk(k_ptr, w_ptr, u_ptr, beta_ptr, a_ptr, mask_ptr, lse_ptr, e_ptr, d_
         t_valid = t < T
         d, beta = _row_inputs(d_ptr, beta_ptr, bh, t, t_valid, T, S, L, V, vd)
         for g in range(G):
-            a_g = tl.load(a_ptr + h * G + g)
-            w = tl.load(w_ptr + ((bh * G + g) * T + t[:, None]) * K + kd[None, :],
-                        mask=t_valid[:, None] & (kd < K)[None, :], other=0.0)
-            lse = tl.load(lse_ptr + (bh * G + g) * T + t, mask=t_valid, other=float("-inf"))
-            e = tl.load(e_ptr + ((bh * G + g) * T + t[:, None]) * V + vd[None, :],
-                        mask=t_valid[:, None] & (vd < V)[None, :], other=0.0)
+            a_g, w, lse, e = _rows_of(w_ptr, lse_ptr, e_ptr, a_ptr, bh, h, g, t, t_valid, T, K, V, G, kd, vd)
             ds = _logit_grads(w, k_bh, u_ptr + bh * L * V, i, kd, vd, S + t, t_valid, d, e, a_g, beta, L, K, V,
                               mask_row, lse, scale, HAS_MASK, PRECISION)
             acc += tl.dot(tl.trans(ds).to(w.dtype), w, input_precision=PRECISION)

@@ -83,6 +83,15 @@ def _moments_fwd(q_ptr, k_ptr, x_ptr, mask_ptr, out_ptr, max_ptr, T, L, D, F, H,
 
 
 @triton.jit
+def _query_block(q_ptr, max_ptr, bh, t, d, T, D):
+    """The queries t [BLOCK_T, BLOCK_D] (zeros past T and D), which of them are real, and their maxima m_t."""
+    t_valid = t < T
+    q = tl.load(q_ptr + bh * T * D + t[:, None] * D + d[None, :], mask=t_valid[:, None] & (d < D)[None, :],
+                other=0.0)
+    return q, t_valid, tl.load(max_ptr + bh * T + t, mask=t_valid, other=0.0)
+
+
+@triton.jit
 def _moments_bwd_x(q_ptr, k_ptr, g_ptr, mask_ptr, max_ptr, dx_ptr, T, L, D, F, H, offset, scale,
                    HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_T: tl.constexpr,
                    BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr):
@@ -96,11 +105,8 @@ def _moments_bwd_x(q_ptr, k_ptr, g_ptr, mask_ptr, max_ptr, dx_ptr, T, L, D, F, H
     first = tl.maximum(pid_j * BLOCK_L - offset, 0) // BLOCK_T * BLOCK_T  # the first query block that sees j
     for t0 in range(first, T, BLOCK_T):
         t = t0 + tl.arange(0, BLOCK_T)
-        t_valid = t < T
-        q = tl.load(q_ptr + bh * T * D + t[:, None] * D + d[None, :], mask=t_valid[:, None] & (d < D)[None, :],
-                    other=0.0)
+        q, t_valid, m = _query_block(q_ptr, max_ptr, bh, t, d, T, D)
         s, _ = _weights(q, k_ptr + bh * L * D, j, d, offset + t, t_valid, L, D, mask_row, scale, HAS_MASK, PRECISION)
-        m = tl.load(max_ptr + bh * T + t, mask=t_valid, other=0.0)
         p = tl.exp(s - m[:, None])  # 0 where not allowed
         g = tl.load(g_ptr + bh * T * F + t[:, None] * F + f[None, :], mask=t_valid[:, None] & (f < F)[None, :],
                     other=0.0)  # [BLOCK_T, BLOCK_F]
@@ -136,11 +142,8 @@ def _moments_bwd_k(q_ptr, k_ptr, x_ptr, g_ptr, mask_ptr, max_ptr, dk_ptr, T, L, 
     first = tl.maximum(pid_j * BLOCK_L - offset, 0) // BLOCK_T * BLOCK_T
     for t0 in range(first, T, BLOCK_T):
         t = t0 + tl.arange(0, BLOCK_T)
-        t_valid = t < T
-        q = tl.load(q_ptr + bh * T * D + t[:, None] * D + d[None, :], mask=t_valid[:, None] & (d < D)[None, :],
-                    other=0.0)
+        q, t_valid, m = _query_block(q_ptr, max_ptr, bh, t, d, T, D)
         s, _ = _weights(q, k_ptr + bh * L * D, j, d, offset + t, t_valid, L, D, mask_row, scale, HAS_MASK, PRECISION)
-        m = tl.load(max_ptr + bh * T + t, mask=t_valid, other=0.0)
         ds = _logit_grads(g_ptr + bh * T * F, x_ptr + bh * L * F, t, j, t_valid, L, F, tl.exp(s - m[:, None]),
                           PRECISION, ACC, BLOCK_T, BLOCK_L, BLOCK_F)
         acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
@@ -156,10 +159,7 @@ def _moments_bwd_q(q_ptr, k_ptr, x_ptr, g_ptr, mask_ptr, max_ptr, dq_ptr, T, L, 
     pid_t, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     d = tl.arange(0, BLOCK_D)
-    t_valid = t < T
-    q = tl.load(q_ptr + bh * T * D + t[:, None] * D + d[None, :], mask=t_valid[:, None] & (d < D)[None, :],
-                other=0.0)
-    m = tl.load(max_ptr + bh * T + t, mask=t_valid, other=0.0)
+    q, t_valid, m = _query_block(q_ptr, max_ptr, bh, t, d, T, D)
     mask_row = mask_ptr + (bh // H) * L
     acc = tl.zeros([BLOCK_T, BLOCK_D], ACC)
     stop = tl.minimum(offset + (pid_t + 1) * BLOCK_T, L)
