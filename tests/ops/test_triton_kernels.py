@@ -86,9 +86,9 @@ def test_moments_kernels_read_nothing_outside_their_tensors():
     B, H, T, S, D, F = 1, 2, 21, 3, 5, 37
     q, k, X, key_mask = _moments_inputs(B, H, T, S, D, F, dtype=torch.float64, masked=True)
 
-    def poisoned(x):
-        storage = torch.full((x.numel() + 4096,), float("nan"), dtype=x.dtype)
-        storage[:x.numel()] = x.flatten()
+    def poisoned(x):  # on the device: `.to(DEVICE)` of a view would copy the view alone, without the NaN tail
+        storage = torch.full((x.numel() + 4096,), float("nan"), dtype=x.dtype, device=DEVICE)
+        storage[:x.numel()] = x.flatten().to(DEVICE)
         return storage[:x.numel()].view(x.shape)
 
     from regmem.ops.nonparametric.triton_moments import TritonMoments
@@ -284,6 +284,12 @@ def test_triton_backend_has_the_chunk_form_only(op, mode):
     q, k, v = kv_cache_inputs(1, 8, 1, 4, 3, 0, dtype=torch.float32).values()
     with pytest.raises(ValueError, match="backend='triton' provides the chunk form only"):
         op(q, k, v, backend="triton", mode=mode)
+
+
+def test_deltaformer_triton_refuses_float64_values_wider_than_its_tiles():
+    inputs = _deltaformer_inputs(1, 4, 1, 1, 4, 129, 0, dtype=torch.float64, masked=False, erase_weights=False)
+    with pytest.raises(ValueError, match="V <= 128 in float64"):
+        deltaformer(**inputs, backend="triton")
 
 
 def test_deltaformer_auto_runs_torch_for_an_erase_kernel_the_kernels_lack(monkeypatch):

@@ -121,3 +121,11 @@ def check_triton_device(q: torch.Tensor) -> None:
 
 def triton_backend(**forms: Callable) -> Backend:
     return Backend(forms, triton_usable)
+
+
+def triton_key_mask(key_mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """A key mask [B, L] as int32 for regmem's Triton kernels (with int8, Triton 3.7-3.8 fail to compile their float64
+    variants: "fp64 don't support largeK MMA"); a one-element placeholder, never read, when there is none."""
+    if key_mask is None:
+        return torch.ones(1, dtype=torch.int32, device=like.device)
+    return key_mask.to(torch.int32).contiguous()

@@ -10,11 +10,14 @@ tests/ops/test_triton_kernels.py checks them against the torch form without a GP
 
 from __future__ import annotations
 
+import torch
 from einops import rearrange
 
 from regmem.ops.common.backends import check_triton_device, triton_backend, triton_module
 from regmem.ops.deltaformer.chunk import chunked_read
 from regmem.ops.deltaformer.state import KUState, cached_pairs
+
+MAX_FLOAT64_V = 128  # float64 dw/dk tiles at V = 256 need 262 KB of shared memory even at one pipeline stage
 
 
 def deltaformer_triton_core(q, k, v, w, alpha, beta, *, initial_state, erase_weights, erase_kernel, read_kernel,
@@ -26,6 +29,9 @@ def deltaformer_triton_core(q, k, v, w, alpha, beta, *, initial_state, erase_wei
     if erase_kernel != "softmax":
         raise ValueError(f"backend='triton' runs erase_kernel='softmax' only, got {erase_kernel!r}; use "
                          "backend='torch'")
+    if q.dtype == torch.float64 and v.shape[-1] > MAX_FLOAT64_V:  # the backward's tiles outgrow shared memory
+        raise ValueError(f"backend='triton' takes v's last dim V <= {MAX_FLOAT64_V} in float64, got V = "
+                         f"{v.shape[-1]}; use backend='torch' (or float32)")
     erase = triton_module("regmem.ops.deltaformer.triton_kernels").TritonErase.apply
     k_all, u_cache, S = cached_pairs(k, initial_state)
     heads = "b t h x -> b h t x"

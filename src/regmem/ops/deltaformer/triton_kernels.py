@@ -36,6 +36,8 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
+from regmem.ops.common.backends import triton_key_mask
+
 BLOCK = 32  # rows per chunk and pairs per tile
 VALUE_TILE = 32  # value columns per program of the sequential kernels (each column's system is solved apart)
 
@@ -68,8 +70,9 @@ def _scores(w, k_ptr, i, kd, pos, row_valid, L, K, mask_ptr, scale, HAS_MASK: tl
 
 @triton.jit
 def _erase_fwd(k_ptr, w_ptr, v_ptr, alpha_ptr, beta_ptr, a_ptr, mask_ptr, u_ptr, lse_ptr, e_ptr,
-               T, S, L, K, V, G, H, scale, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
+               T, S, L, K, V, G, H, scale_ptr, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
                BLOCK: tl.constexpr, BK: tl.constexpr, BVT: tl.constexpr):
+    scale = tl.load(scale_ptr)  # a tensor in the inputs' dtype: a Python float reaches a kernel as float32
     bh, pid_v = tl.program_id(0).to(tl.int64), tl.program_id(1)  # int64 offsets
     h = bh % H
     kd = tl.arange(0, BK)
@@ -169,10 +172,11 @@ def _pushed_back(k_bh, w_ptr, lse_ptr, beta_ptr, d_ptr, a_ptr, mask_row, i, vd, 
 
 
 @triton.jit
-def _erase_adjoint(k_ptr, w_ptr, beta_ptr, a_ptr, mask_ptr, lse_ptr, ubar_ptr, d_ptr, T, S, L, K, V, G, H, scale,
+def _erase_adjoint(k_ptr, w_ptr, beta_ptr, a_ptr, mask_ptr, lse_ptr, ubar_ptr, d_ptr, T, S, L, K, V, G, H, scale_ptr,
                    HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
                    BK: tl.constexpr, BVT: tl.constexpr):
     """d of the new rows: (I + (beta A)^T) d = ubar, chunk by chunk from the last, back substitution within one."""
+    scale = tl.load(scale_ptr)  # a tensor in the inputs' dtype: a Python float reaches a kernel as float32
     bh, pid_v = tl.program_id(0).to(tl.int64), tl.program_id(1)  # int64 offsets
     h = bh % H
     kd = tl.arange(0, BK)
@@ -212,11 +216,12 @@ def _erase_adjoint(k_ptr, w_ptr, beta_ptr, a_ptr, mask_ptr, lse_ptr, ubar_ptr, d
 
 
 @triton.jit
-def _cache_adjoint(k_ptr, w_ptr, beta_ptr, a_ptr, mask_ptr, lse_ptr, ubar_ptr, d_ptr, T, S, L, K, V, G, H, scale,
+def _cache_adjoint(k_ptr, w_ptr, beta_ptr, a_ptr, mask_ptr, lse_ptr, ubar_ptr, d_ptr, T, S, L, K, V, G, H, scale_ptr,
                    HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
                    BK: tl.constexpr, BVT: tl.constexpr):
     """d of the cached pairs: ubar minus what every new row pushes back onto them (no system: no cached row
     erases)."""
+    scale = tl.load(scale_ptr)  # a tensor in the inputs' dtype: a Python float reaches a kernel as float32
     pid, bh, pid_v = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     vd = pid_v * BVT + tl.arange(0, BVT)
     i = pid * BLOCK + tl.arange(0, BLOCK)
@@ -260,9 +265,10 @@ def _rows_of(w_ptr, lse_ptr, e_ptr, a_ptr, bh, h, g, t, t_valid, T, K, V, G, kd,
 
 @triton.jit
 def _erase_dw(k_ptr, w_ptr, u_ptr, beta_ptr, a_ptr, mask_ptr, lse_ptr, e_ptr, d_ptr, dw_ptr, T, S, L, K, V, G, H,
-              scale, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
+              scale_ptr, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
               BK: tl.constexpr, BV: tl.constexpr):
     """dw^g for one block of rows: scale sum over the pairs they see of ds k."""
+    scale = tl.load(scale_ptr)  # a tensor in the inputs' dtype: a Python float reaches a kernel as float32
     pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     h = bh % H
     kd = tl.arange(0, BK)
@@ -289,9 +295,10 @@ def _erase_dw(k_ptr, w_ptr, u_ptr, beta_ptr, a_ptr, mask_ptr, lse_ptr, e_ptr, d_
 
 @triton.jit
 def _erase_dk(k_ptr, w_ptr, u_ptr, beta_ptr, a_ptr, mask_ptr, lse_ptr, e_ptr, d_ptr, dk_ptr, T, S, L, K, V, G, H,
-              scale, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
+              scale_ptr, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
               BK: tl.constexpr, BV: tl.constexpr):
     """dk (erase part) for one block of pairs: scale sum over the rows that see them and every g of ds^T w."""
+    scale = tl.load(scale_ptr)  # a tensor in the inputs' dtype: a Python float reaches a kernel as float32
     pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     h = bh % H
     kd = tl.arange(0, BK)
@@ -331,19 +338,20 @@ class TritonErase(torch.autograd.Function):
         u_all[:, :, :S] = u_cache
         lse = v.new_empty(B, H, G, T)
         E = v.new_empty(B, H, G, T, V)
-        mask = _mask_arg(key_mask, v)
+        mask = triton_key_mask(key_mask, v)
+        scale = torch.full((1,), float(scale), dtype=v.dtype, device=v.device)  # a kernel would round a float to fp32
         options = _options(v, key_mask is not None, K, V)
         if T and B * H:  # no zero-sized grids (no new rows: u_all is the cache)
             _erase_fwd[(B * H, triton.cdiv(V, options["BVT"]))](k_all, w, v, alpha, beta, a, mask, u_all, lse, E, T,
-                                                               S, L, K, V, G, H, float(scale), **_sequential(options))
-        ctx.save_for_backward(k_all, w, v, alpha, beta, a, mask, u_all, lse, E)
-        ctx.scale, ctx.options = float(scale), options
+                                                               S, L, K, V, G, H, scale, **_sequential(options))
+        ctx.save_for_backward(k_all, w, v, alpha, beta, a, mask, u_all, lse, E, scale)
+        ctx.options = options
         return u_all
 
     @staticmethod
     @once_differentiable
     def backward(ctx, ubar):
-        k_all, w, v, alpha, beta, a, mask, u_all, lse, E = ctx.saved_tensors
+        k_all, w, v, alpha, beta, a, mask, u_all, lse, E, scale = ctx.saved_tensors
         B, H, L, K = k_all.shape
         G, T, V = w.shape[2], w.shape[3], v.shape[-1]
         S = L - T
@@ -352,7 +360,7 @@ class TritonErase(torch.autograd.Function):
             zero = torch.zeros_like
             return (zero(k_all), zero(w), zero(v), zero(alpha), zero(beta), zero(a), ubar[:, :, :S], None, None)
         d = torch.empty_like(u_all)  # the adjoint of every u
-        sizes = (T, S, L, K, V, G, H, ctx.scale)
+        sizes = (T, S, L, K, V, G, H, scale)
         tiles = triton.cdiv(V, ctx.options["BVT"])
         _erase_adjoint[(B * H, tiles)](k_all, w, beta, a, mask, lse, ubar, d, *sizes, **_sequential(ctx.options))
         if S:
@@ -370,18 +378,13 @@ class TritonErase(torch.autograd.Function):
         return (dk, dw, alpha.unsqueeze(-1) * d_new, (v * d_new).sum(-1), grad_beta, grad_a, d[:, :, :S], None, None)
 
 
-def _mask_arg(key_mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
-    """The key mask as [B, L] int8 for the kernels; a one-element placeholder when there is none (never read)."""
-    if key_mask is None:
-        return torch.ones(1, dtype=torch.int8, device=like.device)
-    return key_mask.to(torch.int8).contiguous()
-
-
 def _options(x: torch.Tensor, has_mask: bool, K: int, V: int) -> dict:
-    """The kernels' compile-time arguments for this call (BVT: the sequential kernels' value tile, BV: all V)."""
+    """The kernels' compile-time arguments for this call (BVT: the sequential kernels' value tile, BV: all V). Two
+    pipeline stages, not Triton's default three: with three, `_erase_dk` at K = V = 256 in float32 needs more shared
+    memory than an H100 block has (234 KB against 227 KB; 168 KB with two, measured by compiling for sm_90)."""
     BV = max(16, triton.next_power_of_2(V))
     return dict(HAS_MASK=has_mask, PRECISION="ieee", ACC=tl.float64 if x.dtype == torch.float64 else tl.float32,
-                BLOCK=BLOCK, BK=max(16, triton.next_power_of_2(K)), BV=BV, BVT=min(BV, VALUE_TILE))
+                BLOCK=BLOCK, BK=max(16, triton.next_power_of_2(K)), BV=BV, BVT=min(BV, VALUE_TILE), num_stages=2)
 
 
 def _sequential(options: dict) -> dict:

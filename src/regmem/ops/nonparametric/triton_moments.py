@@ -31,6 +31,8 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
+from regmem.ops.common.backends import triton_key_mask
+
 BLOCK_T = 32  # queries per program
 BLOCK_L = 32  # pairs per step of a program's loop
 BLOCK_F = 64  # pair-feature columns per tile
@@ -51,9 +53,10 @@ def _weights(q, k_ptr, j, d, pos, t_valid, L, D, mask_ptr, scale, HAS_MASK: tl.c
 
 
 @triton.jit
-def _moments_fwd(q_ptr, k_ptr, x_ptr, mask_ptr, out_ptr, max_ptr, T, L, D, F, H, offset, scale,
+def _moments_fwd(q_ptr, k_ptr, x_ptr, mask_ptr, out_ptr, max_ptr, T, L, D, F, H, offset, scale_ptr,
                  HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_T: tl.constexpr,
                  BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr):
+    scale = tl.load(scale_ptr)  # a tensor in the inputs' dtype: a Python float reaches a kernel as float32
     pid_t, pid_f, bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)  # int64: BH L F > 2^31
     t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     d = tl.arange(0, BLOCK_D)
@@ -92,10 +95,11 @@ def _query_block(q_ptr, max_ptr, bh, t, d, T, D):
 
 
 @triton.jit
-def _moments_bwd_x(q_ptr, k_ptr, g_ptr, mask_ptr, max_ptr, dx_ptr, T, L, D, F, H, offset, scale,
+def _moments_bwd_x(q_ptr, k_ptr, g_ptr, mask_ptr, max_ptr, dx_ptr, T, L, D, F, H, offset, scale_ptr,
                    HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_T: tl.constexpr,
                    BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr):
     """dX for one (key block, F tile): sum over the queries that see the block of p^T g."""
+    scale = tl.load(scale_ptr)  # a tensor in the inputs' dtype: a Python float reaches a kernel as float32
     pid_j, pid_f, bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     j = pid_j * BLOCK_L + tl.arange(0, BLOCK_L)
     d = tl.arange(0, BLOCK_D)
@@ -130,10 +134,11 @@ def _logit_grads(g_ptr, x_ptr, t, j, t_valid, L, F, p, PRECISION: tl.constexpr, 
 
 
 @triton.jit
-def _moments_bwd_k(q_ptr, k_ptr, x_ptr, g_ptr, mask_ptr, max_ptr, dk_ptr, T, L, D, F, H, offset, scale,
+def _moments_bwd_k(q_ptr, k_ptr, x_ptr, g_ptr, mask_ptr, max_ptr, dk_ptr, T, L, D, F, H, offset, scale_ptr,
                    HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_T: tl.constexpr,
                    BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr):
     """dk for one key block: scale sum over the queries that see it of ds^T q."""
+    scale = tl.load(scale_ptr)  # a tensor in the inputs' dtype: a Python float reaches a kernel as float32
     pid_j, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     j = pid_j * BLOCK_L + tl.arange(0, BLOCK_L)
     d = tl.arange(0, BLOCK_D)
@@ -152,10 +157,11 @@ def _moments_bwd_k(q_ptr, k_ptr, x_ptr, g_ptr, mask_ptr, max_ptr, dk_ptr, T, L, 
 
 
 @triton.jit
-def _moments_bwd_q(q_ptr, k_ptr, x_ptr, g_ptr, mask_ptr, max_ptr, dq_ptr, T, L, D, F, H, offset, scale,
+def _moments_bwd_q(q_ptr, k_ptr, x_ptr, g_ptr, mask_ptr, max_ptr, dq_ptr, T, L, D, F, H, offset, scale_ptr,
                    HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_T: tl.constexpr,
                    BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr):
     """dq for one query block: scale sum over the pairs it sees of ds k."""
+    scale = tl.load(scale_ptr)  # a tensor in the inputs' dtype: a Python float reaches a kernel as float32
     pid_t, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     d = tl.arange(0, BLOCK_D)
@@ -184,25 +190,25 @@ class TritonMoments(torch.autograd.Function):
         B, H, T, D = q.shape
         L, F = X.shape[2], X.shape[3]
         q, k, X = (x.reshape(B * H, x.shape[2], x.shape[3]).contiguous() for x in (q, k, X))
-        mask = _mask_arg(key_mask, q)
+        mask = triton_key_mask(key_mask, q)
+        scale = torch.full((1,), float(scale), dtype=X.dtype, device=X.device)  # a kernel would round a float to fp32
         out = X.new_empty(B * H, T, F)
         maxima = X.new_empty(B * H, T)
         grid = (triton.cdiv(T, BLOCK_T), triton.cdiv(F, BLOCK_F), B * H)
-        _moments_fwd[grid](q, k, X, mask, out, maxima, T, L, D, F, H, offset, float(scale),
-                           **_options(q, key_mask, D))
-        ctx.save_for_backward(q, k, X, maxima, mask)
-        ctx.shape, ctx.scale, ctx.offset, ctx.has_mask = (B, H, T, L, D, F), float(scale), offset, key_mask is not None
+        _moments_fwd[grid](q, k, X, mask, out, maxima, T, L, D, F, H, offset, scale, **_options(q, key_mask, D))
+        ctx.save_for_backward(q, k, X, maxima, mask, scale)
+        ctx.shape, ctx.offset, ctx.has_mask = (B, H, T, L, D, F), offset, key_mask is not None
         return out.reshape(B, H, T, F)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        q, k, X, maxima, mask = ctx.saved_tensors
+        q, k, X, maxima, mask, scale = ctx.saved_tensors
         B, H, T, L, D, F = ctx.shape
         g = grad.reshape(B * H, T, F).contiguous()
         dq, dk, dX = torch.empty_like(q), torch.empty_like(k), torch.empty_like(X)
         options = _options(q, mask if ctx.has_mask else None, D)
-        args = (T, L, D, F, H, ctx.offset, ctx.scale)
+        args = (T, L, D, F, H, ctx.offset, scale)
         _moments_bwd_x[(triton.cdiv(L, BLOCK_L), triton.cdiv(F, BLOCK_F), B * H)](
             q, k, g, mask, maxima, dX, *args, **options)
         _moments_bwd_k[(triton.cdiv(L, BLOCK_L), B * H)](q, k, X, g, mask, maxima, dk, *args, **options)
@@ -210,15 +216,10 @@ class TritonMoments(torch.autograd.Function):
         return (dq.reshape(B, H, T, D), dk.reshape(B, H, L, D), dX.reshape(B, H, L, F), None, None, None, None)
 
 
-def _mask_arg(key_mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
-    """The key mask as [B, L] int8 for the kernels; a one-element placeholder when there is none (never read)."""
-    if key_mask is None:
-        return torch.ones(1, dtype=torch.int8, device=like.device)
-    return key_mask.to(torch.int8).contiguous()
-
-
 def _options(q: torch.Tensor, key_mask: torch.Tensor | None, D: int) -> dict:
-    """The kernels' compile-time arguments for this call."""
+    """The kernels' compile-time arguments for this call. Two pipeline stages, not Triton's default three: with three,
+    float64 tiles at a key width of 129-256 (a Gaussian kernel's K + 1) need more shared memory than an H100 block has
+    (238 KB against 227 KB, measured by compiling for sm_90)."""
     return dict(HAS_MASK=key_mask is not None, PRECISION="ieee",
                 ACC=tl.float64 if q.dtype == torch.float64 else tl.float32, BLOCK_T=BLOCK_T, BLOCK_L=BLOCK_L,
-                BLOCK_D=max(16, triton.next_power_of_2(D)), BLOCK_F=BLOCK_F)
+                BLOCK_D=max(16, triton.next_power_of_2(D)), BLOCK_F=BLOCK_F, num_stages=2)
