@@ -9,10 +9,16 @@ forms test), with cached pairs, key masks, packed sequences, and tile edges (T, 
 - deltaformer: the erase pass (`TritonErase`) through the whole op, with G erase vectors, learnt erase weights,
   gates, a cache and a key mask, at the kernels' tile and at a smaller one (more chunks per call).
 
-The interpreter runs a kernel at about a second per call at these sizes, so the shapes stay small.
+The interpreter runs a kernel at about a second per call at these sizes, so the shapes stay small. What it cannot
+see (shared memory, the dtypes a compiled kernel gives its arguments) is checked by compiling every kernel for sm_90
+(tests/ops/sm90_compile.py; Triton's CUDA backend needs no GPU to compile).
 """
 
+import os
+import subprocess
+import sys
 from functools import partial
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -58,6 +64,26 @@ def _moments_with_grads(fn, q, k, X, scale, offset, key_mask):
     cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(3), dtype=out.dtype).to(DEVICE)
     grads = torch.autograd.grad((out * cotangent).sum(), leaves)
     return {"moments": out.detach(), **{f"grad_{n}": g for n, g in zip("qkX", grads, strict=True)}}
+
+
+# --- compiled for a GPU ----------------------------------------------------------------------------------------
+
+HOPPER_SHARED_BYTES = 232448  # the shared memory one block may use on an H100 / H200 (sm_90)
+
+
+def test_every_kernel_compiles_for_hopper_within_its_shared_memory():
+    """Each kernel, float32 and float64, with the compile-time arguments its launch passes: compiled for sm_90 in a
+    process without TRITON_INTERPRET (under it the kernels are interpreter objects). With Triton's default three
+    pipeline stages the float64 moments at a key tile of 256 needed 238 KB and failed to launch on a GPU."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = Path(__file__).with_name("sm90_compile.py")
+    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=1200)
+    lines = [line for line in run.stdout.splitlines() if line.startswith(("OK ", "FAIL "))]
+    assert run.returncode == 0 and len(lines) == 18, run.stdout + run.stderr[-3000:]
+    failed = [line for line in lines if line.startswith("FAIL ")]
+    assert not failed, "\n".join(failed)
+    over = [line for line in lines if int(line.split()[-1]) > HOPPER_SHARED_BYTES]
+    assert not over, f"over {HOPPER_SHARED_BYTES} bytes of shared memory: {over}"
 
 
 # --- the moments kernels --------------------------------------------------------------------------------------
