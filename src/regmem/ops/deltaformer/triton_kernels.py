@@ -46,14 +46,15 @@ VALUE_TILE = 32  # value columns per program of the sequential kernels (each col
 def _probabilities(w, k_ptr, i, kd, pos, row_valid, L, K, mask_ptr, lse, scale, HAS_MASK: tl.constexpr,
                    PRECISION: tl.constexpr):
     """P[t, i] = exp(scale w_t . k_i - lse_t) on the allowed pairs (i < pos_t, the pair kept), 0 elsewhere: w
-    [BLOCK, BK] rows, keys i [BLOCK] at k_ptr ([L, K]); lse -inf (a row with no pair) gives a zero row."""
+    [BLOCK, BK] rows, keys i [BLOCK] at k_ptr ([L, K]); lse -inf (a row with no pair) gives a zero row. Returns P
+    and the keys it loaded [BLOCK, BK]."""
     kb = tl.load(k_ptr + i[:, None] * K + kd[None, :], mask=(i < L)[:, None] & (kd < K)[None, :], other=0.0)
     s = tl.dot(w, tl.trans(kb), input_precision=PRECISION) * scale
     allowed = (i[None, :] < pos[:, None]) & (i < L)[None, :] & row_valid[:, None]
     if HAS_MASK:
         allowed = allowed & (tl.load(mask_ptr + i, mask=i < L, other=0) != 0)[None, :]
     lse = tl.where(lse == float("-inf"), 0.0, lse)
-    return tl.where(allowed, tl.exp(s - lse[:, None]), 0.0)
+    return tl.where(allowed, tl.exp(s - lse[:, None]), 0.0), kb
 
 
 @triton.jit
@@ -140,7 +141,7 @@ def _erase_fwd(k_ptr, w_ptr, v_ptr, alpha_ptr, beta_ptr, a_ptr, mask_ptr, u_ptr,
             w = tl.load(w_ptr + ((bh * G + g) * T + r[:, None]) * K + kd[None, :],
                         mask=r_valid[:, None] & (kd < K)[None, :], other=0.0)
             lse = tl.load(lse_ptr + (bh * G + g) * T + r, mask=r_valid, other=float("-inf"))
-            p = _probabilities(w, k_bh, pos, kd, pos, r_valid, L, K, mask_row, lse, scale, HAS_MASK, PRECISION)
+            p, _ = _probabilities(w, k_bh, pos, kd, pos, r_valid, L, K, mask_row, lse, scale, HAS_MASK, PRECISION)
             e_ptrs = e_ptr + ((bh * G + g) * T + r[:, None]) * V + vd[None, :]
             e_mask = r_valid[:, None] & (vd < V)[None, :]
             e = tl.load(e_ptrs, mask=e_mask, other=0.0) + tl.dot(p.to(u.dtype), u, input_precision=PRECISION)
@@ -166,7 +167,7 @@ def _pushed_back(k_bh, w_ptr, lse_ptr, beta_ptr, d_ptr, a_ptr, mask_row, i, vd, 
             w = tl.load(w_ptr + ((bh * G + g) * T + t[:, None]) * K + kd[None, :],
                         mask=t_valid[:, None] & (kd < K)[None, :], other=0.0)
             lse = tl.load(lse_ptr + (bh * G + g) * T + t, mask=t_valid, other=float("-inf"))
-            p = _probabilities(w, k_bh, i, kd, S + t, t_valid, L, K, mask_row, lse, scale, HAS_MASK, PRECISION)
+            p, _ = _probabilities(w, k_bh, i, kd, S + t, t_valid, L, K, mask_row, lse, scale, HAS_MASK, PRECISION)
             acc += a_g * tl.dot(tl.trans(p).to(bd.dtype), bd, input_precision=PRECISION)
     return acc
 
@@ -198,8 +199,8 @@ def _erase_adjoint(k_ptr, w_ptr, beta_ptr, a_ptr, mask_ptr, lse_ptr, ubar_ptr, d
             w = tl.load(w_ptr + ((bh * G + g) * T + r[:, None]) * K + kd[None, :],
                         mask=r_valid[:, None] & (kd < K)[None, :], other=0.0)
             lse = tl.load(lse_ptr + (bh * G + g) * T + r, mask=r_valid, other=float("-inf"))
-            block += a_g * _probabilities(w, k_bh, pos, kd, pos, r_valid, L, K, mask_row, lse, scale, HAS_MASK,
-                                          PRECISION)
+            p, _ = _probabilities(w, k_bh, pos, kd, pos, r_valid, L, K, mask_row, lse, scale, HAS_MASK, PRECISION)
+            block += a_g * p
         beta = tl.load(beta_ptr + bh * T + r, mask=r_valid, other=0.0)
         block = beta[:, None] * block
         rhs = tl.load(ubar_ptr + (bh * L + pos[:, None]) * V + vd[None, :], mask=r_valid[:, None] & (vd < V)[None, :],
@@ -236,12 +237,13 @@ def _cache_adjoint(k_ptr, w_ptr, beta_ptr, a_ptr, mask_ptr, lse_ptr, ubar_ptr, d
 @triton.jit
 def _logit_grads(w, k_bh, u_bh, i, kd, vd, pos, t_valid, d, e, a_g, beta, L, K, V, mask_row, lse, scale,
                  HAS_MASK: tl.constexpr, PRECISION: tl.constexpr):
-    """ds[t, i] = -a_g beta_t P[t, i] (d_t . u_i - d_t . E_t) for rows t (at pos) and pairs i: [BLOCK, BLOCK]."""
-    p = _probabilities(w, k_bh, i, kd, pos, t_valid, L, K, mask_row, lse, scale, HAS_MASK, PRECISION)
+    """ds[t, i] = -a_g beta_t P[t, i] (d_t . u_i - d_t . E_t) for rows t (at pos) and pairs i: [BLOCK, BLOCK],
+    and the keys k_i it loaded."""
+    p, kb = _probabilities(w, k_bh, i, kd, pos, t_valid, L, K, mask_row, lse, scale, HAS_MASK, PRECISION)
     ub = tl.load(u_bh + i[:, None] * V + vd[None, :], mask=(i < L)[:, None] & (vd < V)[None, :], other=0.0)
     du = tl.dot(d, tl.trans(ub), input_precision=PRECISION)  # d_t . u_i
     de = tl.sum(d * e, axis=1)  # d_t . E_t
-    return -a_g * beta[:, None] * p * (du - de[:, None])
+    return -a_g * beta[:, None] * p * (du - de[:, None]), kb
 
 
 @triton.jit
@@ -285,9 +287,8 @@ def _erase_dw(k_ptr, w_ptr, u_ptr, beta_ptr, a_ptr, mask_ptr, lse_ptr, e_ptr, d_
         acc = tl.zeros([BLOCK, BK], ACC)
         for j0 in range(0, stop, BLOCK):
             j = j0 + tl.arange(0, BLOCK)
-            ds = _logit_grads(w, k_bh, u_ptr + bh * L * V, j, kd, vd, S + t, t_valid, d, e, a_g, beta, L, K, V,
-                              mask_row, lse, scale, HAS_MASK, PRECISION)
-            kb = tl.load(k_bh + j[:, None] * K + kd[None, :], mask=(j < L)[:, None] & (kd < K)[None, :], other=0.0)
+            ds, kb = _logit_grads(w, k_bh, u_ptr + bh * L * V, j, kd, vd, S + t, t_valid, d, e, a_g, beta, L, K, V,
+                                  mask_row, lse, scale, HAS_MASK, PRECISION)  # kb: the keys it loaded, reused
             acc += tl.dot(ds.to(kb.dtype), kb, input_precision=PRECISION)
         tl.store(dw_ptr + ((bh * G + g) * T + t[:, None]) * K + kd[None, :], (acc * scale).to(dw_ptr.dtype.element_ty),
                  mask=row_mask)
@@ -314,8 +315,8 @@ def _erase_dk(k_ptr, w_ptr, u_ptr, beta_ptr, a_ptr, mask_ptr, lse_ptr, e_ptr, d_
         d, beta = _row_inputs(d_ptr, beta_ptr, bh, t, t_valid, T, S, L, V, vd)
         for g in range(G):
             a_g, w, lse, e = _rows_of(w_ptr, lse_ptr, e_ptr, a_ptr, bh, h, g, t, t_valid, T, K, V, G, kd, vd)
-            ds = _logit_grads(w, k_bh, u_ptr + bh * L * V, i, kd, vd, S + t, t_valid, d, e, a_g, beta, L, K, V,
-                              mask_row, lse, scale, HAS_MASK, PRECISION)
+            ds, _ = _logit_grads(w, k_bh, u_ptr + bh * L * V, i, kd, vd, S + t, t_valid, d, e, a_g, beta, L, K, V,
+                                 mask_row, lse, scale, HAS_MASK, PRECISION)
             acc += tl.dot(tl.trans(ds).to(w.dtype), w, input_precision=PRECISION)
     tl.store(dk_ptr + (bh * L + i[:, None]) * K + kd[None, :], (acc * scale).to(dk_ptr.dtype.element_ty),
              mask=(i < L)[:, None] & (kd < K)[None, :])
