@@ -10,17 +10,19 @@ from triton.compiler import ASTSource
 
 from regmem.ops.deltaformer import triton_kernels as erase
 from regmem.ops.nonparametric import triton_moments as moments
+from regmem.ops.regression import triton_cg
 
-INTS = {"T", "S", "L", "K", "V", "G", "H", "D", "F", "offset"}
+INTS = {"T", "S", "L", "K", "V", "G", "H", "D", "F", "N", "offset", "steps"}
 
 
 def build(fn, dtype: str, constexprs: dict) -> None:
-    stages = constexprs.pop("num_stages", 3)  # a launch option, not a kernel argument
+    stages = constexprs.pop("num_stages", 3)  # launch options, not kernel arguments
+    warps = constexprs.pop("num_warps", 4)
     signature = {n: "constexpr" if n in constexprs else "i32" if n in INTS else "*i32" if n == "mask_ptr"
                  else f"*{dtype}" for n in fn.arg_names}
     try:
         kernel = triton.compile(ASTSource(fn, signature, constexprs=constexprs), target=GPUTarget("cuda", 90, 32),
-                                options={"num_warps": 4, "num_stages": stages})
+                                options={"num_warps": warps, "num_stages": stages})
         print(f"OK {fn.__name__} {dtype} {kernel.metadata.shared}", flush=True)
     except Exception as err:  # the line is the result
         print(f"FAIL {fn.__name__} {dtype}: {type(err).__name__}: {str(err)[:300]}", flush=True)
@@ -28,7 +30,8 @@ def build(fn, dtype: str, constexprs: dict) -> None:
 
 def main() -> None:
     """Each kernel with the compile-time arguments its launch passes (the modules' own `_options`), float32 and
-    float64: DeltaFormer at K = V = 128 (the GPU bench's shape), the moments at their widest key tile (D 129-256)."""
+    float64: DeltaFormer at K = V = 128 (the GPU bench's shape), the moments at their widest key tile (D 129-256), the
+    least-squares CG solve at its widest feature dim (F 128)."""
     for dtype, torch_dtype in (("fp32", torch.float32), ("fp64", torch.float64)):
         like = torch.empty(0, dtype=torch_dtype)
         options = erase._options(like, True, 128, 128)
@@ -39,6 +42,7 @@ def main() -> None:
         options = moments._options(like, torch.ones(1, 1, dtype=torch.bool), 129)
         for fn in (moments._moments_fwd, moments._moments_bwd_x, moments._moments_bwd_k, moments._moments_bwd_q):
             build(fn, dtype, dict(options))
+        build(triton_cg._cg_solve, dtype, triton_cg._options(like, 64, triton_cg.MAX_F))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The conjugate-gradient solver of least_squares.chunk (MesaNet, arXiv:2506.05233) converges to the exact
-Cholesky solve: in exact arithmetic CG solves an F x F system in F steps, so F + 2 steps reach float64 rounding."""
+Cholesky solve: in exact arithmetic CG solves an F x F system in F steps, so F + 2 steps reach float64 rounding. Its
+backward is implicit (ops/regression/cg.py), so at convergence its gradients are the exact solve's too."""
 
 from functools import partial
 
@@ -8,7 +9,9 @@ import torch
 from test_least_squares_forms import ls_inputs
 
 from helpers import run_with_grads
+from regmem.ops.common import split_chunks
 from regmem.ops.regression import LeastSquaresState, least_squares
+from regmem.ops.regression.cg import conjugate_gradient, operator_pieces, torch_solve
 
 
 @pytest.mark.parametrize("gate", [pytest.param(None, id="uniform"), pytest.param(1.0, id="decay")])
@@ -80,3 +83,21 @@ def test_cg_gradients_stay_finite_where_tokens_converge_early():
         assert torch.isfinite(t.grad).all(), f"grad_{name} is not finite"
     exact, _ = least_squares.chunk(q, k, v, ridge=ridge.detach())
     assert (o - exact).abs().max() < 1e-5
+
+
+def test_cg_backward_is_one_more_solve_not_autograd_through_the_iterations():
+    """The backward is implicit (MesaNet's): dq = the same CG applied to dz (A_t is symmetric). Two steps do not
+    solve this system, and there the gradient through the iterations (what regmem differentiated before) differs."""
+    inputs = ls_inputs(1, 40, 2, 16, 2, gate=0.5, ridge="per_channel")
+    k, g, ridge, R0 = inputs["k"], inputs["g"], inputs["ridge"], inputs["initial_state"].R
+    q = inputs["q"].clone().requires_grad_()
+    dz = torch.randn(q.shape, dtype=q.dtype, generator=torch.Generator().manual_seed(5))
+    z, _ = conjugate_gradient(q, k, g, R0, ridge, 16, 2)
+    (dq,) = torch.autograd.grad(z, q, dz)
+    adjoint, _ = conjugate_gradient(dz, k, g, R0, ridge, 16, 2)
+    torch.testing.assert_close(dq, adjoint, rtol=1e-12, atol=1e-12)
+
+    k_c, g_c, R_in, _ = operator_pieces(k, g, R0, 16)
+    unrolled = torch_solve(split_chunks(q, 16), k_c, g_c, R_in, ridge, 2)  # autograd through the two steps
+    (dq_unrolled,) = torch.autograd.grad(unrolled, q, split_chunks(dz, 16))
+    assert (dq_unrolled - dq).abs().max() > 1e-2 * dq.abs().max()

@@ -197,6 +197,9 @@ def _least_squares_cg(*, mode, chunk_size=64, **kw):
     return least_squares.chunk(**kw, ridge=1.0, chunk_size=chunk_size, solver="cg", cg_steps=30)
 
 
+_least_squares_cg.backends = least_squares.backends  # `backend=` reaches the op (its Triton kernel solves by CG)
+
+
 def _deep(momentum: bool, **model_options):
     """The engine with a 2-layer GELU MLP memory of width 4 x head dim (TTT-MLP: with biases; Titans: with momentum
     and weight decay), inner mini-batch 16, from a fixed random initial memory (zero is a fixed point of an MLP)."""

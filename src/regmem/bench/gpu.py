@@ -8,8 +8,8 @@ Two tables, each stopped at its share of the time budget (rows not reached say s
   kernel for the same op on the same tensors (`FLA_KERNELS`; a refusal, e.g. fla's Triton check on Hopper, is
   recorded as the row's error). Inputs are the cases' own (`regmem.ops.examples`). fla's conventions are not
   mapped here: the row times its kernel on tensors of the same shape, which is what its speed depends on. An op
-  with regmem's own Triton kernels (`backend="triton"`: DeltaFormer, local-linear attention) is timed on them too,
-  and its issue target is judged on that time.
+  with regmem's own Triton kernels (`backend="triton"`: DeltaFormer, local-linear attention, least squares by CG) is
+  timed on them too, and its issue target is judged on that time.
 - **layers**: every mixer of `MIXERS` at its defaults, one training step (forward, mean-square loss, backward) at
   B 8, T 512, d_model 256, 4 heads, fp32: eager time, tokens/s, the time over Gated DeltaNet's, whether the step is
   free of host synchronisations (`torch.cuda.set_sync_debug_mode("error")`, value checks off), and for
@@ -35,7 +35,7 @@ OP_SHAPE = Shape(B=4, T=4096, H=16, K=128, V=128, chunk_size=64)
 LAYER_SHAPE = {"batch": 8, "seq_len": 512, "d_model": 256, "heads": 4}
 # The cases the issues quote first (they run first, so a short budget still covers them), then every other case.
 LEADING_CASES = ("linear_attn", "gla_scalar", "gla_diagonal", "delta_rule", "gated_delta_rule", "least_squares",
-                 "hla2", "deltaformer", "local_linear_attn")
+                 "least_squares_cg", "hla2", "deltaformer", "local_linear_attn")
 SKIPPED_CASES = {"kernel_regression": "a T x T Cholesky per head: O(T^3) by design, not a GPU speed case"}
 COMPILE_MIXERS = ("attn", "gated_deltanet", "titans_mlp", "ttt_mlp", "hope")
 # compiled by their own option (ops/common/compiled.py): torch.compile of the whole layer unrolls its loop over
@@ -333,7 +333,8 @@ def _ratio(a: dict | None, b: dict | None, key_a: str = "ms", key_b: str = "ms")
 TARGETS = (
     ("Hope's training step over Gated DeltaNet's (issue 29)", "layers", "hope", BASELINE_MIXER, 20),
     ("DeltaFormer fwd+bwd over SDPA (issue 31)", "ops", "deltaformer", "sdpa (causal)", 6),
-    ("least_squares fwd+bwd over SDPA (issue 31)", "ops", "least_squares", "sdpa (causal)", 10),
+    # judged on MesaNet's solver (30 CG steps), the one with a kernel; the exact Cholesky form has none
+    ("least_squares (solver='cg') fwd+bwd over SDPA (issue 31)", "ops", "least_squares_cg", "sdpa (causal)", 10),
     ("local-linear layer over attention's (issue 31)", "layers", "local_linear", "attn", 6),
 )
 
@@ -354,8 +355,9 @@ def gpu_table(result: dict) -> str:
             f"## Ops: chunk form, forward+backward, {meta['op_dtype'].removeprefix('torch.')}, B {s['B']}, "
             f"T {s['T']}, H {s['H']}, K = V = {s['K']}, chunk {s['chunk_size']}",
             "",
-            "regmem's own Triton kernels (backend='triton') where it has them: DeltaFormer's erase pass and "
-            "local-linear attention's moments; their first call includes Triton's compilation.",
+            "regmem's own Triton kernels (backend='triton') where it has them: DeltaFormer's erase pass, "
+            "local-linear attention's moments and least squares' CG solves (solver='cg' only); their first call "
+            "includes Triton's compilation.",
             "",
             "| op | regmem (torch) ms | / SDPA | first call s | regmem Triton ms | / SDPA | fla ms | torch / fla | "
             "regmem on fla ms | / fla |",
@@ -376,8 +378,8 @@ def gpu_table(result: dict) -> str:
         f"d_model {ls['d_model']}, {ls['heads']} heads",
         "",
         "The mixers call their ops with the default backend='auto': fla's kernels for linear attention, GLA and the "
-        f"delta rules where fla is installed (fla {meta['fla']}), regmem's Triton kernels for DeltaFormer and "
-        "local-linear attention, the torch forms otherwise. The compiled column "
+        f"delta rules where fla is installed (fla {meta['fla']}), regmem's Triton kernels for DeltaFormer, "
+        "local-linear attention and Mesa with solver='cg', the torch forms otherwise. The compiled column "
         f"compiles the whole layer, except {', '.join(PIECE_COMPILED)}: their `compile_pieces` / `compile_blocks` "
         "option, one graph per mini-batch piece or engine block.",
         "",

@@ -20,6 +20,7 @@ import os
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -28,10 +29,13 @@ Tokens = Mapping[str, torch.Tensor | None]
 
 @dataclass(frozen=True)
 class Backend:
-    """forms: mode -> core; usable(tokens) -> (runs this call, a warning to give when it does not, or None)."""
+    """forms: mode -> core; usable(tokens) -> (runs this call, a warning to give when it does not, or None);
+    refuses(form options) -> why the backend cannot run a call with these options of the form, or None: "auto" then
+    runs the torch form, a backend named explicitly raises ValueError with the reason."""
 
     forms: Mapping[str, Callable]
     usable: Callable[[Tokens], tuple[bool, str | None]]
+    refuses: Callable[[Mapping[str, Any]], str | None] = lambda options: None
 
 
 _WARNED: set[str] = set()

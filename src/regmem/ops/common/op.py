@@ -111,7 +111,7 @@ class Op:
         frame = {"output_final_state": output_final_state, "backend": backend}
         call = self.prepare(*args, **kwargs, **{name: frame[name] for name in self._frame_keywords})
         tokens, initial_state, packing = _enter(call)
-        core = self._core(mode, backend, call, tokens)
+        core = self._core(mode, backend, call, tokens, options)
         try:
             o, state = core(**tokens, initial_state=initial_state, **call.options, **options)
         except Exception as err:  # a library's kernel refused the call: "auto" falls back, a named backend raises
@@ -135,15 +135,19 @@ class Op:
         if mode not in forms:
             raise ValueError(f"backend={backend!r} provides the {' and '.join(forms)} form only, got mode={mode!r}")
 
-    def _core(self, mode: str, backend: str, call: Call, tokens: Mapping[str, torch.Tensor | None]) -> Callable:
+    def _core(self, mode: str, backend: str, call: Call, tokens: Mapping[str, torch.Tensor | None],
+              options: Mapping[str, Any]) -> Callable:
         """The core that runs: the named backend's, or for "auto" the first backend able to run this call (its
         tensors, dtype and options), else the torch form's."""
         if backend == "torch":
             return self.forms[mode]
         if backend != "auto":
+            reason = self.backends[backend].refuses(options)
+            if reason is not None:
+                raise ValueError(reason)
             return self.backends[backend].forms[mode]
         for library in self.backends.values():
-            if mode not in library.forms or call.torch_only:
+            if mode not in library.forms or call.torch_only or library.refuses(options) is not None:
                 continue
             usable, warning = library.usable(tokens)
             if usable:

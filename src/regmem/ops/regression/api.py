@@ -30,9 +30,10 @@ from regmem.ops.regression.chunk import ls_chunk_core
 from regmem.ops.regression.recurrent import ls_recurrent_core
 from regmem.ops.regression.reference import ls_reference_core
 from regmem.ops.regression.state import LeastSquaresState
+from regmem.ops.regression.triton_backend import TRITON
 
 
-@op(reference=ls_reference_core, recurrent=ls_recurrent_core, chunk=ls_chunk_core)
+@op(reference=ls_reference_core, recurrent=ls_recurrent_core, chunk=ls_chunk_core, backends={"triton": TRITON})
 def least_squares(q, k, v, g=None, *, ridge=1.0, feature_map=None, scale=None, initial_state=None, cu_seqlens=None):
     """The exact decay-weighted ridge-regression memory: eqs. (10)-(11), (14)-(15) and (25) of *Test-time
     regression* (arXiv:2501.12352, Sec. 4
@@ -65,8 +66,11 @@ def least_squares(q, k, v, g=None, *, ridge=1.0, feature_map=None, scale=None, i
         solver: chunk form only. "cholesky" (exact, memory O(B H T F^2)) or "cg": `cg_steps` iterations of
             conjugate gradient (MesaNet; start x_0 = q / (diag(R_t) + ridge)), applying R_t chunkwise without
             forming it: memory O(B H T F + B H (T / C) F^2), approximate (exact after F steps in exact arithmetic);
-            gradients run through the iterations.
+            differentiated implicitly, as MesaNet does: the adjoint is one more CG solve (regression/cg.py).
         cg_steps: chunk form with solver="cg" only: the number of iterations (an int >= 0), or None for 30.
+        backend: "auto" (default: regmem's Triton kernel for both CG solves when solver="cg", the tensors are on
+            CUDA, triton is installed and F <= 128, else torch), "torch" (all forms, any device) or "triton" (the
+            chunk form with solver="cg"; CUDA, or the CPU under TRITON_INTERPRET=1; triton_backend.py).
 
     Returns:
         o: [B, T, H, V] in the input dtype, and the final LeastSquaresState or None.

@@ -11,7 +11,8 @@ from the chunk start to t:
     z_t = cholesky_solve(q_t, cholesky(R_t + diag(ridge)))     (backward by implicit differentiation, CholeskySolve)
     o_t = S_t^T z_t = gated linear attention of (z, k, v, g)    (S_t is never formed)
 Every exponent is a direct sum of the gates it spans (ops/common/decay.py), never a difference of long cumsums.
-Memory is O(B H T F^2): R_t and its Cholesky factor are materialised for every token.
+Memory is O(B H T F^2): R_t and its Cholesky factor are materialised for every token. solver="cg" solves by
+MesaNet's conjugate gradient instead (cg.py), applying R_t chunkwise without forming it.
 
 Legend: B batch, T time, H heads, F feature dim, V value dim, N chunks, C chunk size.
 """
@@ -23,8 +24,9 @@ from typing import Literal, get_args
 import torch
 from einops import rearrange
 
-from regmem.ops.common import merge_chunks, segsum, split_chunks, suffix_exclusive
+from regmem.ops.common import merge_chunks, segsum, split_chunks
 from regmem.ops.linear_attn.chunk import gla_chunk_core
+from regmem.ops.regression.cg import conjugate_gradient
 from regmem.ops.regression.state import LeastSquaresState, ridge_matrix
 
 Solver = Literal["cholesky", "cg"]  # exact | MesaNet's conjugate gradient (ls_chunk_core)
@@ -46,19 +48,17 @@ def check_solver(solver: Solver, cg_steps: int | None) -> None:
 def ls_chunk_core(q, k, v, g, *, ridge, initial_state, chunk_size, solver: Solver = "cholesky", cg_steps=None):
     """q, k: [B, T, H, F] (phi applied, q scaled); v: [B, T, H, V]; g: None or [B, T, H]; ridge: [H, F];
     initial_state: LeastSquaresState of R [B, H, F, F], S [B, H, F, V] or None; solver: "cholesky" (exact) or
-    "cg" (cg_steps of conjugate gradient, MesaNet's approximate solver, R_t never formed; None: CG_STEPS).
+    "cg" (cg_steps of conjugate gradient, MesaNet's approximate solver, R_t never formed, differentiated
+    implicitly: cg.py; None: CG_STEPS).
     Returns o: [B, T, H, V] and the LeastSquaresState after the last token."""
     check_solver(solver, cg_steps)
+    if solver == "cg":
+        return cg_chunk(q, k, v, g, ridge=ridge, initial_state=initial_state, chunk_size=chunk_size, steps=cg_steps)
     B, T, H, F = q.shape
     V = v.shape[-1]
     R0, S0 = initial_state if initial_state is not None else (q.new_zeros(B, H, F, F), q.new_zeros(B, H, F, V))
     if T == 0:
         return v.new_zeros(B, 0, H, V), LeastSquaresState(R0, S0)
-    if solver == "cg":
-        steps = CG_STEPS if cg_steps is None else cg_steps
-        z, R_T = conjugate_gradient(q, k, g, R0, ridge, chunk_size, steps)  # [B, T, H, F], [B, H, F, F]
-        o, S_T = gla_chunk_core(z, k, v, g, initial_state=S0, chunk_size=chunk_size)
-        return o, LeastSquaresState(R_T, S_T)
     # Step 1: the weighted key covariance R_t of every token.
     R, R_T = covariances(k, g, R0, chunk_size)  # [B, T, H, F, F], [B, H, F, F]
 
@@ -66,6 +66,20 @@ def ls_chunk_core(q, k, v, g, *, ridge, initial_state, chunk_size, solver: Solve
     z = CholeskySolve.apply(ridge_matrix(R, ridge), q)  # [B, T, H, F]
 
     # Step 3: o_t = S_t^T z_t, gated linear attention with queries z (the scale is already in q).
+    o, S_T = gla_chunk_core(z, k, v, g, initial_state=S0, chunk_size=chunk_size)
+    return o, LeastSquaresState(R_T, S_T)
+
+
+def cg_chunk(q, k, v, g, *, ridge, initial_state, chunk_size, steps, solve=None, solve_chunk=None):
+    """The chunk form with solver="cg": `steps` (None: CG_STEPS) of conjugate gradient by `solve` (cg.py; None: the
+    torch loop) over chunks of `solve_chunk` (None: chunk_size), then the read-out over chunks of chunk_size."""
+    B, T, H, F = q.shape
+    V = v.shape[-1]
+    R0, S0 = initial_state if initial_state is not None else (q.new_zeros(B, H, F, F), q.new_zeros(B, H, F, V))
+    if T == 0:
+        return v.new_zeros(B, 0, H, V), LeastSquaresState(R0, S0)
+    steps = CG_STEPS if steps is None else steps
+    z, R_T = conjugate_gradient(q, k, g, R0, ridge, solve_chunk or chunk_size, steps, solve)  # [B, T, H, F]
     o, S_T = gla_chunk_core(z, k, v, g, initial_state=S0, chunk_size=chunk_size)
     return o, LeastSquaresState(R_T, S_T)
 
@@ -128,52 +142,3 @@ def covariances(k, g, R0, chunk_size):
     R = intra + b_in * R_in.unsqueeze(3)  # [B, H, N, C, F*F]
     R = rearrange(merge_chunks(R, T), "b t h (f e) -> b t h f e", f=F)  # [B, T, H, F, F]
     return R, rearrange(R_n, "b h (f e) -> b h f e", f=F)
-
-
-def conjugate_gradient(q, k, g, R0, ridge, chunk_size, steps):
-    """z_t ~= (R_t + diag(ridge))^{-1} q_t for every t by `steps` of conjugate gradient from MesaNet's start
-    x_0 = q / (diag(R_t) + ridge) (arXiv:2506.05233), all tokens at once. R_t is applied chunkwise and never
-    formed: as rows, R_t x_t = e^{b_t} x_t R_n + ((X K^T) ⊙ L) K within the chunk (like gd/chunk.py). Autograd runs
-    through the iterations. q, k: [B, T, H, F]; g: None or [B, T, H]; R0: [B, H, F, F]; ridge: [H, F].
-    Returns z: [B, T, H, F] and R_T: [B, H, F, F]."""
-    T = q.shape[1]
-    if g is None:
-        g = q.new_zeros(q.shape[:3])  # [B, T, H], uniform weights
-    q, k = split_chunks(q, chunk_size), split_chunks(k, chunk_size)  # [B, H, N, C, F]
-    g = split_chunks(g, chunk_size)  # [B, H, N, C]
-    L = torch.exp(segsum(g))  # [B, H, N, C, C]
-    decay_in = torch.exp(g.cumsum(dim=-1)).unsqueeze(-1)  # [B, H, N, C, 1], chunk start -> t
-    decay_out = torch.exp(suffix_exclusive(g, dim=-1)).unsqueeze(-1)  # [B, H, N, C, 1], s -> chunk end
-    decay_total = decay_in[:, :, :, -1].unsqueeze(-1)  # [B, H, N, 1, 1]
-
-    # The statistic entering each chunk: R_{n+1} = e^{b_C} R_n + K^T diag(e^{b_out}) K.
-    U = (k * decay_out).transpose(-1, -2) @ k  # [B, H, N, F, F]
-    entering, R_n = [], R0
-    for decay_n, U_n in zip(decay_total.unbind(dim=2), U.unbind(dim=2), strict=True):
-        entering.append(0.5 * (R_n + R_n.transpose(-1, -2)))  # the read-out uses sym(R) (state.ridge_matrix)
-        R_n = decay_n * R_n + U_n
-    R_in = torch.stack(entering, dim=2)  # [B, H, N, F, F]
-    ridge = ridge.unsqueeze(1).unsqueeze(1)  # [H, 1, 1, F]
-
-    def apply(x):  # rows (R_t + diag(ridge)) x_t, x: [B, H, N, C, F]
-        return decay_in * (x @ R_in) + ((x @ k.transpose(-1, -2)) * L) @ k + ridge * x
-
-    diagonal = decay_in * torch.diagonal(R_in, dim1=-2, dim2=-1).unsqueeze(3) + L @ (k * k)  # [B, H, N, C, F]
-    x = q / (diagonal + ridge)
-    r = q - apply(x)
-    p, rr = r, (r * r).sum(-1, keepdim=True)  # rr: [B, H, N, C, 1]
-    # A token stops (alpha = beta = 0) once its residual is below eps^(3/4) of where it started: every division
-    # below then has a denominator bounded away from 0 (p.Ap >= ridge |p|^2 >= ridge |r|^2), so neither the
-    # iterates nor their gradients can turn into 0/0 at tokens that converged early (e.g. t < F).
-    floor = (torch.finfo(q.dtype).eps ** 0.75) ** 2 * rr.detach()  # [B, H, N, C, 1]
-    for _ in range(steps):
-        active = rr.detach() > floor  # [B, H, N, C, 1]
-        Ap = apply(p)
-        pAp = (p * Ap).sum(-1, keepdim=True)
-        alpha = torch.where(active, rr / torch.where(active, pAp, 1.0), 0.0)
-        x = x + alpha * p
-        r = r - alpha * Ap
-        rr_next = (r * r).sum(-1, keepdim=True)
-        p = r + torch.where(active, rr_next / torch.where(active, rr, 1.0), 0.0) * p
-        rr = rr_next
-    return merge_chunks(x, T), R_n
