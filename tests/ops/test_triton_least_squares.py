@@ -67,9 +67,15 @@ def test_least_squares_triton_equals_torch_property(B, T, H, K, V, gate, steps, 
 def test_least_squares_triton_packed_sequences_equal_torch():
     inputs = ls_inputs(1, 30, 2, 4, 3, gate=0.5, with_state=False)
     inputs = {**_on_device(inputs), "cu_seqlens": torch.tensor([0, 5, 5, 17, 30], device=DEVICE)}
-    actual, _ = least_squares(**inputs, solver="cg", cg_steps=3, backend="triton")
-    expected, _ = least_squares(**inputs, solver="cg", cg_steps=3, backend="torch")
-    assert_close(actual, expected, "o, packed")
+    _agree(inputs, "packed", cg_steps=3)
+
+
+def test_least_squares_triton_reads_a_hard_reset_as_torch_does():
+    """A gate of -inf (retention 0) inside a chunk: the kernel reads the torch loop's own decay matrix, so it
+    stays finite where a difference of chunk-local cumsums would give -inf - (-inf) = NaN."""
+    inputs = _on_device(ls_inputs(1, 40, 2, 5, 3, gate=0.5, with_state=False))
+    inputs["g"][0, 5, 0] = float("-inf")
+    _agree(inputs, "hard reset", cg_steps=3, chunk_size=16)
 
 
 def test_least_squares_triton_half_precision_input_computes_in_float32():
@@ -123,6 +129,10 @@ def test_least_squares_auto_runs_torch_for_the_exact_solver_and_wide_features(mo
     assert ls_triton.refuses({"solver": "cholesky"}) is not None and ls_triton.refuses({"solver": "cg"}) is None
     with pytest.raises(ValueError, match=r"solver='cg'\), got solver='cholesky'"):
         least_squares(**inputs, backend="triton")
+    for bad, match in (({"solver": "cg", "cg_steps": -1}, "^cg_steps must"), ({"cg_steps": 5}, "^cg_steps applies"),
+                       ({"solver": "lu"}, "^solver must")):  # the torch form's own checks, on either backend
+        with pytest.raises(ValueError, match=match):
+            least_squares(**inputs, **bad, backend="triton")
     wide = ls_inputs(1, 4, 1, 129, 2, dtype=torch.float32)
     with pytest.raises(ValueError, match="F <= 128"):
         least_squares(**wide, solver="cg", cg_steps=1, backend="triton")

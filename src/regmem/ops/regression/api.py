@@ -69,8 +69,9 @@ def least_squares(q, k, v, g=None, *, ridge=1.0, feature_map=None, scale=None, i
             differentiated implicitly, as MesaNet does: the adjoint is one more CG solve (regression/cg.py).
         cg_steps: chunk form with solver="cg" only: the number of iterations (an int >= 0), or None for 30.
         backend: "auto" (default: regmem's Triton kernel for both CG solves when solver="cg", the tensors are on
-            CUDA, triton is installed and F <= 128, else torch), "torch" (all forms, any device) or "triton" (the
-            chunk form with solver="cg"; CUDA, or the CPU under TRITON_INTERPRET=1; triton_backend.py).
+            CUDA in a dtype other than float64, triton is installed and F <= 128, else torch), "torch" (all forms,
+            any device) or "triton" (the chunk form with solver="cg"; CUDA, or the CPU under TRITON_INTERPRET=1;
+            triton_backend.py).
 
     Returns:
         o: [B, T, H, V] in the input dtype, and the final LeastSquaresState or None.

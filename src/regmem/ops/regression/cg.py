@@ -61,8 +61,8 @@ def operator_pieces(k, g, R0, chunk_size: int):
 def rows_operator(k, g, R_in, ridge):
     """x -> rows (R_t + diag(ridge)) x_t on chunked rows x: [B, H, N, C, F], and the diagonal of every A_t
     [B, H, N, C, F] (the Jacobi start's denominator). Arguments as `operator_pieces` returns them; ridge: [H, F]."""
-    decay_in = torch.exp(g.cumsum(dim=-1)).unsqueeze(-1)  # [B, H, N, C, 1], chunk start -> t
-    L = torch.exp(segsum(g))  # [B, H, N, C, C]
+    L, decay_in = chunk_decays(g)
+    decay_in = decay_in.unsqueeze(-1)  # [B, H, N, C, 1]
     ridge = ridge[:, None, None, :]  # [H, 1, 1, F]
 
     def apply(x):
@@ -70,6 +70,12 @@ def rows_operator(k, g, R_in, ridge):
 
     diagonal = decay_in * torch.diagonal(R_in, dim1=-2, dim2=-1).unsqueeze(3) + L @ (k * k) + ridge
     return apply, diagonal
+
+
+def chunk_decays(g):
+    """g: [B, H, N, C] log gates -> L: [B, H, N, C, C] with L_ts = prod_{j=s+1}^t e^{g_j} (0 above the diagonal;
+    each exponent a direct sum of its gates) and e^{b_t}: [B, H, N, C], the decay from the chunk start to t."""
+    return torch.exp(segsum(g)), torch.exp(g.cumsum(dim=-1))
 
 
 def torch_solve(rhs, k, g, R_in, ridge, steps: int):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from regmem.ops.common.backends import Backend, Tokens, check_triton_device, triton_module, triton_usable
-from regmem.ops.regression.chunk import cg_chunk
+from regmem.ops.regression.chunk import cg_chunk, check_solver
 
 SOLVE_CHUNK = 64  # the kernel's chunk of tokens sharing one R_n, whatever chunk_size (which blocks the read-out)
 MAX_F = 128  # as triton_cg.MAX_F (not imported: this module loads without triton)
@@ -24,7 +24,7 @@ MAX_F = 128  # as triton_cg.MAX_F (not imported: this module loads without trito
 def least_squares_triton_core(q, k, v, g, *, ridge, initial_state, chunk_size, solver="cholesky", cg_steps=None):
     """Same contract as `ls_chunk_core` with solver="cg"."""
     check_triton_device(q)
-    reason = refuses({"solver": solver})
+    reason = refuses({"solver": solver, "cg_steps": cg_steps})
     if reason is not None:
         raise ValueError(reason)
     if q.shape[-1] > MAX_F:
@@ -36,10 +36,13 @@ def least_squares_triton_core(q, k, v, g, *, ridge, initial_state, chunk_size, s
 
 
 def refuses(options: Mapping) -> str | None:
-    """Why the kernel cannot run a call with these form options (None when it can)."""
-    if options.get("solver", "cholesky") != "cg":
-        return (f"backend='triton' solves by conjugate gradient only (solver='cg'), got solver="
-                f"{options.get('solver', 'cholesky')!r}; use backend='torch'")
+    """Why the kernel cannot run a call with these form options (None when it can); options the torch form rejects
+    too raise its ValueError here, whichever backend was asked."""
+    solver = options.get("solver", "cholesky")
+    check_solver(solver, options.get("cg_steps"))
+    if solver != "cg":
+        return f"backend='triton' solves by conjugate gradient only (solver='cg'), got solver={solver!r}; use " \
+               "backend='torch'"
     return None
 
 
