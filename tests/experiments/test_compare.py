@@ -180,3 +180,33 @@ def test_lr_grid_rejects_a_non_positive_or_non_finite_lr_naming_lrs(lrs):
 
     with pytest.raises(ValueError, match="lrs: every learning rate must be finite and > 0"):
         lr_grid(PRESETS["quick"], lrs)
+
+
+def test_eval_lengths_score_every_run_at_other_lengths(tmp_path):
+    """At the training length the extra score is the run's own (same held-out sequences, same final model); a longer
+    length is scored per run and tabled at each cell's best lr; a stored run scored at other lengths is refused."""
+    short = dataclasses.replace(PRESETS["tiny"], steps=8, num_train=8 * 64, eval_every=4)
+    quiet = {"progress": False, "log": lambda *_: None}
+    run_dir = compare("s5", ["linear"], short, sweep="degree=3", seeds=[0, 1], lrs=[0.01, 0.03],
+                      run_dir=tmp_path / "runs", eval_lengths=(16, 48), **quiet)
+    result = json.loads((run_dir / "results.json").read_text())
+    assert len(result["runs"]) == 4
+    for run in result["runs"]:
+        assert run["eval_lengths"] == [16, 48]
+        assert run["at_length"]["16"] == run["score"]
+        assert 0.0 <= run["at_length"]["48"] <= 1.0
+    board = (run_dir / "leaderboard.md").read_text()
+    assert "trained at T = 16" in board and "| mixer | setting | T = 16 | T = 48 |" in board
+    with pytest.raises(ValueError, match="^eval_lengths: 4 runs stored"):
+        compare("s5", ["linear"], short, sweep="degree=3", seeds=[0, 1], lrs=[0.01, 0.03], run_dir=run_dir,
+                eval_lengths=(64,), **quiet)
+
+
+@pytest.mark.parametrize(("task", "lengths", "match"), [
+    ("compression", (32,), "has no length split"),
+    ("s5", (0,), "positive ints"),
+    ("s5", (2.5,), "positive ints"),
+])
+def test_bad_eval_lengths_raise_naming_them(task, lengths, match, tmp_path):
+    with pytest.raises(ValueError, match=f"^eval_lengths.*{match}"):
+        compare(task, ["linear"], PRESETS["tiny"], eval_lengths=lengths, out_dir=tmp_path, progress=False)

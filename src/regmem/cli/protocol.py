@@ -15,6 +15,7 @@ from regmem.cli.args import (
     names_among,
     positive_float_list,
     positive_int,
+    positive_int_list,
     preset_help,
     preset_name,
     task_help,
@@ -80,6 +81,9 @@ def add_compare(commands) -> None:
     parser.add_argument("--save-tuned", default=None, metavar="PATH",
                         help="write each mixer's best lr at each swept setting into this tuned-lr table (the "
                              "committed one is src/regmem/experiments/tuned_lr.json; read back for that setting)")
+    parser.add_argument("--eval-lengths", type=positive_int_list, default=(), metavar="T1,T2",
+                        help="also score every run at these sequence lengths (the length-generalisation split of "
+                             "a task with a seq_len, e.g. 32,64 for s5 trained at 16); the leaderboard adds them")
     parser.set_defaults(handler=_compare, parser=parser)
 
 
@@ -103,8 +107,16 @@ def _compare(args) -> None:
     _check_sweep(args, preset)
     if args.run_dir is not None and Path(args.run_dir).exists() and not Path(args.run_dir).is_dir():
         args.parser.error(f"argument --run-dir: {args.run_dir!r} is not a directory")
+    try:
+        from regmem.experiments.compare import check_eval_lengths, parse_sweep
+
+        field, values = parse_sweep(args.sweep)
+        check_eval_lengths(args.task, preset, [{field: v} if field else {} for v in values], args.eval_lengths)
+    except ValueError as err:
+        args.parser.error(f"argument --eval-lengths: {err}")
     compare(args.task, args.mixers, preset, sweep=args.sweep, seeds=args.seeds, lrs=lrs, out_dir=args.out_dir,
-            run_dir=args.run_dir, progress=not args.no_progress, workers=args.workers, save_tuned_to=args.save_tuned)
+            run_dir=args.run_dir, progress=not args.no_progress, workers=args.workers, save_tuned_to=args.save_tuned,
+            eval_lengths=args.eval_lengths)
 
 
 def add_suite(commands) -> None:

@@ -113,6 +113,7 @@ def solve(rhs, k, g, R_in, ridge, steps: int) -> torch.Tensor:
 def _options(rhs: torch.Tensor, C: int, F: int) -> dict:
     """The kernel's compile-time arguments for this call. Eight warps: with four, R_n [128, 128] and the iterates
     need more than 255 registers a thread and spill (ptxas for sm_90, float32: 255 registers and a 568-byte stack;
-    with eight, 240 and none; float64 with eight still spills about 1 KB). One pipeline stage: the loops have little load latency to hide next to R_n's footprint."""
+    with eight, 240 and none; float64 with eight still spills about 1 KB). One pipeline stage: the loops have
+    little load latency to hide next to R_n's footprint."""
     return dict(PRECISION="ieee", C=C, BLOCK_T=BLOCK_T, BLOCK_F=max(16, triton.next_power_of_2(F)), num_warps=8,
                 num_stages=1)
