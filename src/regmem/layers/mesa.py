@@ -11,8 +11,9 @@ decay. beta enters the op as k * sqrt(beta), v * sqrt(beta). `decay=False, write
 unweighted RLS layer of Sec. 6 (Fig. 3) with a learned ridge.
 
 `solver="cholesky"` (default) trains with the exact chunk form; `solver="cg"` trains with `cg_steps` of conjugate
-gradient per token, as MesaNet does (approximate, ~3x faster on CPU at d_model 64; bench/README). Decoding one
-token always uses the exact recurrent form.
+gradient per token, as MesaNet does (approximate, ~3x faster on CPU at d_model 64; bench/README; differentiated
+implicitly, and on CUDA run by regmem's Triton kernel: ops/regression/cg.py, triton_cg.py). Decoding one token
+always uses the exact recurrent form.
 
 Padding: a padded token gets k = 0 and log-gate 0, so it leaves R and S unchanged.
 """
