@@ -60,7 +60,8 @@ def run_with_grads(fn, inputs: dict, *, seed: int = 1234) -> dict[str, torch.Ten
     o, state = fn(**leaves, output_final_state=True)
     outputs = {"o": o, **flatten_state(state)}
     gen = torch.Generator().manual_seed(seed)
-    loss = sum((t * torch.randn(t.shape, generator=gen, dtype=t.dtype)).sum() for t in outputs.values())
+    # drawn on the CPU, so a CUDA run draws the same cotangents
+    loss = sum((t * torch.randn(t.shape, generator=gen, dtype=t.dtype).to(t.device)).sum() for t in outputs.values())
     grad_leaves = {}
     for name, x in leaves.items():
         if isinstance(x, torch.Tensor) and x.requires_grad:

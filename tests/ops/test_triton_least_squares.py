@@ -125,7 +125,7 @@ def test_cg_kernel_reads_nothing_outside_its_tensors():
 def test_least_squares_auto_runs_torch_for_the_exact_solver_and_wide_features(monkeypatch):
     """The kernel solves by CG with F <= 128: "auto" runs the torch form otherwise, and a named backend="triton"
     refuses by name."""
-    inputs = ls_inputs(1, 8, 1, 4, 3, dtype=torch.float32)
+    inputs = _on_device(ls_inputs(1, 8, 1, 4, 3, dtype=torch.float32))
     assert ls_triton.refuses({"solver": "cholesky"}) is not None and ls_triton.refuses({"solver": "cg"}) is None
     with pytest.raises(ValueError, match=r"solver='cg'\), got solver='cholesky'"):
         least_squares(**inputs, backend="triton")
@@ -133,7 +133,7 @@ def test_least_squares_auto_runs_torch_for_the_exact_solver_and_wide_features(mo
                        ({"solver": "lu"}, "^solver must")):  # the torch form's own checks, on either backend
         with pytest.raises(ValueError, match=match):
             least_squares(**inputs, **bad, backend="triton")
-    wide = ls_inputs(1, 4, 1, 129, 2, dtype=torch.float32)
+    wide = _on_device(ls_inputs(1, 4, 1, 129, 2, dtype=torch.float32))
     with pytest.raises(ValueError, match="F <= 128"):
         least_squares(**wide, solver="cg", cg_steps=1, backend="triton")
     cuda_like = {"q": torch.empty(1, 1, 1, 129, device="meta")}
