@@ -184,29 +184,42 @@ def test_lr_grid_rejects_a_non_positive_or_non_finite_lr_naming_lrs(lrs):
 
 def test_eval_lengths_score_every_run_at_other_lengths(tmp_path):
     """At the training length the extra score is the run's own (same held-out sequences, same final model); a longer
-    length is scored per run and tabled at each cell's best lr; a stored run scored at other lengths is refused."""
+    length is scored per run and tabled at each cell's best lr (mean and min-max of those runs' own scores)."""
     short = dataclasses.replace(PRESETS["tiny"], steps=8, num_train=8 * 64, eval_every=4)
     quiet = {"progress": False, "log": lambda *_: None}
-    run_dir = compare("s5", ["linear"], short, sweep="degree=3", seeds=[0, 1], lrs=[0.01, 0.03],
-                      run_dir=tmp_path / "runs", eval_lengths=(16, 48), **quiet)
+    run_dir = compare("s5", ["linear"], short, sweep="degree=3", seeds=[0, 1], lrs=[0.01, 0.3],
+                      run_dir=tmp_path / "runs", eval_lengths=(48, 16, 48), **quiet)
     result = json.loads((run_dir / "results.json").read_text())
     assert len(result["runs"]) == 4
     for run in result["runs"]:
-        assert run["eval_lengths"] == [16, 48]
+        assert run["eval_lengths"] == [16, 48]  # sorted, without the repeat
         assert run["at_length"]["16"] == run["score"]
         assert 0.0 <= run["at_length"]["48"] <= 1.0
-    board = (run_dir / "leaderboard.md").read_text()
-    assert "trained at T = 16" in board and "| mixer | setting | T = 16 | T = 48 |" in board
-    with pytest.raises(ValueError, match="^eval_lengths: 4 runs stored"):
-        compare("s5", ["linear"], short, sweep="degree=3", seeds=[0, 1], lrs=[0.01, 0.03], run_dir=run_dir,
-                eval_lengths=(64,), **quiet)
+    best_lr = result["cells"][0]["best_lr"]
+    at_48 = [r["at_length"]["48"] for r in result["runs"] if r["lr"] == best_lr]
+    row = next(line for line in (run_dir / "leaderboard.md").read_text().splitlines()
+               if line.startswith("| linear | degree=3 | 16 |"))
+    assert row.split(" | ")[-1] == f"{sum(at_48) / 2:.3f} ({min(at_48):.3f}-{max(at_48):.3f}) |"
+
+
+def test_eval_lengths_refuse_a_run_directory_scored_at_other_lengths_before_training(tmp_path):
+    short = dataclasses.replace(PRESETS["tiny"], steps=4, num_train=4 * 64, eval_every=4)
+    quiet = {"progress": False, "log": lambda *_: None}
+    run_dir = compare("s5", ["linear"], short, seeds=[0], lrs=[0.01], run_dir=tmp_path / "runs", **quiet)
+    stored = sorted((run_dir / "runs").glob("*.json"))
+    with pytest.raises(ValueError, match="^eval_lengths: linear lr=0.01 seed=0 is stored"):
+        compare("s5", ["linear"], short, seeds=[0], lrs=[0.01, 0.03], run_dir=run_dir, eval_lengths=(32,), **quiet)
+    assert sorted((run_dir / "runs").glob("*.json")) == stored  # the new lr did not train
 
 
 @pytest.mark.parametrize(("task", "lengths", "match"), [
     ("compression", (32,), "has no length split"),
+    ("lang_parity", (32,), "its length split is bin"),
+    ("modular_arithmetic", (32,), "32 does not build modular_arithmetic"),  # its lengths are odd
     ("s5", (0,), "positive ints"),
     ("s5", (2.5,), "positive ints"),
 ])
-def test_bad_eval_lengths_raise_naming_them(task, lengths, match, tmp_path):
+def test_bad_eval_lengths_raise_naming_them_before_training(task, lengths, match, tmp_path):
     with pytest.raises(ValueError, match=f"^eval_lengths.*{match}"):
         compare(task, ["linear"], PRESETS["tiny"], eval_lengths=lengths, out_dir=tmp_path, progress=False)
+    assert not any(tmp_path.iterdir())  # nothing trained, nothing written

@@ -108,7 +108,8 @@ def _compare(args) -> None:
     if args.run_dir is not None and Path(args.run_dir).exists() and not Path(args.run_dir).is_dir():
         args.parser.error(f"argument --run-dir: {args.run_dir!r} is not a directory")
     try:
-        from regmem.experiments.compare import check_eval_lengths, parse_sweep
+        from regmem.experiments.compare import parse_sweep
+        from regmem.experiments.lengths import check_eval_lengths
 
         field, values = parse_sweep(args.sweep)
         check_eval_lengths(args.task, preset, [{field: v} if field else {} for v in values], args.eval_lengths)

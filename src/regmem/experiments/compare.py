@@ -9,8 +9,8 @@ Outputs go to `<out_dir>/<task>-<timestamp>/` (or `run_dir`, which resumes): lea
 results.json (every run and every cell) and plot.png (score against the swept value, or a bar chart).
 
 `eval_lengths` (`--eval-lengths 32,64`) is the length-generalisation split of a task with a `seq_len`: every run,
-trained at the task's length, is also scored on fresh sequences of each given length (`with_seq_len`), and the
-leaderboard adds those scores at each cell's best learning rate (chosen at the training length).
+trained at the task's length, is also scored on fresh sequences of each given length, and the leaderboard adds
+those scores at each cell's best learning rate (chosen at the training length); experiments/lengths.py.
 """
 
 from __future__ import annotations
@@ -21,27 +21,22 @@ import datetime
 import functools
 import json
 import math
-import statistics
 from pathlib import Path
 
-import torch
-
+from regmem.experiments.lengths import check_eval_lengths, length_table, refuse_stored_elsewhere, scores_at_lengths
 from regmem.experiments.plots import plot_results
 from regmem.experiments.presets import Preset
 from regmem.experiments.protocol import (
     SEEDS,
     CellSummary,
     RunStore,
-    diverged_score,
     divergence_note,
     execute,
     higher_is_better,
     run_grid,
-    score_of,
     summarize,
     train_run,
 )
-from regmem.experiments.runs import Run, RunResult, build_task
 from regmem.experiments.tuned import best_lrs_by_setting, load_tuned, save_tuned, setting_key, tuned_lr
 from regmem.tasks import TASKS
 
@@ -102,16 +97,13 @@ def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | N
         run_dir = Path(out_dir) / f"{task_name}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(run_dir)
     runs = [run for s in settings for run in run_grid([task_name], mixers, [s], lr_grid(preset, lrs, s), seeds)]
+    store = RunStore(run_dir, preset)
     train = train_run
     if eval_lengths:
+        refuse_stored_elsewhere(runs, store, eval_lengths)  # before any run trains
         train = functools.partial(train_run, evaluate=functools.partial(scores_at_lengths, preset=preset,
                                                                         lengths=eval_lengths))
-    records = execute(runs, preset, RunStore(run_dir, preset), progress=progress, log=log, workers=workers,
-                      train=train)
-    stale = [r for r in records if eval_lengths and r.get("eval_lengths") != list(eval_lengths)]
-    if stale:
-        raise ValueError(f"eval_lengths: {len(stale)} runs stored in {run_dir} were scored at lengths "
-                         f"{stale[0].get('eval_lengths')}, not {list(eval_lengths)}; use another run_dir")
+    records = execute(runs, preset, store, progress=progress, log=log, workers=workers, train=train)
     summaries = summarize(records)
     source = lr_source(preset, lrs, task_name, mixers, settings)
     if save_tuned_to is not None:
@@ -121,50 +113,6 @@ def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | N
     log((run_dir / "leaderboard.md").read_text())
     log(f"wrote {run_dir}")
     return run_dir
-
-
-def check_eval_lengths(task_name: str, preset: Preset, settings: list[dict], eval_lengths) -> tuple[int, ...]:
-    """`eval_lengths` as a tuple of positive ints, for a task whose every swept setting has a length split;
-    ValueError naming eval_lengths otherwise."""
-    lengths = tuple(eval_lengths)
-    if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in lengths):
-        raise ValueError(f"eval_lengths must be positive ints, got {list(lengths)}")
-    if lengths and not all(hasattr(build_task(task_name, preset, s), "with_seq_len") for s in settings):
-        raise ValueError(f"eval_lengths: task {task_name!r} has no length split (no seq_len to change)")
-    return lengths
-
-
-def scores_at_lengths(run: Run, trained: RunResult, *, preset: Preset, lengths: tuple[int, ...]) -> dict:
-    """The trained model's score on `preset.num_eval` fresh sequences at each of `lengths` (the held-out seed of
-    the run's own evaluation); a diverged run scores the metric's diverged value."""
-    metric, _ = score_of(run.task)
-    task = build_task(run.task, preset, run.setting)
-    scores = {}
-    for n in lengths:
-        if trained.model is None or trained.diverged_at_step is not None:
-            scores[str(n)] = diverged_score(metric)
-            continue
-        longer = task.with_seq_len(n)
-        inputs, targets = longer.generate(preset.num_eval, seed=run.seed + 1)
-        trained.model.eval()
-        with torch.no_grad():
-            scores[str(n)] = longer.metric(trained.model(inputs), targets)[metric]
-    return {"eval_lengths": list(lengths), "at_length": scores}
-
-
-def length_table(records: list[dict], summaries: list[CellSummary], lengths: tuple[int, ...]) -> list[str]:
-    """Markdown lines: each cell's score at each extra length, mean (min-max) over the seeds of its best lr."""
-    lines = [f"| mixer | setting | {' | '.join(f'T = {n}' for n in lengths)} |",
-             "|---|---|" + "---:|" * len(lengths)]
-    for s in summaries:
-        best = [r for r in records if r["mixer"] == s.mixer and r["setting"] == s.setting and r["lr"] == s.best_lr]
-        cells = []
-        for n in lengths:
-            values = [r["at_length"][str(n)] for r in best]
-            cells.append(f"{statistics.fmean(values):.3f} ({min(values):.3f}-{max(values):.3f})")
-        setting = ", ".join(f"{k}={v}" for k, v in s.setting.items()) or "-"
-        lines.append(f"| {s.mixer} | {setting} | {' | '.join(cells)} |")
-    return lines
 
 
 def write_outputs(run_dir: Path, task_name: str, preset: Preset, field: str | None, records: list[dict],
@@ -179,9 +127,9 @@ def write_outputs(run_dir: Path, task_name: str, preset: Preset, field: str | No
     (run_dir / "results.json").write_text(json.dumps({"meta": meta, "cells": cells, "runs": records}, indent=1))
     board = leaderboard(task_name, preset, field, summaries, source)
     if eval_lengths:
-        train_len = build_task(task_name, preset, summaries[0].setting).seq_len
-        board += "\n".join(["", f"Scored at other lengths (trained at T = {train_len}; each cell at its best lr, mean "
-                             "(min-max) over its seeds):", "", *length_table(records, summaries, eval_lengths)]) + "\n"
+        board += "\n".join(["", "Scored at other lengths (each cell at its best lr, chosen at its training length T; "
+                             "mean (min-max) over its seeds):", "",
+                             *length_table(records, summaries, eval_lengths, preset)]) + "\n"
     (run_dir / "leaderboard.md").write_text(board)
     plot_results(run_dir / "plot.png", task_name, field, summaries)
 
