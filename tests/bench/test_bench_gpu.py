@@ -54,6 +54,26 @@ def test_a_failing_row_records_its_error_and_the_pass_goes_on(monkeypatch):
     assert result["ops"][2]["ms"] > 0
 
 
+def test_regmem_triton_kernels_are_timed_where_the_torch_form_failed(monkeypatch):
+    """At the GPU shape a torch form can run out of memory where the op's Triton kernel fits: the kernel's column is
+    still timed, and the issue's target judged on it."""
+    import regmem.bench.gpu as gpu
+
+    real = gpu.op_step
+
+    def torch_runs_out_of_memory(case, tokens, options, kwargs, *args):
+        if case.name == "least_squares_cg" and kwargs.get("backend") == "torch":
+            raise RuntimeError("CUDA out of memory (a stand-in)")
+        return real(case, tokens, options, kwargs, *args)
+    monkeypatch.setattr(gpu, "op_step", torch_runs_out_of_memory)
+    result = run_gpu("cpu", cases=["least_squares_cg"], mixers=[], compile_mixers=[], budget_s=600,
+                     progress=lambda *_: None, **SMALL)
+    row = result["ops"][1]
+    assert row["error"].startswith("RuntimeError: CUDA out of memory") and row["triton_ms"] > 0
+    target = next(line for line in gpu_table(result).splitlines() if "solver='cg', fwd+bwd over SDPA" in line)
+    assert "not measured" not in target
+
+
 def test_the_issues_cases_come_first_and_fla_kernels_name_real_cases():
     from regmem.bench.cases import CASES
 
