@@ -282,6 +282,28 @@ def test_training_saves_no_T_by_T_tensor():
     assert all(torch.isfinite(x.grad).all() for x in (q, k, v))
 
 
+@pytest.mark.parametrize("heads_per_group", [1, 3])
+def test_heads_fitted_a_group_at_a_time_equal_all_at_once(monkeypatch, heads_per_group):
+    """Past FIT_BYTES the heads go through the fit a group at a time under activation checkpointing (groups of 1,
+    and of 3 then 1 of 4 heads): same outputs, states and gradients, and autograd keeps only the group's inputs."""
+    from regmem.ops.nonparametric import chunk
+
+    B, T, H, K, V, S = 2, 37, 4, 5, 3, 4
+    inputs = {**kv_cache_inputs(B, T, H, K, V, S), "key_mask": torch.rand(B, S + T, generator=_gen(5)) > 0.3}
+    op = partial(local_linear_attn, ridge=1e-3, chunk_size=16)
+    expected = run_with_grads(op, inputs)
+    per_head = B * (T + S + T) * (1 + K + K * (K + 1) // 2 + V + V * K) * 8
+    monkeypatch.setattr(chunk, "FIT_BYTES", heads_per_group * per_head)
+    assert_all_close(run_with_grads(op, inputs), expected, f"groups of {heads_per_group} heads")
+
+    q, k, v = (x.detach().clone().requires_grad_() for x in random_qkv(1, 256, 4, 8, 8))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda x: saved.append(x.numel()) or x, lambda x: x):
+        local_linear_attn(q, k, v, chunk_size=32)
+    F_width = 1 + 8 + 36 + 8 + 64
+    assert sum(saved) < 256 * 4 * F_width  # below one [T, F] tensor of all heads: the moments are not kept
+
+
 def test_float32_chunk_stays_accurate_for_keys_far_from_the_origin():
     q, k, v = (x + 10.0 for x in random_qkv(1, 256, 2, 16, 16, seed=8))  # mean 10, spread 1: E[kk^T] cancels
     expected, _ = local_linear_attn(q, k, v, chunk_size=64)

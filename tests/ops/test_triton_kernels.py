@@ -149,6 +149,17 @@ def test_local_linear_triton_equals_torch_property(B, T, H, K, V, S, kernel, mas
                      run_with_grads(partial(op, backend="torch"), inputs), "triton vs torch")
 
 
+def test_local_linear_triton_heads_a_group_at_a_time_equal_torch(monkeypatch):
+    """Past FIT_BYTES (forced here) the kernels run per group of heads under activation checkpointing."""
+    from regmem.ops.nonparametric import chunk
+
+    monkeypatch.setattr(chunk, "FIT_BYTES", 1)  # one head at a time
+    inputs = _on_device(kv_cache_inputs(1, 20, 3, 4, 3, 2))
+    op = partial(local_linear_attn, ridge=RIDGE[torch.float64], chunk_size=16)
+    assert_all_close(run_with_grads(partial(op, backend="triton"), inputs),
+                     run_with_grads(partial(op, backend="torch"), inputs), "triton vs torch, one head at a time")
+
+
 def test_local_linear_triton_packed_sequences_equal_torch():
     q, k, v = (x.to(DEVICE) for x in kv_cache_inputs(1, 30, 2, 4, 3, 0).values())
     cu_seqlens = torch.tensor([0, 5, 5, 17, 30], device=DEVICE)

@@ -15,7 +15,9 @@ the pair features [L, F] with F = 1 + K + K(K + 1)/2 + V + V K (k k^T is symmetr
 the moments [T, F], and for the block in flight [C, L] weights and [C, K, K] systems; never a [T, T, K]
 tensor. Under no_grad that is O(L F + C L). Training keeps the same: the backward recomputes each block's
 weights instead of saving them (FlashAttention-style, `CausalMoments`), so autograd holds O(L F + T K^2),
-not O(T^2). Time O(T L F) for the moments (about 3x that for forward + backward) plus O(T K^3) for the solves.
+not O(T^2); past FIT_BYTES of pair features and moments for all heads, a group of heads at a time under
+activation checkpointing. Time O(T L F) for the moments (about 3x that for forward + backward) plus O(T K^3) for
+the solves.
 This streams over query blocks rather than key blocks: each block sees all its keys at once, so its max is
 exact and no online rescaling is needed, and its matmul is one [C, L] x [L, F] product.
 
@@ -53,10 +55,13 @@ Gaussian kernel), V value dim, C chunk size (queries per block), F pair-feature 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch.autograd.function import once_differentiable
+from torch.utils.checkpoint import checkpoint
 
 from regmem.ops.common import checks_values
 from regmem.ops.nonparametric.reference import local_polynomial_fit
@@ -72,6 +77,7 @@ from regmem.ops.nonparametric.similarity import (
 from regmem.ops.nonparametric.state import KVState, with_cache
 
 ORIGIN_PAIRS = 16  # the regression origin is the mean of the first 16 pairs (module docstring, Numerics)
+FIT_BYTES = 2**31  # pair features and moments held at once before local_linear_fit goes a group of heads at a time
 
 
 def softmax_chunk_core(q, k, v, *, initial_state, scale, bandwidth, qk_norm, key_mask, chunk_size):
@@ -110,11 +116,31 @@ def local_linear_fit(q, k, v, *, offset, scale, bandwidth, qk_norm, ridge, chunk
     """q: [B, T, H, K]; k: [B, L, H, K]; v: [B, L, H, V]; query t uses pairs j <= offset + t (those of
     key_mask: [B, L] bool, and its own; None means all); `moments_fn` computes
     step 2: `CausalMoments.apply` (None) or a function with its call (triton_backend.py).
-    Returns o: [B, T, H, V]."""
+    Returns o: [B, T, H, V].
+
+    Heads are independent, so where the pair features and moments of all heads would pass FIT_BYTES (F grows like
+    K V: 24,897 floats a token at K = V = 128), the heads are fitted a group at a time, each group under activation
+    checkpointing: the forward keeps one group's [L, F] and [T, F] tensors, and the backward recomputes them, group
+    by group, for about one more forward. Below FIT_BYTES all heads are fitted at once, as before."""
     B, T, H, K = q.shape
     V = v.shape[-1]
     if T == 0:
         return v.new_zeros(B, 0, H, V)
+    fit = functools.partial(_fit_heads, offset=offset, scale=scale, bandwidth=bandwidth, qk_norm=qk_norm, ridge=ridge,
+                            chunk_size=chunk_size, key_mask=key_mask, moments_fn=moments_fn)
+    F_width = 1 + K + K * (K + 1) // 2 + V + V * K
+    per_head = B * (T + k.shape[1]) * F_width * q.element_size()
+    group = max(1, FIT_BYTES // per_head)
+    if group >= H:
+        return fit(q, k, v)
+    return torch.cat([checkpoint(fit, *(x[:, :, h:h + group] for x in (q, k, v)), use_reentrant=False)
+                      for h in range(0, H, group)], dim=2)
+
+
+def _fit_heads(q, k, v, *, offset, scale, bandwidth, qk_norm, ridge, chunk_size, key_mask, moments_fn):
+    """`local_linear_fit` on all the heads it is given at once."""
+    B, T, H, K = q.shape
+    V = v.shape[-1]
     if qk_norm:
         q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
     q_sim, k_sim, sim_scale = similarity_features(q, k, scale=scale, bandwidth=bandwidth, qk_norm=False)
