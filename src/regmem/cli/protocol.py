@@ -87,32 +87,31 @@ def add_compare(commands) -> None:
     parser.set_defaults(handler=_compare, parser=parser)
 
 
-def _check_sweep(args, preset) -> None:
-    """The sweep's field and every value build the task (before any run starts)."""
+def _check_sweep(args, preset) -> list[dict]:
+    """The sweep's field and every value build the task (before any run starts); returns the swept settings."""
     from regmem.experiments.compare import parse_sweep
     from regmem.experiments.runs import build_task
 
     try:
         field, values = parse_sweep(args.sweep)
-        for value in values:
-            build_task(args.task, preset, {field: value} if field else {})
+        settings = [{field: value} if field else {} for value in values]
+        for setting in settings:
+            build_task(args.task, preset, setting)
     except (ValueError, TypeError) as err:
         args.parser.error(f"argument --sweep: {err}")
+    return settings
 
 
 def _compare(args) -> None:
     from regmem.experiments.compare import compare
+    from regmem.experiments.lengths import check_eval_lengths
 
     preset, lrs = _protocol_inputs(args)
-    _check_sweep(args, preset)
+    settings = _check_sweep(args, preset)
     if args.run_dir is not None and Path(args.run_dir).exists() and not Path(args.run_dir).is_dir():
         args.parser.error(f"argument --run-dir: {args.run_dir!r} is not a directory")
     try:
-        from regmem.experiments.compare import parse_sweep
-        from regmem.experiments.lengths import check_eval_lengths
-
-        field, values = parse_sweep(args.sweep)
-        check_eval_lengths(args.task, preset, [{field: v} if field else {} for v in values], args.eval_lengths)
+        check_eval_lengths(args.task, preset, settings, args.eval_lengths)
     except ValueError as err:
         args.parser.error(f"argument --eval-lengths: {err}")
     compare(args.task, args.mixers, preset, sweep=args.sweep, seeds=args.seeds, lrs=lrs, out_dir=args.out_dir,

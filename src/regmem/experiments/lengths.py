@@ -56,15 +56,14 @@ def scores_at_lengths(run: Run, trained: RunResult, *, preset: Preset, lengths: 
     length are not finite, scores the metric's diverged value there."""
     metric, _ = score_of(run.task)
     task = build_task(run.task, preset, run.setting)
+    if trained.model is None or trained.diverged_at_step is not None:
+        return {"eval_lengths": list(lengths), "at_length": {str(n): diverged_score(metric) for n in lengths}}
+    trained.model.eval()
     scores = {}
     for n in lengths:
-        if trained.model is None or trained.diverged_at_step is not None:
-            scores[str(n)] = diverged_score(metric)
-            continue
         longer = task.with_seq_len(n)
         inputs, targets = longer.generate(preset.num_eval, seed=run.seed + 1)
         batch = max(1, preset.batch_size * task.seq_len // n)
-        trained.model.eval()
         with torch.no_grad():
             logits = torch.cat([trained.model(part) for part in inputs.split(batch)])
         finite = bool(torch.isfinite(logits).all())  # once per length, after training: not a hot path

@@ -128,8 +128,7 @@ def local_linear_fit(q, k, v, *, offset, scale, bandwidth, qk_norm, ridge, chunk
         return v.new_zeros(B, 0, H, V)
     fit = functools.partial(_fit_heads, offset=offset, scale=scale, bandwidth=bandwidth, qk_norm=qk_norm, ridge=ridge,
                             chunk_size=chunk_size, key_mask=key_mask, moments_fn=moments_fn)
-    F_width = 1 + K + K * (K + 1) // 2 + V + V * K
-    per_head = B * (T + k.shape[1]) * F_width * q.element_size()
+    per_head = B * (T + k.shape[1]) * sum(pair_widths(K, V)) * q.element_size()
     group = max(1, FIT_BYTES // per_head)
     if group >= H:
         return fit(q, k, v)
@@ -218,6 +217,11 @@ class CausalMoments(torch.autograd.Function):
         return grad_q, grad_k, grad_X, None, None, None, None
 
 
+def pair_widths(K: int, V: int) -> tuple[int, int, int, int, int]:
+    """The widths of `pair_features`' five parts: 1, K, K (K + 1)/2, V, V K (F is their sum)."""
+    return 1, K, K * (K + 1) // 2, V, V * K
+
+
 def pair_features(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """k: [B, H, L, K], v: [B, H, L, V] -> [1, k, triu(k k^T), v, vec(v k^T)]: [B, H, L, F],
     F = 1 + K + K (K + 1)/2 + V + V K; one matmul with weights p gives every moment the fit needs."""
@@ -240,7 +244,7 @@ def centred_solve(moments: torch.Tensor, q: torch.Tensor, K: int, V: int, ridge:
     """moments: [B, H, c, F] from `pair_features`; q: [B, H, c, K] in the same origin.
     Returns o = v_bar + C_vk (C_kk + ridge I)^{-1} (q - k_bar): [B, H, c, V] (eq. 54, closed form)."""
     mean = moments[..., 1:] / moments[..., :1]  # [B, H, c, F - 1], weighted means (weights sum to 1)
-    k_bar, kk, v_bar, vk = mean.split([K, K * (K + 1) // 2, V, V * K], dim=-1)
+    k_bar, kk, v_bar, vk = mean.split(pair_widths(K, V)[1:], dim=-1)
     E_kk = kk[..., _symmetric_index(K, q.device)].unflatten(-1, (K, K))  # [B, H, c, K, K], E_w[k k^T]
     C_kk = E_kk - k_bar.unsqueeze(-1) * k_bar.unsqueeze(-2)  # [B, H, c, K, K]
     C_vk = vk.unflatten(-1, (V, K)) - v_bar.unsqueeze(-1) * k_bar.unsqueeze(-2)  # [B, H, c, V, K]
