@@ -25,9 +25,30 @@ def test_a_cpu_pass_times_every_asked_op_and_mixer_and_checks_the_targets():
     assert layers["attn"]["sync_free"] == "n/a" and layers["attn"]["compile_ms"] > 0
     assert "compile_ms" not in layers["hope"]
     table = gpu_table(result)
-    assert "| Hope's training step over Gated DeltaNet's (issue 29) |" in table
+    assert "| Hope's training step over Gated DeltaNet's, eager (issue 29) |" in table
+    assert "graph_ms" not in layers["hope"]  # CUDA graphs need CUDA: the CPU pass leaves the column empty
+    assert ("| Hope's training step over Gated DeltaNet's, both replayed from CUDA graphs (issue 29) | not measured "
+            "| 20x | – |") in table
     assert "| local-linear layer over attention's (issue 31) | not measured | 6x | – |" in table  # not asked for
     assert result["meta"]["device"] == "cpu" and json.dumps(result)  # JSON-serialisable as written
+
+
+def test_the_graphed_column_and_its_target_compare_graphed_steps():
+    result = run_gpu("cpu", cases=[], mixers=["gated_deltanet", "hope"], compile_mixers=[], budget_s=600,
+                     progress=lambda *_: None, **SMALL)
+    layers = {r["mixer"]: r for r in result["layers"]}
+    layers["gated_deltanet"]["graph_ms"], layers["hope"]["graph_ms"] = 5.0, 60.0  # as a CUDA pass records them
+    layers["hope"]["ms"] = 50 * layers["gated_deltanet"]["ms"]
+    table = gpu_table(result)
+    assert "| hope |" in table and "| 60.00 | 12.0x |" in table
+    assert "| Hope's training step over Gated DeltaNet's, eager (issue 29) | 50.0x | 20x | no |" in table
+    assert ("| Hope's training step over Gated DeltaNet's, both replayed from CUDA graphs (issue 29) | 12.0x | 20x "
+            "| yes |") in table
+    layers["hope"]["graph_error"] = "RuntimeError: capture failed"
+    del layers["hope"]["graph_ms"]
+    table = gpu_table(result)
+    assert "| – (RuntimeError: capture failed) |" in table
+    assert "both replayed from CUDA graphs (issue 29) | not measured | 20x | – |" in table
 
 
 def test_rows_past_the_budget_say_so_instead_of_running():

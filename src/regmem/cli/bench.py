@@ -186,14 +186,15 @@ def _optim(args) -> None:
 
 def _add_gpu(kinds) -> None:
     from regmem.bench.cases import CASES
-    from regmem.bench.gpu import COMPILE_MIXERS
+    from regmem.bench.gpu import COMPILE_MIXERS, GRAPH_MIXERS
     from regmem.layers import MIXERS
 
     parser = kinds.add_parser(
         "gpu", help="one pass on a GPU (about 4 min with compilation): every op's fwd+bwd at bf16 B 4 T 4096 H 16 "
                     "K=V=128 beside SDPA, regmem's own Triton kernels (DeltaFormer, local-linear attention) and fla's "
                     "kernel (where fla is installed), every mixer's training step at "
-                    "B 8 T 512 d_model 256 with a host-sync check and a torch.compile column; bench/gpu.py")
+                    "B 8 T 512 d_model 256 with a host-sync check, a CUDA-graph column and a torch.compile column; "
+                    "bench/gpu.py")
     parser.add_argument("--ops", type=names_among(CASES), default=None,
                         help="comma-separated cases of `bench ops` (default: all, the issues' first)")
     parser.add_argument("--mixers", type=names_among(MIXERS), default=None,
@@ -201,6 +202,10 @@ def _add_gpu(kinds) -> None:
     parser.add_argument("--compile-mixers", type=names_among(MIXERS), default=list(COMPILE_MIXERS),
                         help="mixers also timed under torch.compile (default: %(default)s)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
+    parser.add_argument("--graph-mixers", type=names_among(MIXERS), default=list(GRAPH_MIXERS),
+                        help="mixers also timed with their step replayed from CUDA graphs "
+                             "(torch.cuda.make_graphed_callables; default: %(default)s)")
+    parser.add_argument("--no-graphs", action="store_true", help="skip the CUDA-graph column")
     parser.add_argument("--no-fla", action="store_true", help="skip fla's kernels (each autotunes for up to minutes "
                                                               "on its first call)")
     parser.add_argument("--tables", type=names_among(("ops", "layers")), default=["ops", "layers"],
@@ -222,5 +227,6 @@ def _gpu(args) -> None:
     compile_mixers = [] if args.no_compile else args.compile_mixers
     result = run_gpu(args.device, cases=args.ops if "ops" in args.tables else [],
                      mixers=args.mixers if "layers" in args.tables else [], compile_mixers=compile_mixers,
+                     graph_mixers=[] if args.no_graphs else args.graph_mixers,
                      budget_s=args.budget, reps=args.reps, fla=False if args.no_fla else None)
     _write(result, gpu_table(result), args.out_dir, "gpu")

@@ -153,7 +153,8 @@ class RunResult:
 
 def train_and_evaluate(
     run: Run, preset: Preset, *, out_dir: str | None = None, checkpoint_every: int | None = None,
-    resume: bool = False, progress: bool = True, log: Callable[[str], None] | None = None,
+    resume: bool = False, progress: bool = True, log: Callable[[str], None] | None = None, device: str = "cpu",
+    cuda_graphs: bool = False,
 ) -> RunResult:
     """Trains and evaluates one run; also under torchrun, where every rank calls it and trains its share.
 
@@ -161,13 +162,14 @@ def train_and_evaluate(
     run ends, model/ (LM.save_pretrained; not for a run that diverged, whose last finite state is its checkpoint);
     resume continues from its checkpoint. `log`, if given, receives the
     resolved task, model and train configs as JSON before training; it and the saving happen on rank 0 only.
+    device: where the model trains ("cuda": cuda:LOCAL_RANK under torchrun); cuda_graphs: TrainConfig's option.
     """
     task = build_task(run.task, preset, run.setting)
-    model = build_model(run.mixer, preset, task.vocab_size, seed=run.seed)
-    config = build_train_config(
+    model = build_model(run.mixer, preset, task.vocab_size, seed=run.seed).to(device)
+    config = dataclasses.replace(build_train_config(
         preset, seed=run.seed, progress=progress, steps=run.steps, lr=run.lr, batch_size=run.batch_size,
         out_dir=out_dir, checkpoint_every=checkpoint_every, optimizer=run.optimizer,
-    )
+    ), cuda_graphs=cuda_graphs)
     if log is not None and distributed.is_main():
         resolved = {"task": dataclasses.asdict(task.config), "model": model.config.to_dict(),
                     "train": config.to_dict()}

@@ -71,6 +71,11 @@ class TrainConfig:
     # large lrs of small synthetic runs an MLP's output, cubic in its weights, outgrows the normalised mixers' and
     # drowns them under the final norm (regmem/train/optimizers.py); 1 is one lr for all
     mlp_lr_scale: float = 1.0
+    # CUDA only, one process: the model's forward and backward captured once as CUDA graphs at the first step
+    # (torch.cuda.make_graphed_callables) and replayed by every later one, so a model of many small kernels (Hope,
+    # self-modifying Titans, the deep memories' mini-batch loops) no longer pays a launch from Python per kernel; the
+    # same results to float round-off. The batch shape is fixed (it is: batch_size), evaluation runs eagerly
+    cuda_graphs: bool = False
 
     def __post_init__(self):
         _require(_is_int(self.steps) and self.steps >= 1, "steps", "an int >= 1", self.steps)
@@ -106,6 +111,7 @@ class TrainConfig:
         _require(_is_int(self.seed) and self.seed >= 0, "seed", "an int >= 0", self.seed)
         _require(isinstance(self.bf16, bool), "bf16", "a bool", self.bf16)
         _require(isinstance(self.progress, bool), "progress", "a bool", self.progress)
+        _require(isinstance(self.cuda_graphs, bool), "cuda_graphs", "a bool", self.cuda_graphs)
         pair_ok = (self.target_metric is None) == (self.target_value is None)
         _require(
             pair_ok, "target_value", f"set exactly when target_metric (={self.target_metric!r}) is", self.target_value

@@ -10,6 +10,11 @@ trajectory as one process on the same global batch (up to summation order).
 A run whose loss turns non-finite stops (`_Divergence`): the loop notes each step's loss on the device, with no
 host sync, and reads the note only at the steps that log, evaluate or checkpoint, where it syncs anyway; before a
 checkpoint is written the parameters are checked as well, so the checkpoint on disk is always the last finite one.
+
+With `config.cuda_graphs` the first training step captures the model's forward and backward as CUDA graphs
+(`torch.cuda.make_graphed_callables`; the ops skip their value checks while a graph is captured) and every step
+replays them; the loss,
+clipping and the optimizer step stay eager. Evaluation, in eval mode, calls the model's own forward.
 """
 
 from __future__ import annotations
@@ -145,6 +150,10 @@ class Trainer:
             raise ValueError(f"batch_size ({config.batch_size}) must divide over {distributed.world_size()} ranks")
         self.module = model.to(self.device)  # the bare model: saved, loaded and evaluated
         self.model = self.module  # what the training step calls: the DDP wrapper when there are several ranks
+        if config.cuda_graphs and (self.device.type != "cuda" or distributed.world_size() > 1):
+            raise ValueError(f"config.cuda_graphs needs one process on a CUDA device, got {self.device} with "
+                             f"{distributed.world_size()} process(es)")
+        self._graphed = False  # with config.cuda_graphs: whether the model's step is captured yet
         if distributed.world_size() > 1:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             self.model = DistributedDataParallel(self.module, device_ids=device_ids)
@@ -250,6 +259,9 @@ class Trainer:
         inputs = self.train_data[0][rows].to(self.device)  # [B / world_size, T]
         targets = self.train_data[1][rows].to(self.device)  # [B / world_size, T]
         with self._autocast():
+            if self.config.cuda_graphs and not self._graphed:  # captured once, at this shape, then replayed
+                torch.cuda.make_graphed_callables(self.module, (inputs,), allow_unused_input=True)
+                self._graphed = True
             logits = self.model(inputs)  # [B / world_size, T, V]
         loss_sum, count = token_loss(logits, targets)
         totals = distributed.all_reduce_sum(torch.stack([loss_sum.detach().double(), count.double()]))  # [2]
@@ -366,4 +378,6 @@ class Trainer:
     def _autocast(self) -> contextlib.AbstractContextManager:
         if not self.config.bf16:
             return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        # a CUDA graph cannot keep autocast's cache of cast weights (make_graphed_callables' documentation)
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16,
+                              cache_enabled=not self.config.cuda_graphs)

@@ -5,7 +5,7 @@ Shape, dtype and device checks always run: they read only metadata. Checks that 
 <= 0, a step size >= 0, a ridge > 0, integer offsets) copy from the device to the host, which on a GPU stalls the
 training step and under `torch.compile` breaks the graph. They run only where that is free:
   - by default on CPU tensors only (nothing to copy);
-  - never while `torch.compile` traces (the branch is not part of the graph);
+  - never while `torch.compile` traces (the branch is not part of the graph) or a CUDA graph is captured;
   - `set_value_checks(True)` runs them on every device (a debugging switch), `set_value_checks(False)` nowhere;
     `value_checks(...)` does the same for a `with` block, and the environment variable
     `REGMEM_VALUE_CHECKS` = `1` | `0` | `cpu` sets the default at import.
@@ -50,8 +50,8 @@ def value_checks(enabled: bool | None) -> Iterator[None]:
 
 def checks_values(x: torch.Tensor) -> bool:
     """Whether a check may read the values of x on the host now (module docstring)."""
-    if torch.compiler.is_compiling():
-        return False
+    if torch.compiler.is_compiling() or (x.is_cuda and torch.cuda.is_current_stream_capturing()):
+        return False  # a traced graph or a CUDA graph being captured: no host read can happen now
     return x.device.type == "cpu" if _value_checks is None else _value_checks
 
 
