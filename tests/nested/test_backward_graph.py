@@ -68,3 +68,37 @@ def test_compiled_pieces_equal_the_eager_layer_with_gradients():
 def test_an_unknown_compile_backend_raises_naming_the_option(bad):
     with pytest.raises(ValueError, match="compile_pieces must be"):
         build_mixer("self_modifying_titans", 16, 2, compile_pieces=bad)
+
+
+@pytest.mark.parametrize("step_rule", ["normalized", "explicit"])
+def test_compiled_cms_chunks_equal_the_eager_cms_with_gradients(step_rule):
+    """`compile_chunks` runs each whole chunk of a level (outputs, inner gradient, eq. 71's step) through
+    torch.compile: outputs, the state after the block and the outer gradients equal eager mode's (aot_eager, as
+    above). T = 22 over chunks (4, 8): whole chunks of both levels and a partial last one, which runs eagerly."""
+    x = torch.randn(2, 22, 8)
+    results = []
+    for option in (False, "aot_eager"):
+        torch.manual_seed(0)
+        config = CMSConfig(chunk_sizes=(4, 8), hidden=6, lr=0.05, step_rule=step_rule, compile_chunks=option)
+        cms = CMS(8, config)
+        y, state = cms(x)
+        y.pow(2).mean().backward()
+        grads = {n: p.grad for n, p in cms.named_parameters()}
+        results.append((y.detach(), state.levels[1].theta.down.detach(), grads))
+    (y_eager, theta_eager, g_eager), (y_compiled, theta_compiled, g_compiled) = results
+    torch.testing.assert_close(y_compiled, y_eager, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(theta_compiled, theta_eager, rtol=1e-5, atol=1e-6)
+    for name, grad in g_eager.items():
+        torch.testing.assert_close(g_compiled[name], grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_hope_compile_pieces_compiles_the_cms_chunks_too():
+    assert build_mixer("hope", 16, 2, compile_pieces="aot_eager").cms.config.compile_chunks == "aot_eager"
+    assert build_mixer("hope", 16, 2).cms.config.compile_chunks is False
+    assert build_mixer("hope", 16, 2, cms_compile_chunks="eager").cms.config.compile_chunks == "eager"
+
+
+@pytest.mark.parametrize("bad", ["no_such_backend", 1])
+def test_an_unknown_cms_compile_backend_raises_naming_the_option(bad):
+    with pytest.raises(ValueError, match="compile_chunks must be"):
+        CMSConfig(compile_chunks=bad)

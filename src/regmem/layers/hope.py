@@ -12,8 +12,10 @@ the "w/o DGD" row, and `dgd=True` is the printed full model: regmem/layers/self_
 
 CMS options: `cms_chunk_sizes` (one per level, fast first as in Fig. 5), `cms_lr` (inner learning rate),
 `cms_variant`, `cms_objective`, `cms_hidden` (0: 8/3 d_model), `cms_step_rule` ("normalized", which cannot diverge,
-or "explicit", eq. 71 as printed), `cms_persistent` (levels carried across the sequences of a stream): the fields of
-CMSConfig (regmem/nested/cms.py), whose defaults they read; with `cms=False` setting any of them raises ValueError.
+or "explicit", eq. 71 as printed), `cms_persistent` (levels carried across the sequences of a stream),
+`cms_compile_chunks` (each whole chunk of a level through torch.compile; Hope's `compile_pieces` sets it too): the
+fields of CMSConfig (regmem/nested/cms.py), whose defaults they read; with `cms=False` setting any of them raises
+ValueError.
 
 Training: the CMS's levels are MLPs whose output is cubic in their weights, after a mixer whose projections feed
 normalisations; at the lr that mixer wants they outgrow it. The experiments' presets (tiny, quick, small) train
@@ -32,6 +34,7 @@ from regmem.layers.attention import SoftmaxAttention
 from regmem.layers.self_modifying import SelfModifyingTitans
 from regmem.nested import CMS, CMSConfig, CMSState
 from regmem.nested.cms import Objective, StepRule, Variant
+from regmem.ops.common import CompileBackend
 
 
 class HopeState(NamedTuple):
@@ -51,9 +54,13 @@ class _ThenCMS:
                  cms_lr: float | tuple[float, ...] = CMSConfig.lr, cms_variant: Variant = CMSConfig.variant,
                  cms_objective: Objective = CMSConfig.objective, cms_hidden: int = CMSConfig.hidden,
                  cms_step_rule: StepRule = CMSConfig.step_rule,
-                 cms_persistent: bool | tuple[bool, ...] = CMSConfig.persistent, **inner):
+                 cms_persistent: bool | tuple[bool, ...] = CMSConfig.persistent,
+                 cms_compile_chunks: bool | CompileBackend = CMSConfig.compile_chunks, **inner):
+        if cms and not cms_compile_chunks:  # the inner mixer's compile option compiles the CMS's chunks too
+            cms_compile_chunks = inner.get("compile_pieces", CMSConfig.compile_chunks)
         config = CMSConfig(chunk_sizes=cms_chunk_sizes, lr=cms_lr, hidden=cms_hidden, variant=cms_variant,
-                           objective=cms_objective, step_rule=cms_step_rule, persistent=cms_persistent)
+                           objective=cms_objective, step_rule=cms_step_rule, persistent=cms_persistent,
+                           compile_chunks=cms_compile_chunks)
         if not cms and config != CMSConfig():
             raise ValueError(f"the cms_* options apply only with cms=True, got cms=False and {config}")
         super().__init__(d_model, n_heads, **inner)

@@ -104,7 +104,15 @@ from regmem.nested.cms_steps import (
     where,
     zeros_like,
 )
-from regmem.ops.common import permute_time, real_first_order, restore_time, shared_offset
+from regmem.ops.common import (
+    CompileBackend,
+    check_compile_option,
+    compiled,
+    permute_time,
+    real_first_order,
+    restore_time,
+    shared_offset,
+)
 
 Variant = Literal["sequential", "nested", "nested_learned", "independent"]
 Objective = Literal["value", "reconstruct"]
@@ -130,6 +138,10 @@ class CMSConfig:
     objective: Objective = "value"  # a meta-learned view of the level's own inputs (module docstring)
     step_rule: StepRule = "normalized"  # cannot diverge (module docstring); "explicit" is eq. 71 as printed
     persistent: bool | tuple[bool, ...] = False  # no level carries its weights from one sequence to the next
+    # True: each whole chunk of a level (its outputs, inner gradient and eq. 71 step: `_whole_chunk`) runs through
+    # torch.compile (a name: that backend), one graph per level's chunk size, traced once and reused by every chunk;
+    # same results to float round-off (regmem/ops/common/compiled.py). Hope's `compile_pieces` turns it on
+    compile_chunks: bool | CompileBackend = False
 
     def __post_init__(self):
         sizes = tuple(self.chunk_sizes)
@@ -151,6 +163,7 @@ class CMSConfig:
         if self.hidden < 0:
             raise ValueError(f"hidden must be >= 0, got {self.hidden}")
         self._check_persistent()
+        check_compile_option("compile_chunks", self.compile_chunks)
         if self.variant in NESTED:
             for level, parent in enumerate(self.parents()):
                 if parent is not None and sizes[parent] % sizes[level]:
@@ -295,6 +308,8 @@ class CMS(nn.Module):
             state = self.initial_state(B)
         if T == 0:
             return x, state
+        if fresh:  # empty accumulators: the first chunk of each level starts them (`_whole_chunk` for a whole one)
+            state = state._replace(levels=tuple(level._replace(grad=None, curvature=None) for level in state.levels))
         mask = attention_mask.bool() if attention_mask is not None else None
         order = None
         if mask is not None:  # real tokens first, so every row's chunks start at its first real token (padding.py)
@@ -391,18 +406,31 @@ def _run_level(cms: CMS, level: int, u, weight, masked: bool, state: LevelState,
     sizes = [b - a for a, b in zip([0, *stops[:-1]], stops, strict=True)]
     # split, not u[:, t:stop]: the backward of a slice zero-fills all of u once per piece (O(T^2 / C))
     weights = weight.split(sizes, dim=1) if masked else [None] * len(sizes)  # None: every token real
-    outs = []
+    outs, rate, rule = [], cms.config.rates()[level], cms.config.step_rule
+    whole = compiled(_whole_chunk, cms.config.compile_chunks) if cms.config.compile_chunks else _whole_chunk
     for stop, u_piece, target_piece, piece_weight in zip(stops, u.split(sizes, dim=1), target.split(sizes, dim=1),
                                                          weights, strict=True):
-        out, state = _piece(cms, level, state, u_piece, target_piece, piece_weight, mode)
+        chunk_end, parent_end = (start + stop) % C == 0, period is not None and (start + stop) % period == 0
+        if mode == "chunk" and not masked and rate > 0 and state.grad is None and u_piece.shape[1] == C:
+            out, theta = whole(state.theta, u_piece, target_piece, rate, rule)  # a whole chunk, eq. 71 included
+            state, chunk_end = state._replace(theta=theta), False
+        else:
+            out, state = _piece(cms, level, state, u_piece, target_piece, piece_weight, mode)
         outs.append(out)
         real = weight[:, stop - 1] > 0 if masked else None  # the rows whose token at the boundary is real
-        chunk_end, parent_end = (start + stop) % C == 0, period is not None and (start + stop) % period == 0
         state = _boundaries(cms, level, state, (chunk_end, real), (parent_end, real))
     if state.grad is None and cms.config.rates()[level] > 0:  # a chunk ended last: empty accumulators
         fresh = cms.initial_level(level, u.shape[0])
         state = state._replace(grad=zeros_like(state.theta), curvature=fresh.curvature)
     return torch.cat(outs, dim=1), state
+
+
+def _whole_chunk(theta: SwiGLUWeights, u, target, rate: float, rule: StepRule):
+    """One whole chunk of a level from the chunk's start, every token real: its outputs [B, C, D] at the frozen
+    parameters and the parameters after eq. 71's step at its end (`_piece` then `end_chunk`, in one function that
+    `compile_chunks` compiles)."""
+    out, grad, curvature = swiglu_and_grad(theta, u, target, None, rule == "normalized")
+    return out, end_chunk(LevelState(theta, grad, curvature, None), rate, rule, None).theta
 
 
 def _step(cms: CMS, level: int, u, weight, masked: bool, state: LevelState, clock, start: None, mode: Mode):
