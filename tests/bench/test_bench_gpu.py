@@ -44,6 +44,9 @@ def test_the_graphed_column_and_its_target_compare_graphed_steps():
     assert "| Hope's training step over Gated DeltaNet's, eager (issue 29) | 50.0x | 20x | no |" in table
     assert ("| Hope's training step over Gated DeltaNet's, both replayed from CUDA graphs (issue 29) | 12.0x | 20x "
             "| yes |") in table
+    assert "both compiled and replayed from CUDA graphs (issue 29) | not measured | 20x | – |" in table
+    layers["gated_deltanet"]["compile_graph_ms"], layers["hope"]["compile_graph_ms"] = 2.0, 30.0
+    assert "both compiled and replayed from CUDA graphs (issue 29) | 15.0x | 20x | yes |" in gpu_table(result)
     layers["hope"]["graph_error"] = "RuntimeError: capture failed"
     del layers["hope"]["graph_ms"]
     table = gpu_table(result)

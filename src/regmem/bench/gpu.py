@@ -384,6 +384,8 @@ TARGETS = (
     ("Hope's training step over Gated DeltaNet's, eager (issue 29)", "layers", "hope", BASELINE_MIXER, 20),
     ("Hope's training step over Gated DeltaNet's, both replayed from CUDA graphs (issue 29)", "layers", "hope",
      BASELINE_MIXER, 20, "graph_ms"),
+    ("Hope's training step over Gated DeltaNet's, both compiled and replayed from CUDA graphs (issue 29)", "layers",
+     "hope", BASELINE_MIXER, 20, "compile_graph_ms"),
     ("DeltaFormer fwd+bwd over SDPA (issue 31)", "ops", "deltaformer", "sdpa (causal)", 6),
     # the issue's row is the exact (Cholesky) form, which has no kernel; MesaNet's solver (30 CG steps) has one
     ("least_squares, exact, fwd+bwd over SDPA (issue 31)", "ops", "least_squares", "sdpa (causal)", 10),
