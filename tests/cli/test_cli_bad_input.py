@@ -42,6 +42,9 @@ CASES = {
         (["bench", "optim", "--optimizers", "lion", "--out-dir", "{out}"], "argument --optimizers: unknown 'lion'"),
     ],
     "compare": [
+        (["compare", "mqar", "--mixers", "hope", "--cuda-graphs", "--out-dir", "{out}"],
+         "argument --cuda-graphs: needs --device cuda"),
+        (["compare", "mqar", "--mixers", "hope", "--device", "tpu9", "--out-dir", "{out}"], "argument --device: "),
         (["compare", "mqar", "--mixers", "nosuch", "--out-dir", "{out}"], "argument --mixers: unknown mixer 'nosuch'"),
         (["compare", "mqar", "--mixers", "linear,recipe:uniform/linear", "--out-dir", "{out}"],
          "argument --mixers: mixer 'recipe:uniform/linear': a recipe mixer name is"),
@@ -61,6 +64,8 @@ CASES = {
         (["compare", "mqar", "--sweep", "num_kv_pairs", "--out-dir", "{out}"], "argument --sweep: --sweep must look"),
     ],
     "suite": [
+        (["suite", "--mixers", "hope", "--cuda-graphs", "--run-dir", "{out}"],
+         "argument --cuda-graphs: needs --device cuda"),
         (["suite", "--tasks", "mqar,nosuch", "--run-dir", "{out}"], "argument --tasks: unknown 'nosuch'"),
         (["suite", "--mixers", "attn,nosuch", "--run-dir", "{out}"], "argument --mixers: unknown mixer 'nosuch'"),
         (["suite", "--reuse-runs", "{empty}", "--run-dir", "{out}"], "argument --reuse-runs: no runs/ directory in"),

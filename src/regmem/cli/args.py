@@ -13,6 +13,30 @@ from collections.abc import Callable, Iterable
 ArgumentTypeError = argparse.ArgumentTypeError
 
 
+def add_device_options(parser: argparse.ArgumentParser) -> None:
+    """--device and --cuda-graphs of the commands that train (`check_device_options` checks them)."""
+    parser.add_argument("--device", default="cpu",
+                        help="torch device to train on, e.g. cuda (under torchrun: each rank's cuda:LOCAL_RANK)")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="capture each model's forward and backward as CUDA graphs at its first step and replay "
+                             "them (one process per GPU; pays for models of many small kernels: Hope, "
+                             "self-modifying Titans, the deep memories)")
+
+
+def check_device_options(args) -> None:
+    """--device names a torch device this machine has; --cuda-graphs comes with a CUDA one."""
+    import torch
+
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as err:
+        args.parser.error(f"argument --device: {err}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        args.parser.error(f"argument --device: {args.device!r} asked for, but torch sees no CUDA device")
+    if args.cuda_graphs and device.type != "cuda":
+        args.parser.error("argument --cuda-graphs: needs --device cuda")
+
+
 def preset_help() -> str:
     from regmem.experiments.presets import PRESETS
 

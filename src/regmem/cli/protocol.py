@@ -8,6 +8,8 @@ from pathlib import Path
 
 from regmem.cli.args import (
     ArgumentTypeError,
+    add_device_options,
+    check_device_options,
     int_list,
     mixer_list,
     mixers_help,
@@ -58,6 +60,7 @@ def _add_protocol_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=positive_int, default=1,
                         help="runs trained at once, each in its own process with one torch thread (e.g. 2 on a "
                              "2-core CPU)")
+    add_device_options(parser)
 
 
 def _protocol_inputs(args) -> tuple:
@@ -107,6 +110,7 @@ def _compare(args) -> None:
     from regmem.experiments.lengths import check_eval_lengths
 
     preset, lrs = _protocol_inputs(args)
+    check_device_options(args)
     settings = _check_sweep(args, preset)
     if args.run_dir is not None and Path(args.run_dir).exists() and not Path(args.run_dir).is_dir():
         args.parser.error(f"argument --run-dir: {args.run_dir!r} is not a directory")
@@ -116,7 +120,7 @@ def _compare(args) -> None:
         args.parser.error(f"argument --eval-lengths: {err}")
     compare(args.task, args.mixers, preset, sweep=args.sweep, seeds=args.seeds, lrs=lrs, out_dir=args.out_dir,
             run_dir=args.run_dir, progress=not args.no_progress, workers=args.workers, save_tuned_to=args.save_tuned,
-            eval_lengths=args.eval_lengths)
+            eval_lengths=args.eval_lengths, device=args.device, cuda_graphs=args.cuda_graphs)
 
 
 def add_suite(commands) -> None:
@@ -146,5 +150,7 @@ def _suite(args) -> None:
     from regmem.experiments.suite import suite
 
     preset, lrs = _protocol_inputs(args)
+    check_device_options(args)
     suite(args.tasks, args.mixers, preset, seeds=args.seeds, lrs=lrs, run_dir=args.run_dir,
-          save_tuned_to=args.save_tuned, reuse=args.reuse_runs, progress=not args.no_progress, workers=args.workers)
+          save_tuned_to=args.save_tuned, reuse=args.reuse_runs, progress=not args.no_progress, workers=args.workers,
+          device=args.device, cuda_graphs=args.cuda_graphs)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import torch
-
 from regmem.cli.args import (
+    add_device_options,
     assignment,
+    check_device_options,
     mixer_name,
     mixers_help,
     positive_float,
@@ -44,12 +44,7 @@ def add_train(commands) -> None:
     parser.add_argument("--checkpoint-every", type=positive_int, default=None, help="steps between checkpoints")
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out-dir")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--device", default="cpu",
-                        help="torch device to train on, e.g. cuda (under torchrun: each rank's cuda:LOCAL_RANK)")
-    parser.add_argument("--cuda-graphs", action="store_true",
-                        help="capture the model's forward and backward as CUDA graphs at the first step and replay "
-                             "them (one process on CUDA; pays for models of many small kernels: Hope, self-modifying "
-                             "Titans, the deep memories)")
+    add_device_options(parser)
     parser.set_defaults(handler=_train, parser=parser)
 
 
@@ -64,14 +59,7 @@ def _check(args, run, preset) -> None:
         args.parser.error(f"argument --set: {err}")
     if args.resume and args.out_dir is None:
         args.parser.error("argument --resume: needs --out-dir, the directory of the run to continue")
-    try:
-        device = torch.device(args.device)
-    except RuntimeError as err:
-        args.parser.error(f"argument --device: {err}")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        args.parser.error(f"argument --device: {args.device!r} asked for, but torch sees no CUDA device")
-    if args.cuda_graphs and device.type != "cuda":
-        args.parser.error("argument --cuda-graphs: needs --device cuda")
+    check_device_options(args)
     if args.resume and latest_checkpoint(Path(args.out_dir)) is None:
         args.parser.error(f"argument --resume: no checkpoint in --out-dir {args.out_dir!r}")
 

@@ -82,10 +82,12 @@ def lr_source(preset: Preset, lrs: list[float] | None, task: str, mixers: list[s
 def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | None = None,
             seeds: list[int] = SEEDS, lrs: list[float] | None = None, out_dir: str | Path = "results",
             run_dir: str | Path | None = None, progress: bool = True, log=print, workers: int = 1,
-            save_tuned_to: str | Path | None = None, eval_lengths: tuple[int, ...] = ()) -> Path:
+            save_tuned_to: str | Path | None = None, eval_lengths: tuple[int, ...] = (), device: str = "cpu",
+            cuda_graphs: bool = False) -> Path:
     """Trains every (mixer, sweep value, lr, seed) not yet in `run_dir`; writes the leaderboard, CSV, JSON and
     plot; with `save_tuned_to`, also each mixer's best lr at each swept setting (tuned.py); with `eval_lengths`,
-    scores every run at those lengths too (module docstring); returns the run directory."""
+    scores every run at those lengths too (module docstring); device, cuda_graphs: where and how each run trains
+    (`train_run`); returns the run directory."""
     if task_name not in TASKS:
         raise ValueError(f"task must be one of {sorted(TASKS)}, got {task_name!r}")
     if not seeds:
@@ -98,11 +100,11 @@ def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | N
     run_dir = Path(run_dir)
     runs = [run for s in settings for run in run_grid([task_name], mixers, [s], lr_grid(preset, lrs, s), seeds)]
     store = RunStore(run_dir, preset)
-    train = train_run
+    train = functools.partial(train_run, device=device, cuda_graphs=cuda_graphs)
     if eval_lengths:
         refuse_stored_elsewhere(runs, store, eval_lengths)  # before any run trains
-        train = functools.partial(train_run, evaluate=functools.partial(scores_at_lengths, preset=preset,
-                                                                        lengths=eval_lengths))
+        train = functools.partial(train, evaluate=functools.partial(scores_at_lengths, preset=preset,
+                                                                    lengths=eval_lengths))
     records = execute(runs, preset, store, progress=progress, log=log, workers=workers, train=train)
     summaries = summarize(records)
     source = lr_source(preset, lrs, task_name, mixers, settings)

@@ -122,10 +122,14 @@ class RunStore:
 
 
 def train_run(run: Run, preset: Preset, progress: bool = False,
-              evaluate: Callable[[Run, RunResult], dict] | None = None) -> dict:
-    """Trains one run; returns its numbers: score, every eval metric, size, time, and whatever `evaluate`
-    (given the run and its result, the trained model included) adds, e.g. NIAH's length x depth grid."""
-    trained = train_and_evaluate(run, preset, progress=progress)
+              evaluate: Callable[[Run, RunResult], dict] | None = None, device: str = "cpu",
+              cuda_graphs: bool = False) -> dict:
+    """Trains one run on `device` (`cuda_graphs`: TrainConfig's option); returns its numbers: score, every eval
+    metric, size, time, and whatever `evaluate` (given the run and its result, the trained model included, moved
+    back to the CPU) adds, e.g. NIAH's length x depth grid. A run's key does not name the device: the same run on
+    another device gives the same numbers to float round-off."""
+    trained = train_and_evaluate(run, preset, progress=progress, device=device, cuda_graphs=cuda_graphs)
+    trained.model.cpu()
     metric, _ = score_of(run.task)
     extra = {} if evaluate is None else evaluate(run, trained)
     score = diverged_score(metric) if trained.diverged_at_step is not None else trained.metrics[metric]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import json
 import statistics
 from pathlib import Path
@@ -23,7 +24,16 @@ from pathlib import Path
 from regmem.experiments.compare import budget_line, lr_grid, lr_source
 from regmem.experiments.plots import plot_heatmap
 from regmem.experiments.presets import Preset
-from regmem.experiments.protocol import SEEDS, CellSummary, RunStore, divergence_note, execute, run_grid, summarize
+from regmem.experiments.protocol import (
+    SEEDS,
+    CellSummary,
+    RunStore,
+    divergence_note,
+    execute,
+    run_grid,
+    summarize,
+    train_run,
+)
 from regmem.experiments.tuned import best_lrs, save_tuned
 from regmem.tasks import TASK_GROUPS, TASKS
 
@@ -43,10 +53,11 @@ def resolve_tasks(names: list[str]) -> list[str]:
 
 def suite(task_names: list[str], mixers: list[str], preset: Preset, *, seeds: list[int] = SEEDS,
           lrs: list[float] | None = None, run_dir: str | Path | None = None, save_tuned_to: str | Path | None = None,
-          reuse: list[str | Path] = (), progress: bool = True, log=print, workers: int = 1) -> Path:
+          reuse: list[str | Path] = (), progress: bool = True, log=print, workers: int = 1, device: str = "cpu",
+          cuda_graphs: bool = False) -> Path:
     """Trains every (task, mixer, lr, seed) not yet in `run_dir` (or in a `reuse` directory, read only); writes
     the mixers x tasks leaderboard, CSV, JSON and heat map; with `save_tuned_to`, also each mixer's best lr per
-    task into that tuned-lr table."""
+    task into that tuned-lr table. device, cuda_graphs: where and how each run trains (`train_run`)."""
     tasks = resolve_tasks(task_names)
     if not mixers:
         raise ValueError("mixers must name at least one mixer")
@@ -55,7 +66,9 @@ def suite(task_names: list[str], mixers: list[str], preset: Preset, *, seeds: li
     run_dir = Path(run_dir or f"results/suite-{preset.name}")
     runs = run_grid(tasks, mixers, [{}], lr_grid(preset, lrs), seeds)
     log(f"[suite] {len(tasks)} tasks x {len(mixers)} mixers: {len(runs)} runs into {run_dir}")
-    records = execute(runs, preset, RunStore(run_dir, preset, reuse), progress=progress, log=log, workers=workers)
+    train = functools.partial(train_run, device=device, cuda_graphs=cuda_graphs)
+    records = execute(runs, preset, RunStore(run_dir, preset, reuse), progress=progress, log=log, workers=workers,
+                      train=train)
     summaries = summarize(records)
     sources = {task: lr_source(preset, lrs, task, mixers) for task in tasks}
     write_suite(run_dir, preset, tasks, mixers, records, summaries, sources)
