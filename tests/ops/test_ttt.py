@@ -334,3 +334,29 @@ def test_bad_input_raises_value_error_naming_it(case):
             InnerModel((3,), args.pop("activation"))
         args.pop("model", None) if args.get("model", 0) is None else None
         ttt(**args)
+
+
+@pytest.mark.parametrize("affine", [False, True])
+def test_the_inner_layer_norm_and_its_backward_equal_the_written_out_forms_with_their_gradients(affine):
+    """`layer_norm` and `layer_norm_backward` run torch's fused LayerNorm kernels; the chunk form differentiates the
+    backward once more (the outer gradient through the inner one). Both, and that second derivative, equal the
+    written-out formulas: y = (h - mu) rstd gamma + beta, dh = rstd (g - mean g - xhat mean(g xhat)), g = dy gamma."""
+    from regmem.ops.ttt.model import LN_EPS, layer_norm, layer_norm_backward
+
+    torch.manual_seed(0)
+    h = torch.randn(2, 3, 5, 8, dtype=torch.float64, requires_grad=True)
+    dy = torch.randn(2, 3, 5, 8, dtype=torch.float64, requires_grad=True)
+    ln = (torch.randn(3, 1, 8, dtype=torch.float64), torch.randn(3, 1, 8, dtype=torch.float64)) if affine else None
+    mu, var = h.mean(-1, keepdim=True), h.var(-1, unbiased=False, keepdim=True)
+    rstd = torch.rsqrt(var + LN_EPS)
+    xhat = (h - mu) * rstd
+    y_ref = xhat if ln is None else xhat * ln[0] + ln[1]
+    g = dy if ln is None else dy * ln[0]
+    dh_ref = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+    y, dh = layer_norm(h, ln), layer_norm_backward(h, dy, ln)
+    assert_close(y, y_ref, "y")
+    assert_close(dh, dh_ref, "dh")
+    w = torch.randn_like(dh)
+    for got, want in zip(torch.autograd.grad((dh * w).sum() + (y * w).sum(), (h, dy)),
+                         torch.autograd.grad((dh_ref * w).sum() + (y_ref * w).sum(), (h, dy)), strict=True):
+        assert_close(got, want, "second derivative")
