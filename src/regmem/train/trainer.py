@@ -13,8 +13,8 @@ checkpoint is written the parameters are checked as well, so the checkpoint on d
 
 With `config.cuda_graphs` the first training step captures the model's forward and backward as CUDA graphs
 (`torch.cuda.make_graphed_callables`; the ops skip their value checks while a graph is captured) and every step
-replays them; the loss,
-clipping and the optimizer step stay eager. Evaluation, in eval mode, calls the model's own forward.
+replays them; the loss, clipping and the optimizer step stay eager. Evaluation, in eval mode, calls the model's
+own forward.
 """
 
 from __future__ import annotations
