@@ -266,6 +266,15 @@ def _sync_free(step: Callable[[], None], device: torch.device) -> bool | str:
             torch.cuda.set_sync_debug_mode("default")
 
 
+def _time_graphed(row: dict, key: str, mixer: torch.nn.Module, x: torch.Tensor, *, reps: int, progress) -> None:
+    """The mixer's step replayed from CUDA graphs into row[key + "_first_s"], row[key + "_ms"] (or the error)."""
+    try:
+        row[f"{key}_first_s"], row[f"{key}_ms"] = time_call(graphed_train_step(mixer, x), x.device, reps=reps)
+    except Exception as err:
+        row[f"{key}_error"] = _error(err)
+    progress(f"{row['mixer']:>26} {key}: {row.get(f'{key}_ms', row.get(f'{key}_error'))}")
+
+
 def run_layers(mixers, compile_mixers, device, *, reps: int, deadlines: tuple[float, float], compile_backend: str,
                shape: dict, graph_mixers=(), progress=print) -> list[dict]:
     """One row per mixer: eager training step, sync check, (for `graph_mixers`, on CUDA) the step replayed from CUDA
@@ -294,11 +303,7 @@ def run_layers(mixers, compile_mixers, device, *, reps: int, deadlines: tuple[fl
             row["error"] = _error(err)
         _report(progress, name, row, "mixer")
         if name in built and name in graph_mixers and device.type == "cuda":
-            try:
-                row["graph_first_s"], row["graph_ms"] = time_call(graphed_train_step(mixer, x), device, reps=reps)
-            except Exception as err:
-                row["graph_error"] = _error(err)
-            progress(f"{name:>26} graphed: {row.get('graph_ms', row.get('graph_error'))}")
+            _time_graphed(row, "graph", mixer, x, reps=reps, progress=progress)
     for name in compile_mixers:
         row = next(r for r in rows if r["mixer"] == name)
         if name not in built:
@@ -319,12 +324,7 @@ def run_layers(mixers, compile_mixers, device, *, reps: int, deadlines: tuple[fl
             row["compile_error"] = _error(err)
         progress(f"{name:>26} compiled: {row.get('compile_ms', row.get('compile_error'))}")
         if "compile_ms" in row and name in graph_mixers and device.type == "cuda":  # the compiled step, graphed
-            try:
-                step = graphed_train_step(compiled, x)
-                row["compile_graph_first_s"], row["compile_graph_ms"] = time_call(step, device, reps=reps)
-            except Exception as err:
-                row["compile_graph_error"] = _error(err)
-            progress(f"{name:>26} compiled, graphed: {row.get('compile_graph_ms', row.get('compile_graph_error'))}")
+            _time_graphed(row, "compile_graph", compiled, x, reps=reps, progress=progress)
     return rows
 
 
