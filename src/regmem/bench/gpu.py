@@ -16,7 +16,7 @@ Two tables, each stopped at its share of the time budget (rows not reached say s
   `compile_mixers` the step under `torch.compile` (its first call, the compilation, reported apart), and for
   `graph_mixers` the step replayed from CUDA graphs (`torch.cuda.make_graphed_callables`: the forward and the
   backward each captured once, then replayed with no per-kernel launch from Python; its first call, the warm-up and
-  capture, reported apart). A mixer of many small kernels (Hope: ~38k per step at T 512) is bound by those launches
+  capture, reported apart). A mixer of many small kernels (Hope: ~34k per step at T 512) is bound by those launches
   in eager mode; a replay costs the kernels' own time.
 
 Each timing is the median of `reps` calls after one untimed first call, whose wall time (compilation, Triton
