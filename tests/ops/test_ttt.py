@@ -360,3 +360,30 @@ def test_the_inner_layer_norm_and_its_backward_equal_the_written_out_forms_with_
     for got, want in zip(torch.autograd.grad((dh * w).sum() + (y * w).sum(), (h, dy)),
                          torch.autograd.grad((dh_ref * w).sum() + (y_ref * w).sum(), (h, dy)), strict=True):
         assert_close(got, want, "second derivative")
+
+
+@pytest.mark.parametrize("name", ["gelu", "silu", "relu", "tanh", "none"])
+def test_the_inner_activation_backward_equals_autograd_with_its_second_derivative(name):
+    """`activation_backward` (GELU's through torch's gelu_backward, the others written out) is grad * act'(h) as
+    autograd computes it, and so is its own gradient, which the chunk form's outer backward takes; for GELU also
+    against the written-out Phi(h) + h phi(h)."""
+    import math
+
+    from regmem.ops.ttt.model import activation, activation_backward
+
+    torch.manual_seed(0)
+    h = torch.randn(3, 7, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(3, 7, dtype=torch.float64, requires_grad=True)
+    (want,) = torch.autograd.grad(activation(name, h), h, grad, create_graph=True)
+    got = activation_backward(name, grad, h)
+    assert_close(got, want, "grad * act'(h)")
+    if name == "gelu":
+        written = 0.5 * (1.0 + torch.erf(h * 2**-0.5)) + h * torch.exp(-0.5 * h * h) / math.sqrt(2 * math.pi)
+        assert_close(got, grad * written, "against Phi(h) + h phi(h)")
+    w = torch.randn_like(got)
+    for a, b in zip(torch.autograd.grad((got * w).sum(), (grad, h), allow_unused=True),
+                    torch.autograd.grad((want * w).sum(), (grad, h), allow_unused=True), strict=True):
+        if a is None or b is None:  # relu and the identity: act'' = 0, so nothing (or zeros) reaches h
+            assert all(t is None or torch.all(t == 0) for t in (a, b))
+        else:
+            assert_close(a, b, "second derivative")

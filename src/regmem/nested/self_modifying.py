@@ -215,6 +215,11 @@ def _heads_first(ln):
     return None if ln is None else tuple(p[None, :, None] for p in ln)
 
 
+def _rows_first(ln, B: int):
+    """(gamma, beta) [G H, d] -> [B G H, 1, d] each, broadcasting over the fused path's rows [B G H, n, d]."""
+    return None if ln is None else tuple(p.expand(B, *p.shape).reshape(-1, 1, p.shape[-1]) for p in ln)
+
+
 def initial_state(config: SelfModifyingConfig, params: OuterParams, B: int) -> SelfModifyingState:
     """The meta-learned initial memories, expanded over a batch of B."""
     states = dict.fromkeys(MEMORIES)
@@ -249,7 +254,7 @@ def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: 
     elif T > 1:
         first = step - shared_offset(torch.remainder(state.memory.offset, step))  # one host read (docstring)
     ys, stacked = [], None
-    fused_ln = ([_heads_first(params.ln_of(names)) for names in _fused_groups(config, d)] if _fusable(config)
+    fused_ln = ([_rows_first(params.ln_of(names), B) for names in _fused_groups(config, d)] if _fusable(config)
                 else None)  # stacked once, for every piece
     sizes = [min(first, T)] + [min(step, T - t) for t in range(first, T, step)] if T > 0 else []
     # split, not x[:, start:stop]: the backward of a slice zero-fills all of x once per piece (O(T^2 / step))
@@ -288,9 +293,10 @@ def _fused_groups(config: SelfModifyingConfig, d: int) -> tuple[tuple[str, ...],
 
 class _Stacked(NamedTuple):
     """The memories' states for `_fused_piece`, one stack per group of `_fused_groups`: a group's memories are
-    stacked along the head axis in MEMORIES order (its memory g, head h is head g H + h) and kept per layer
-    ([B, G H, rows, columns] each; momenta [None] * depth without momentum) between mini-batches, so no mini-batch
-    packs, unpacks or copies them. offsets: [B, G H] per group, 0 between mini-batches."""
+    stacked along the head axis in MEMORIES order (its memory g, head h is head g H + h), batch and heads in one
+    leading dim, and kept per layer ([B G H, rows, columns] each; momenta [None] * depth without momentum) between
+    mini-batches, so no mini-batch packs, unpacks or copies them, and every product of the engine is one bmm.
+    offsets: [B, G H] per group, 0 between mini-batches."""
 
     groups: tuple
     weights: list
@@ -302,8 +308,9 @@ class _Stacked(NamedTuple):
         groups, weights, momenta, offsets = _fused_groups(config, d), [], [], []
         for names in groups:
             stacked, model = _stack([getattr(state, name) for name in names]), config.model(names[0], d)
-            weights.append(model.unpack(stacked.params, d, d))
-            momenta.append(model.unpack(stacked.momentum, d, d) if config.momentum else [None] * model.depth)
+            weights.append([w.flatten(0, 1) for w in model.unpack(stacked.params, d, d)])
+            momenta.append([p.flatten(0, 1) for p in model.unpack(stacked.momentum, d, d)] if config.momentum
+                           else [None] * model.depth)
             offsets.append(stacked.offset)
         return _Stacked(groups, weights, momenta, offsets)
 
@@ -311,23 +318,25 @@ class _Stacked(NamedTuple):
         states = {}
         for names, weights, momenta, offset in zip(self.groups, self.weights, self.momenta, self.offsets,
                                                    strict=True):
-            model = config.model(names[0], d)
-            params = model.pack(weights)
-            momentum = model.pack(momenta) if config.momentum else params.new_zeros(*params.shape[:2], 0)
+            model, B = config.model(names[0], d), offset.shape[0]
+            params = model.pack([w.unflatten(0, (B, -1)) for w in weights])
+            momentum = (model.pack([p.unflatten(0, (B, -1)) for p in momenta]) if config.momentum
+                        else params.new_zeros(*params.shape[:2], 0))
             states.update(zip(names, _unstack(TTTState(params, momentum, params, offset), len(names)), strict=True))
         return SelfModifyingState(**states)
 
 
 def _fused_piece(x, config: SelfModifyingConfig, params: OuterParams, stacked: _Stacked, ln: list):
     """`_piece` for one whole aligned mini-batch of a `_fusable` configuration on the stacked states (`_Stacked`):
-    the anchor is the parameters (offset 0); ln: per group, its memories' LN affine in that order, heads first
-    (`_heads_first`), or None. Returns y [B, n, H, d] and the stacked states after it."""
-    H, d = x.shape[-2], x.shape[-1]
+    the anchor is the parameters (offset 0); ln: per group, its memories' LN affine in that order, rows first
+    (`_rows_first`), or None. Every tensor of the engine has one leading dim, batch x memories x heads, so its
+    products are plain bmm calls. Returns y [B, n, H, d] and the stacked states after it."""
+    B, H, d = x.shape[0], x.shape[-2], x.shape[-1]
     first = stacked.groups[0]  # the generators (and the main memory, when it shares their model)
     views = [*MEMORIES[:-1], "k"][:len(first)]  # the main memory generates nothing: its share, on k's view, is unused
     rows = torch.cat([_view(config, x, name).transpose(1, 2) for name in views], dim=1)  # [B, G H, n, d]
-    reads, _ = config.model("k", d).forward(stacked.weights[0], rows, ln[0])
-    r_k, r_v, r_q, r_eta, r_alpha = reads.unflatten(1, (len(first), H)).unbind(1)[:5]  # [B, H, n, d] each
+    reads, _ = config.model("k", d).forward(stacked.weights[0], rows.flatten(0, 1), ln[0])  # [B G H, n, d]
+    r_k, r_v, r_q, r_eta, r_alpha = reads.unflatten(0, (B, len(first), H)).unbind(1)[:5]  # [B, H, n, d] each
     k, q = F.normalize(r_k, dim=-1), F.normalize(r_q, dim=-1)
     v = F.normalize(r_v, dim=-1) if config.normalize_v else r_v
     eta = config.eta_max * torch.sigmoid((r_eta * params.w_eta[:, None]).sum(-1))  # [B, H, n]
@@ -337,15 +346,19 @@ def _fused_piece(x, config: SelfModifyingConfig, params: OuterParams, stacked: _
     y, weights, momenta = None, [], []
     for names, W, P, ln_group in zip(stacked.groups, stacked.weights, stacked.momenta, ln, strict=True):
         G, model = len(names), config.model(names[0], d)
-        targets = v.repeat(1, G, 1, 1)  # [B, G H, n, d]: v_t for every memory (eq. 84), or its own M(v_t) (eq. 87)
+
+        def every(t, G=G):  # [B, H, ...] -> [B G H, ...]: one copy per memory of the group
+            return None if t is None else t.repeat(1, G, *[1] * (t.ndim - 2)).flatten(0, 1)
+
+        targets = every(v)  # v_t for every memory (eq. 84), or its own M(v_t) (eq. 87)
         if config.self_values:
             targets, _ = model.forward(W, targets, ln_group)
         reads_memory = "memory" in names  # only the main memory is read, and it is last in its group
         o, W, P = ttt_mini_batch(
-            q if reads_memory else None, k.repeat(1, G, 1, 1), targets, eta.repeat(1, G, 1), g.repeat(1, G, 1),
-            log_mu.repeat(1, G, 1) if log_mu is not None else None, W, P, model=model, loss=config.loss,
-            dgd=config.dgd, step_rule=config.step_rule, ln=ln_group, read=lambda t, G=G: t[:, (G - 1) * H:])
-        y = o if reads_memory else y
+            q.flatten(0, 1) if reads_memory else None, every(k), targets, every(eta), every(g), every(log_mu), W, P,
+            model=model, loss=config.loss, dgd=config.dgd, step_rule=config.step_rule, ln=ln_group,
+            read=None if G == 1 else lambda t, G=G: t.unflatten(0, (B, -1))[:, (G - 1) * H:].flatten(0, 1))
+        y = o.unflatten(0, (B, H)) if reads_memory else y
         weights.append(W)
         momenta.append(P)
     return y.transpose(1, 2), _Stacked(stacked.groups, weights, momenta, stacked.offsets)

@@ -44,7 +44,7 @@ from regmem.ops.common import (
     split_chunks,
     suffix_exclusive,
 )
-from regmem.ops.ttt.model import InnerModel, activation, layer_norm, layer_steps, loss_grad, norms_sq
+from regmem.ops.ttt.model import InnerModel, activation, layer_norm, layer_steps, loss_grad, matmul, norms_sq
 from regmem.ops.ttt.state import TTTState, start_anchor, zero_state
 
 
@@ -160,8 +160,7 @@ def ttt_mini_batch(q, k, v, beta, g, log_eta, weights: list, momenta: list, *, m
     momenta after the mini-batch."""
     live = torch.ones_like(beta)
     g = torch.zeros_like(beta) if g is None else g
-    kern = _kernels(g.unsqueeze(-2), log_eta.unsqueeze(-2) if log_eta is not None else None, live.unsqueeze(-2))
-    kn = {name: x.squeeze(g.ndim - 1) for name, x in kern.items()}  # the one block's kernels (N = 1)
+    kn = _kernels(g, log_eta, live)  # the one block's kernels
     return _block(weights, weights, momenta, q, k, v, beta, log_eta, kn, model=model, loss=loss,
                   loss_param=loss_param, dgd=dgd, ln=ln, step_rule=step_rule, read=read)
 
@@ -172,52 +171,54 @@ def _layer_state(W0, P0, X, D, rho, kn):
     D: [..., C, d_out] the rows -eta_i delta_i; rho: [..., C, 1] or None (no DGD). Returns the layer's (W, Pi) at the
     mini-batch end and the DGD errors E [..., C, d_out] (None without DGD)."""
     Xt = X.transpose(-1, -2)  # [..., d_in, C]
-    W_end = kn["a_end"][..., None, None] * W0 + Xt @ (kn["M_end"].unsqueeze(-1) * D)
+    W_end = kn["a_end"] * W0 + matmul(Xt, kn["M_end"] * D)
     P_end = E = None
     if P0 is not None:
-        W_end = W_end + kn["b_end"][..., None, None] * P0
-        P_end = kn["c_end"][..., None, None] * P0 + Xt @ (kn["E_end"].unsqueeze(-1) * D)
+        W_end = W_end + kn["b_end"] * P0
+        P_end = kn["c_end"] * P0 + matmul(Xt, kn["E_end"] * D)
     if rho is not None:  # the DGD errors e_i = -rho_i x_i W_{i-1}: one triangular solve
-        XX = X @ Xt  # [..., C, C]
-        rhs = kn["a_prev"].unsqueeze(-1) * (X @ W0) + (kn["M_prev"] * XX) @ D
+        XX = matmul(X, Xt)  # [..., C, C]
+        rhs = kn["a_prev"] * matmul(X, W0) + matmul(kn["M_prev"] * XX, D)
         if P0 is not None:
-            rhs = rhs + kn["b_prev"].unsqueeze(-1) * (X @ P0)
+            rhs = rhs + kn["b_prev"] * matmul(X, P0)
         L = rho * (kn["Gam_prev"] * XX)  # strictly lower
         E = torch.linalg.solve_triangular(L, -rho * rhs, upper=False, unitriangular=True)  # [..., C, d_out]
-        W_end = W_end + Xt @ (kn["Gam_end"].unsqueeze(-1) * E)
+        W_end = W_end + matmul(Xt, kn["Gam_end"] * E)
     return W_end, P_end, E
 
 
 def _layer_read(Z, W0, P0, X, D, E, kn):
     """The query path of `_layer_state`'s layer: Z [..., C, d_in] reads the parameters after each token. Returns
     the pre-activations [..., C, d_out]."""
-    ZX = Z @ X.transpose(-1, -2)  # [..., C, C]
-    h = kn["a"].unsqueeze(-1) * (Z @ W0) + (kn["M"] * ZX) @ D
+    ZX = matmul(Z, X.transpose(-1, -2))  # [..., C, C]
+    h = kn["a"] * matmul(Z, W0) + matmul(kn["M"] * ZX, D)
     if P0 is not None:
-        h = h + kn["b"].unsqueeze(-1) * (Z @ P0)
+        h = h + kn["b"] * matmul(Z, P0)
     if E is not None:
-        h = h + (kn["Gam"] * ZX) @ E
+        h = h + matmul(kn["Gam"] * ZX, E)
     return h
 
 
 def _kernels(g, log_eta, live):
-    """g, live: [B, H, N, C]; log_eta: [B, H, N, C] or None. The decay coefficients of each mini-batch, all
-    [B, H, N, C] or [B, H, N, C, C] (or [B, H, N] for the "_end" scalars); every factor is exp of a direct sum of
-    log retentions, so retention 1 (g = 0) is exact."""
-    Gam = torch.exp(segsum(g)) * live.unsqueeze(-2)  # [B, H, N, C(i), C(u)], prod_{u<j<=i} alpha_j, live_u
-    a = torch.exp(g.cumsum(dim=-1))  # [B, H, N, C]
-    out = {"Gam": Gam, "a": a, "a_end": a[..., -1], "Gam_end": Gam[..., -1, :],
-           "a_prev": F.pad(a[..., :-1], (1, 0), value=1.0), "Gam_prev": _prev_rows(Gam)}
+    """g, live: [..., C]; log_eta: [..., C] or None; the leading dims are any ([B, H, N] for N mini-batches, or one
+    mini-batch's [B, H]). The decay coefficients of each mini-batch, shaped as `_layer_state` and `_layer_read` use
+    them: the matrices [..., C, C], the per-token factors [..., C, 1] and the "_end" scalars [..., 1, 1] (the rows
+    "_end" of a matrix [..., C, 1]), each made once per mini-batch rather than reshaped in every layer; every factor
+    is exp of a direct sum of log retentions, so retention 1 (g = 0) is exact."""
+    Gam = torch.exp(segsum(g)) * live.unsqueeze(-2)  # [..., C(i), C(u)], prod_{u<j<=i} alpha_j, live_u
+    a = torch.exp(g.cumsum(dim=-1)).unsqueeze(-1)  # [..., C, 1]
+    out = {"Gam": Gam, "a": a, "a_end": a[..., -1:, :], "Gam_end": Gam[..., -1, :].unsqueeze(-1),
+           "a_prev": F.pad(a[..., :-1, :], (0, 0, 1, 0), value=1.0), "Gam_prev": _prev_rows(Gam)}
     if log_eta is None:
         M = Gam
     else:
-        Eta = torch.exp(segsum(log_eta))  # [B, H, N, C(u), C(r)]
-        c = torch.exp(log_eta.cumsum(dim=-1))  # [B, H, N, C]
-        M = Gam @ Eta
-        b = (Gam @ c.unsqueeze(-1)).squeeze(-1)  # [B, H, N, C]
-        out |= {"b": b, "b_end": b[..., -1], "b_prev": F.pad(b[..., :-1], (1, 0)), "c_end": c[..., -1],
-                "E_end": torch.exp(suffix_exclusive(log_eta, dim=-1))}
-    return out | {"M": M, "M_end": M[..., -1, :], "M_prev": _prev_rows(M)}
+        Eta = torch.exp(segsum(log_eta))  # [..., C(u), C(r)]
+        c = torch.exp(log_eta.cumsum(dim=-1)).unsqueeze(-1)  # [..., C, 1]
+        M = matmul(Gam, Eta)
+        b = matmul(Gam, c)  # [..., C, 1]
+        out |= {"b": b, "b_end": b[..., -1:, :], "b_prev": F.pad(b[..., :-1, :], (0, 0, 1, 0)),
+                "c_end": c[..., -1:, :], "E_end": torch.exp(suffix_exclusive(log_eta, dim=-1)).unsqueeze(-1)}
+    return out | {"M": M, "M_end": M[..., -1, :].unsqueeze(-1), "M_prev": _prev_rows(M)}
 
 
 def _prev_rows(kernel):
