@@ -419,7 +419,7 @@ def _run_level(cms: CMS, level: int, u, weight, masked: bool, state: LevelState,
         outs.append(out)
         real = weight[:, stop - 1] > 0 if masked else None  # the rows whose token at the boundary is real
         state = _boundaries(cms, level, state, (chunk_end, real), (parent_end, real))
-    if state.grad is None and cms.config.rates()[level] > 0:  # a chunk ended last: empty accumulators
+    if state.grad is None and rate > 0:  # a chunk ended last: empty accumulators
         fresh = cms.initial_level(level, u.shape[0])
         state = state._replace(grad=zeros_like(state.theta), curvature=fresh.curvature)
     return torch.cat(outs, dim=1), state

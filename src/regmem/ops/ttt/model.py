@@ -138,9 +138,9 @@ class InnerModel:
 
     def forward(self, weights: list[torch.Tensor], x: torch.Tensor, ln: tuple | None):
         """x: [..., n, K] rows; weights: [W_l] each [..., rows, columns]; ln: (gamma, beta) broadcastable to
-        [..., n, V] or None. Returns f(x): [..., n, V] and the trace (layer inputs, pre-activations, h_L) that
-        `backward` needs."""
-        inputs, pre = [], []
+        [..., n, V] or None. Returns f(x): [..., n, V] and the trace (layer inputs, pre-activations, the layer norm's
+        mean and rstd or None) that `backward` needs."""
+        inputs, pre, stats = [], [], None
         a = x
         for i, w in enumerate(weights):
             xin = self.layer_input(a)
@@ -148,16 +148,16 @@ class InnerModel:
             inputs.append(xin)
             pre.append(h)
             a = activation(self.activation, h) if i < self.depth - 1 else h
-        y = layer_norm(a, ln) if self.layer_norm else a
+        y, stats = layer_norm_with_stats(a, ln) if self.layer_norm else (a, None)
         if self.residual:
             y = y + x
-        return y, (inputs, pre)
+        return y, (inputs, pre, stats)
 
     def backward(self, weights: list[torch.Tensor], trace, dy: torch.Tensor, ln: tuple | None) -> list[torch.Tensor]:
         """The back-propagated error delta_l = dloss/dh_l of each layer, [..., n, d_out], from dloss/df = dy: the
         gradient of W_l is inputs_l^T delta_l (an outer product per token)."""
-        inputs, pre = trace
-        d = layer_norm_backward(pre[-1], dy, ln) if self.layer_norm else dy
+        inputs, pre, stats = trace
+        d = layer_norm_backward(pre[-1], dy, ln, stats) if self.layer_norm else dy
         deltas = [d]
         for i in range(self.depth - 1, 0, -1):
             w = weights[i][..., : weights[i].shape[-2] - int(self.bias), :]  # the rows fed by a_{i}, not the bias
@@ -178,16 +178,23 @@ def layer_norm(h: torch.Tensor, ln: tuple | None) -> torch.Tensor:
     """LayerNorm over the last dim with eps 1e-6 and the affine (gamma, beta) of `ln` (None: no affine). torch's
     fused kernel: one op forward and one backward, where the written-out form was ~8 and ~15 (the deep memories
     run it per mini-batch, so the count of small ops sets their speed)."""
-    y = F.layer_norm(h, h.shape[-1:], eps=LN_EPS)
-    return y if ln is None else y * ln[0] + ln[1]
+    return layer_norm_with_stats(h, ln)[0]
 
 
-def layer_norm_backward(h: torch.Tensor, dy: torch.Tensor, ln: tuple | None) -> torch.Tensor:
+def layer_norm_with_stats(h: torch.Tensor, ln: tuple | None) -> tuple[torch.Tensor, tuple]:
+    """`layer_norm` and its (mean, rstd) [..., 1], which `layer_norm_backward` reuses instead of normalising again."""
+    y, mean, rstd = torch.native_layer_norm(h, h.shape[-1:], None, None, LN_EPS)
+    return (y if ln is None else y * ln[0] + ln[1]), (mean, rstd)
+
+
+def layer_norm_backward(h: torch.Tensor, dy: torch.Tensor, ln: tuple | None,
+                        stats: tuple | None = None) -> torch.Tensor:
     """dloss/dh for y = layer_norm(h, ln) given dloss/dy: rstd (g - mean(g) - xhat mean(g xhat)) with g = dy gamma,
     by torch's own LayerNorm backward, which autograd differentiates again (the outer gradient through the inner
-    one) by its double-backward formula (tests/ops/test_ttt.py checks it against the written-out form)."""
+    one) by its double-backward formula (tests/ops/test_ttt.py checks it against the written-out form). stats: h's
+    (mean, rstd) from `layer_norm_with_stats`, or None to compute them."""
     gx = dy if ln is None else dy * ln[0]
-    _, mean, rstd = torch.native_layer_norm(h, h.shape[-1:], None, None, LN_EPS)
+    mean, rstd = stats if stats is not None else torch.native_layer_norm(h, h.shape[-1:], None, None, LN_EPS)[1:]
     return torch.ops.aten.native_layer_norm_backward(gx, h, h.shape[-1:], mean, rstd, None, None,
                                                      [True, False, False])[0]
 

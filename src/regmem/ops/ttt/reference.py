@@ -44,7 +44,7 @@ def ttt_reference_core(q, k, v, beta, g, log_eta, live, *, initial_state, model:
             return inner_loss(loss, y, v_t, loss_param).sum()  # the losses of different (b, h) do not interact
 
         grad = torch.func.grad(total_loss)(anchor)  # [B, H, P]
-        y, (inputs, _) = model.forward(model.unpack(anchor, K, V), x_t, ln)  # layer inputs x_l, [B, H, 1, d]
+        y, (inputs, *_) = model.forward(model.unpack(anchor, K, V), x_t, ln)  # layer inputs x_l, [B, H, 1, d]
         dy = torch.func.grad(lambda y, v_t=v_t: inner_loss(loss, y, v_t, loss_param).sum())(y)  # dloss/df
         grads = model.unpack(grad, K, V)
         x_sq = [x.pow(2).sum(-1, keepdim=True) for x in inputs]
