@@ -11,12 +11,15 @@ depart from it: `selective_scan`'s Mamba arguments, `ttt`'s scale None meaning 1
     chunk_size=64, cu_seqlens=None) -> (o, final_state | None)`; `scale=None` means K ** -0.5.
   - three forms, selected by `mode` and each also reachable as an attribute: `op.reference` (the definition),
     `op.recurrent` (token by token; decoding), `op.chunk` (chunk-parallel; training, the default). Nothing
-    switches form silently. `OPS` lists every op; `regmem/ops/common/op.py` is the machinery they share.
-  - all forms agree to ~1e-10 in float64 and ~1e-4 relative in float32, outputs, states and gradients.
+    switches form silently (an empty batch or sequence, with nothing to compute, runs the reference core).
+    `OPS` lists every op; `regmem/ops/common/op.py` is the machinery they share.
+  - all forms agree to ~1e-10 in float64 and ~1e-4 relative in float32, outputs, states and gradients. A NaN
+    input is NaN in every form's output at the same positions from its token on, never hidden (some forms spread it
+    to earlier tokens too, through masked products: BACKWARD_SPREAD of tests/ops/test_every_op_edge_cases.py).
   - bf16/fp16 inputs compute and keep state in float32; the output has the input dtype.
   - bad input raises ValueError naming the argument, its shape and the expected shape. Checks that read tensor
-    values (a gate <= 0, ...) run on CPU tensors only by default and never under torch.compile, so they never
-    stall a GPU: `set_value_checks(True)` turns them on everywhere (`regmem/ops/common/validate.py`).
+    values (a gate <= 0, ...; a NaN fails them) run on CPU tensors only by default and never under torch.compile,
+    so they never stall a GPU: `set_value_checks(True)` turns them on everywhere (`regmem/ops/common/validate.py`).
 """
 
 from regmem.ops import feature_maps

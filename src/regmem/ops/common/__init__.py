@@ -1,10 +1,11 @@
 """Machinery shared by every op: the op shape and its frame, validation, chunking, varlen packing, decay sums; and
 how a padded batch reaches an op (padding.py)."""
 
-from regmem.ops.common.chunking import merge_chunks, pad_time, split_chunks
+from regmem.ops.common.chunking import fit_chunk, merge_chunks, pad_time, split_chunks
 from regmem.ops.common.compiled import CompileBackend, check_compile_option, compiled
 from regmem.ops.common.decay import chunk_decays, segsum, suffix_exclusive
 from regmem.ops.common.kernels import SCORE_KERNELS, ScoreKernel, check_score_kernel, round_ste, score_kernel
+from regmem.ops.common.linalg import cholesky_or_nan
 from regmem.ops.common.op import Call, Op, compute_dtype, map_state, op, scaled_queries
 from regmem.ops.common.padding import permute_time, real_end, real_first_order, restore_time, zero_padding
 from regmem.ops.common.scan import associative_scan, map_fields
@@ -63,8 +64,10 @@ __all__ = [
     "check_tensor",
     "check_token_scalar",
     "checks_values",
+    "cholesky_or_nan",
     "chunk_decays",
     "compute_dtype",
+    "fit_chunk",
     "decayed_scores",
     "map_fields",
     "map_state",

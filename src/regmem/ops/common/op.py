@@ -20,6 +20,9 @@ The frame (the op contract of `regmem/ops/__init__.py`):
   - with `cu_seqlens` the packed row [1, total, ...] becomes a padded batch [N, T_max, ...] of neutral tokens
     (varlen.py) and the output is packed back;
   - `Call.finish` post-processes (o, state) in the compute dtype (a normalised read-out, an interleaved sequence);
+  - an empty batch or sequence (B = 0 or T = 0) runs the reference core whatever `mode` and `backend` say: with
+    nothing to compute, every form's result is the same empty output [B, T, ...] and the state it started from
+    (the op's initial state when none is given), and no form needs an edge case of its own;
   - the final state is dropped unless `output_final_state`;
   - `backend` picks whose kernel runs the form: "torch" (the cores above), a library's (backends.py: "fla" on
     CUDA), or "auto" (the default): the first library backend that can run this call, else torch.
@@ -112,6 +115,9 @@ class Op:
         call = self.prepare(*args, **kwargs, **{name: frame[name] for name in self._frame_keywords})
         tokens, initial_state, packing = _enter(call)
         core = self._core(mode, backend, call, tokens, options)
+        if _empty(tokens):  # nothing to compute: every form gives the same empty output and unchanged state
+            o, state = self.forms["reference"](**tokens, initial_state=initial_state, **call.options)
+            return _leave(call, o, state, packing, output_final_state)
         try:
             o, state = core(**tokens, initial_state=initial_state, **call.options, **options)
         except Exception as err:  # a library's kernel refused the call: "auto" falls back, a named backend raises
@@ -183,6 +189,12 @@ def _enter(call: Call):
     if packing is not None:
         tokens = {n: (packing.pad(t) if t is not None else None) for n, t in tokens.items()}  # [N, T_max, H, ...]
     return tokens, initial_state, packing
+
+
+def _empty(tokens: Mapping[str, torch.Tensor | None]) -> bool:
+    """Whether the batch or the sequence is empty: B = 0 or T = 0 (the per-token tensors are [B, T, ...])."""
+    first = next(t for t in tokens.values() if t is not None)
+    return first.shape[0] == 0 or first.shape[1] == 0
 
 
 def _leave(call: Call, o: torch.Tensor, state, packing: Packing | None, output_final_state: bool):

@@ -2,8 +2,9 @@
 what was expected (the op contract, `regmem/ops/__init__.py`).
 
 Shape, dtype and device checks always run: they read only metadata. Checks that read tensor *values* (a gate
-<= 0, a step size >= 0, a ridge > 0, integer offsets) copy from the device to the host, which on a GPU stalls the
-training step and under `torch.compile` breaks the graph. They run only where that is free:
+<= 0, a step size >= 0, a ridge > 0, integer offsets; a NaN fails every one of them) copy from the device to the
+host, which on a GPU stalls the training step and under `torch.compile` breaks the graph. They run only where that
+is free:
   - by default on CPU tensors only (nothing to copy);
   - never while `torch.compile` traces (the branch is not part of the graph) or a CUDA graph is captured;
   - `set_value_checks(True)` runs them on every device (a debugging switch), `set_value_checks(False)` nowhere;
@@ -14,6 +15,7 @@ training step and under `torch.compile` breaks the graph. They run only where th
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Iterator, Sequence
 from typing import Literal, get_args
@@ -130,19 +132,26 @@ def check_token_scalar(name: str, x, B: int, T: int, H: int, *, extra: Sequence[
 
 
 def check_at_most(name: str, x: torch.Tensor, high: float, message: str) -> None:
-    """A value check (module docstring): no entry of x may be > high."""
+    """A value check (module docstring): every entry of x must be <= high, so a NaN fails it too."""
     if checks_values(x) and x.numel():
         with torch.no_grad():
-            if bool((x > high).any()):
-                raise ValueError(f"{name} {message}, got max {x.max().item():.3g}")
+            if not bool((x <= high).all()):  # not `(x > high).any()`: every comparison with NaN is False
+                raise ValueError(f"{name} {message}, got {_extreme(x, 'max')}")
 
 
 def check_at_least(name: str, x: torch.Tensor, low: float, message: str) -> None:
-    """A value check (module docstring): no entry of x may be < low."""
+    """A value check (module docstring): every entry of x must be >= low, so a NaN fails it too."""
     if checks_values(x) and x.numel():
         with torch.no_grad():
-            if bool((x < low).any()):
-                raise ValueError(f"{name} {message}, got min {x.min().item():.3g}")
+            if not bool((x >= low).all()):  # not `(x < low).any()`: every comparison with NaN is False
+                raise ValueError(f"{name} {message}, got {_extreme(x, 'min')}")
+
+
+def _extreme(x: torch.Tensor, which: str) -> str:
+    """What a failed value check reports: NaN if x has one, else its max or min."""
+    if bool(x.isnan().any()):
+        return "NaN"
+    return f"{which} {getattr(x, which)().item():.3g}"
 
 
 def check_state(name: str, state, expected: Sequence[int], doc: str) -> None:
@@ -200,8 +209,11 @@ def check_chunk_size(chunk_size, name: str = "chunk_size") -> None:
 
 
 def check_scale(scale) -> None:
+    """None or a finite float: a NaN or infinite scale makes every output NaN (a Python float: free to check)."""
     if scale is not None and not isinstance(scale, int | float):
         raise ValueError(f"scale must be a float or None, got {type(scale).__name__}")
+    if scale is not None and not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale!r}")
 
 
 def check_key_mask(key_mask, B: int, L: int) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 from einops import rearrange
 
-from regmem.ops.common import chunk_decays, decayed_scores, pad_time, segsum
+from regmem.ops.common import chunk_decays, decayed_scores, fit_chunk, pad_time, segsum
 from regmem.ops.delta.wy import chunk_state_scan, unit_lower_inverse
 
 
@@ -34,6 +34,7 @@ def delta_chunk_core(q, k, v, g, beta, *, initial_state, chunk_size):
     """q, k: [B, T, H, K] (q already scaled); v: [B, T, H, V]; g: None, [B, T, H] or [B, T, H, K];
     beta: [B, T, H]; initial_state: [B, H, K, V] or None. Returns o: [B, T, H, V] and S_T: [B, H, K, V]."""
     B, T, H, K = q.shape
+    chunk_size = fit_chunk(chunk_size, T)  # a sequence shorter than a chunk: padded to its own length only
     V = v.shape[-1]
     S0 = initial_state if initial_state is not None else q.new_zeros(B, H, K, V)
     if T == 0:

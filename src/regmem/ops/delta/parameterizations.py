@@ -136,6 +136,6 @@ def _check_below_one(name: str, decay: torch.Tensor, expression: str) -> None:
     """The retention 1 - decay must stay positive, or its log gate does not exist (a value check)."""
     if checks_values(decay) and decay.numel():
         with torch.no_grad():
-            if bool((decay >= 1).any()):
+            if not bool((decay < 1).all()):  # not `(decay >= 1).any()`: every comparison with NaN is False
                 raise ValueError(f"{name}: {expression} must be < 1 everywhere (the retention 1 - {expression} > 0), "
                                  f"got max {decay.max().item():.3g}")

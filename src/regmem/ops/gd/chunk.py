@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from regmem.ops.common import merge_chunks, split_chunks
+from regmem.ops.common import fit_chunk, merge_chunks, split_chunks
 from regmem.ops.gd.state import GDStats
 
 
@@ -23,6 +23,7 @@ def gd_chunk_core(q, k, v, beta, *, initial_state, chunk_size):
     """q, k: [B, T, H, K] (q already scaled); v: [B, T, H, V]; beta: [B, T, H, I]; initial_state: GDStats of
     R [B, H, K, K], C [B, H, K, V] or None. Returns o: [B, T, H, V] and the GDStats after the last token."""
     B, T, H, K = q.shape
+    chunk_size = fit_chunk(chunk_size, T)  # a sequence shorter than a chunk: padded to its own length only
     V = v.shape[-1]
     R0, C0 = initial_state if initial_state is not None else (q.new_zeros(B, H, K, K), q.new_zeros(B, H, K, V))
     if T == 0:

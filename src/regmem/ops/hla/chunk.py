@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from regmem.ops.common import merge_chunks, segsum, split_chunks, suffix_exclusive
+from regmem.ops.common import fit_chunk, merge_chunks, segsum, split_chunks, suffix_exclusive
 from regmem.ops.hla.state import (
     AHLAState,
     HLA2State,
@@ -64,6 +64,7 @@ def hla2_chunk_core(q, k, v, log_gamma, *, initial_state, masked, chunk_size, ri
     HLA2State or None; masked: eq 3.3, else eq 3.1 (o_t = q_t^T S_t C_t); ridge: lambda of the read-out
     q_t^T (S_t + lambda I). Returns o: [B, T, H, V] and the HLA2State after the last token."""
     B, T, H, K = q.shape
+    chunk_size = fit_chunk(chunk_size, T)  # a sequence shorter than a chunk: padded to its own length only
     V = v.shape[-1]
     state = initial_state if initial_state is not None else hla2_zero_state(q, V)
     if T == 0:
@@ -121,6 +122,7 @@ def _ahla_chunk_pass(local, Rk, total, state: AHLAState):
 def ahla_chunk_core(q, k, v, log_gamma, *, initial_state, chunk_size):
     """Same contract as ahla_reference_core; chunk-parallel (the training form)."""
     B, T, H, K = q.shape
+    chunk_size = fit_chunk(chunk_size, T)  # a sequence shorter than a chunk: padded to its own length only
     V = v.shape[-1]
     state = initial_state if initial_state is not None else ahla_zero_state(k, V)
     if T == 0:
@@ -163,6 +165,7 @@ def hla3_causal_chunk_core(q, k, v, *, initial_state, chunk_size):
     every chunk are prefix sums of the chunks' K^T K, K^T V; then Y, R of every chunk, then F_0 entering every
     chunk is the prefix sum of their Y^T R: no serial pass over chunks."""
     B, T, H, K = q.shape
+    chunk_size = fit_chunk(chunk_size, T)  # a sequence shorter than a chunk: padded to its own length only
     V = v.shape[-1]
     S0, P0, F0 = initial_state if initial_state is not None else hla3_zero_state(k, V)
     if T == 0:
@@ -208,6 +211,7 @@ def hla3_paper_chunk_core(q, k, v, *, initial_state, chunk_size):
     Every carry is a plain sum, so the states entering all chunks are prefix sums over chunks (as for the causal
     variant): nothing runs serially. O(C^2 (K + V) + C^3) per chunk."""
     B, T, H, K = q.shape
+    chunk_size = fit_chunk(chunk_size, T)  # a sequence shorter than a chunk: padded to its own length only
     V = v.shape[-1]
     SK0, SQ0, P0, G0 = initial_state if initial_state is not None else hla3_paper_zero_state(k, V)
     if T == 0:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import torch
 
-from regmem.ops.common import chunk_decays, decayed_scores, merge_chunks, split_chunks
+from regmem.ops.common import chunk_decays, decayed_scores, fit_chunk, merge_chunks, split_chunks
 
 
 def gla_chunk_core(q, k, v, g, *, initial_state, chunk_size):
     """q, k: [B, T, H, K] (q already scaled); v: [B, T, H, V]; g: None, [B, T, H] or [B, T, H, K];
     initial_state: [B, H, K, V] or None. Returns o: [B, T, H, V] and S_T: [B, H, K, V]."""
     B, T, H, K = q.shape
+    chunk_size = fit_chunk(chunk_size, T)  # a sequence shorter than a chunk: padded to its own length only
     V = v.shape[-1]
     S0 = initial_state if initial_state is not None else q.new_zeros(B, H, K, V)
     if T == 0:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from regmem.ops.common import merge_chunks, segsum, split_chunks, suffix_exclusive
+from regmem.ops.common import fit_chunk, merge_chunks, segsum, split_chunks, suffix_exclusive
 from regmem.ops.momentum_delta.state import MomentumState
 
 
@@ -30,6 +30,7 @@ def momentum_chunk_core(q, k, v, g, beta, log_eta, live, *, initial_state, chunk
     None (all ones); initial_state: MomentumState of [B, H, K, V] or None. Returns o: [B, T, H, V] and the
     MomentumState after the last token."""
     B, T, H, K = q.shape
+    chunk_size = fit_chunk(chunk_size, T)  # a sequence shorter than a chunk: padded to its own length only
     V = v.shape[-1]
     S0, P0 = initial_state if initial_state is not None else (q.new_zeros(B, H, K, V), q.new_zeros(B, H, K, V))
     if T == 0:

@@ -235,8 +235,7 @@ def attention_weights(q, k, *, scale=None, bandwidth=None, qk_norm=False) -> tor
 
 def check_similarity(scale, bandwidth, qk_norm) -> None:
     """`scale` and `bandwidth` are exclusive; a bandwidth is a positive number."""
-    if scale is not None and not isinstance(scale, int | float):
-        raise ValueError(f"scale must be a float or None, got {type(scale).__name__}")
+    check_scale(scale)
     if bandwidth is not None:
         if scale is not None:
             raise ValueError("pass scale (exponential kernel) or bandwidth (Gaussian kernel), not both")

@@ -63,7 +63,7 @@ from einops import rearrange
 from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
-from regmem.ops.common import checks_values
+from regmem.ops.common import checks_values, cholesky_or_nan
 from regmem.ops.nonparametric.reference import local_polynomial_fit
 from regmem.ops.nonparametric.similarity import (
     allowed_pairs,
@@ -96,12 +96,27 @@ def softmax_chunk_core(q, k, v, *, initial_state, scale, bandwidth, qk_norm, key
         qh = F.pad(qh, (0, D - qh.shape[-1]))  # [B, H, T, D]
         kh = F.pad(kh, (0, D - kh.shape[-1]))  # [B, H, S + T, D]
         vh = F.pad(vh, (0, D - V))  # [B, H, S + T, D]
+    allowed = None
     if offset == 0 and key_mask is None:
         o = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, scale=scale)  # [B, H, T, D]
     else:
         allowed = allowed_pairs(T, offset + T, offset, key_mask, device=q.device)  # [B, 1, T, S + T] or [T, S + T]
         o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=allowed, scale=scale)  # [B, H, T, D]
+    o = o.masked_fill(_nan_logit_rows(qh, kh, offset, allowed), float("nan"))
     return rearrange(o[..., :V], "b h t v -> b t h v"), KVState(k, v)
+
+
+def _nan_logit_rows(qh, kh, offset, allowed):
+    """qh: [B, H, T, D], kh: [B, H, L, D] -> [B, H, T, 1] bool: the queries with a NaN logit (a NaN in the query or
+    in a key it may read: `allowed` [T, L] or [B, 1, T, L], None for causal from `offset`). Softmax makes such a row
+    NaN, as the other forms do, but SDPA's fused CPU kernels return 0 for a row whose logits are all NaN (a NaN
+    query, or a first query whose one key is NaN), as for a fully masked row: the NaN is put back. O((T + L) D),
+    next to SDPA's O(T L D)."""
+    rows = qh.isnan().any(-1, keepdim=True)  # [B, H, T, 1]
+    keys = kh.isnan().any(-1)  # [B, H, L]
+    if allowed is None:  # query t reads keys j <= offset + t: a running "any"
+        return rows | (keys.cumsum(-1)[..., offset:, None] > 0)
+    return rows | ((allowed.to(qh.dtype) @ keys.to(qh.dtype).unsqueeze(-1)) > 0)  # [B, H, T, 1]
 
 
 def local_linear_chunk_core(q, k, v, *, initial_state, scale, bandwidth, qk_norm, ridge, key_mask, chunk_size):
@@ -170,8 +185,11 @@ def regression_origin(k: torch.Tensor, v: torch.Tensor, key_mask):
     kept = torch.ones(k.shape[:2], dtype=torch.bool, device=k.device) if key_mask is None else key_mask  # [B, L]
     w = (kept & (kept.cumsum(dim=1) <= ORIGIN_PAIRS)).to(k.dtype)  # [B, L]
     w = w / w.sum(dim=1, keepdim=True).clamp(min=1)
-    k_ref = torch.einsum("bl,blhk->bhk", w, k.detach()).unsqueeze(1)  # [B, 1, H, K]
-    v_ref = torch.einsum("bl,blhv->bhv", w, v.detach()).unsqueeze(1)  # [B, 1, H, V]
+    # A non-finite pair counts as 0: the output does not depend on the origin, and a NaN origin would make every
+    # output NaN (0 * NaN in the weighted sum), not only those of the queries that read the pair.
+    k, v = (x.detach().nan_to_num(nan=0.0, posinf=0.0, neginf=0.0) for x in (k, v))
+    k_ref = torch.einsum("bl,blhk->bhk", w, k).unsqueeze(1)  # [B, 1, H, K]
+    v_ref = torch.einsum("bl,blhv->bhv", w, v).unsqueeze(1)  # [B, 1, H, V]
     return k_ref, v_ref
 
 
@@ -280,7 +298,7 @@ def kernel_chunk_core(q, k, v, *, initial_state, kernel, scale, bandwidth, ridge
     qh, kh, vh = heads_first(q, k, v)
     P, T = kh.shape[2], qh.shape[2]
     # 1. L L^T = k(K, K) + ridge I; its leading p x p block factorises prefix p
-    L = torch.linalg.cholesky(ridged_gram(gram, kh, ridge))  # [B, H, P, P]
+    L = cholesky_or_nan(ridged_gram(gram, kh, ridge))  # [B, H, P, P]; NaN rows from a NaN pair on
     # 2. W = L^{-1} V and U = L^{-1} k(K, Q); row i of each uses pairs <= i only
     W = torch.linalg.solve_triangular(L, vh, upper=False)  # [B, H, P, V]
     U = torch.linalg.solve_triangular(L, gram(kh, qh), upper=False)  # [B, H, P, T]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 from einops import rearrange
 
+from regmem.ops.common import cholesky_or_nan
 from regmem.ops.nonparametric.chunk import local_linear_fit
 from regmem.ops.nonparametric.reference import local_polynomial_fit
 from regmem.ops.nonparametric.similarity import (
@@ -83,7 +84,7 @@ def kernel_recurrent_core(q, k, v, *, initial_state, kernel, scale, bandwidth, r
     L = kh.new_zeros(B, H, 0, 0)  # [B, H, p, p], the factor of the pairs so far
     W = vh.new_zeros(B, H, 0, vh.shape[-1])  # [B, H, p, V]
     if offset:
-        L = torch.linalg.cholesky(ridged_gram(gram, kh[:, :, :offset], ridge))  # [B, H, S, S]
+        L = cholesky_or_nan(ridged_gram(gram, kh[:, :, :offset], ridge))  # [B, H, S, S]
         W = torch.linalg.solve_triangular(L, vh[:, :, :offset], upper=False)  # [B, H, S, V]
     outputs = []
     for t in range(T):

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
+from regmem.ops.common import cholesky_or_nan
 from regmem.ops.nonparametric.similarity import (
     causal_logits,
     heads_first,
@@ -77,7 +78,7 @@ def local_polynomial_fit(q, k, v, *, offset, degree, scale, bandwidth, qk_norm, 
     penalty[0] = 0.0  # the intercept M^[0] is not penalised
     # Symmetric positive definite (the intercept's row has sum w = 1, the rest the ridge), so Cholesky; an LU solve
     # of this batch with 2 MKL threads returned invalid pivots on some inputs (regmem showcase, float32 and float64).
-    L = torch.linalg.cholesky(gram + torch.diag(ridge * penalty))
+    L = cholesky_or_nan(gram + torch.diag(ridge * penalty))  # NaN for a query whose fit reads a NaN
     M = torch.cholesky_solve(rhs, L)  # [B, H, T, P, V], [M^[0]; M^[1]; ...]
     return rearrange(M[..., 0, :], "b h t v -> b t h v")  # M^[0]
 

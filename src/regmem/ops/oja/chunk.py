@@ -18,13 +18,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from regmem.ops.common import merge_chunks, segsum, split_chunks
+from regmem.ops.common import fit_chunk, merge_chunks, segsum, split_chunks
 
 
 def oja_chunk_core(q, k, v, g, beta, *, initial_state, chunk_size):
     """q, k: [B, T, H, K] (q already scaled); v: [B, T, H, V]; g, beta: [B, T, H]; initial_state: [B, H, K, V] or
     None. Returns o: [B, T, H, V] and the state after the last token, [B, H, K, V]."""
     B, T, H, K = q.shape
+    chunk_size = fit_chunk(chunk_size, T)  # a sequence shorter than a chunk: padded to its own length only
     V = v.shape[-1]
     S = initial_state if initial_state is not None else q.new_zeros(B, H, K, V)
     if T == 0:

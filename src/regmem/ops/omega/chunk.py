@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
-from regmem.ops.common import merge_chunks, segsum, split_chunks
+from regmem.ops.common import fit_chunk, merge_chunks, segsum, split_chunks
 from regmem.ops.omega.state import OmegaState, empty_state, extended, final_window
 
 
@@ -28,6 +28,7 @@ def omega_chunk_core(q, k, v, g, beta, gamma, live, *, initial_state, window, ch
     """q, k: [B, T, H, K] (q already scaled); v: [B, T, H, V]; g, beta, gamma: [B, T, H]; live: [B, T, H] or None;
     initial_state: OmegaState or None. Returns o: [B, T, H, V] and the OmegaState after the last token."""
     B, T, H, K = q.shape
+    chunk_size = fit_chunk(chunk_size, T)  # a sequence shorter than a chunk: padded to its own length only
     V = v.shape[-1]
     c = window
     state = initial_state if initial_state is not None else empty_state(B, H, K, V, window, q)

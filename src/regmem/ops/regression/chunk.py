@@ -24,7 +24,7 @@ from typing import Literal, get_args
 import torch
 from einops import rearrange
 
-from regmem.ops.common import merge_chunks, segsum, split_chunks
+from regmem.ops.common import cholesky_or_nan, fit_chunk, merge_chunks, segsum, split_chunks
 from regmem.ops.linear_attn.chunk import gla_chunk_core
 from regmem.ops.regression.cg import conjugate_gradient
 from regmem.ops.regression.state import LeastSquaresState, ridge_matrix
@@ -55,6 +55,7 @@ def ls_chunk_core(q, k, v, g, *, ridge, initial_state, chunk_size, solver: Solve
     if solver == "cg":
         return cg_chunk(q, k, v, g, ridge=ridge, initial_state=initial_state, chunk_size=chunk_size, steps=cg_steps)
     B, T, H, F = q.shape
+    chunk_size = fit_chunk(chunk_size, T)  # a sequence shorter than a chunk: padded to its own length only
     V = v.shape[-1]
     R0, S0 = initial_state if initial_state is not None else (q.new_zeros(B, H, F, F), q.new_zeros(B, H, F, V))
     if T == 0:
@@ -74,6 +75,7 @@ def cg_chunk(q, k, v, g, *, ridge, initial_state, chunk_size, steps, solve=None,
     """The chunk form with solver="cg": `steps` (None: CG_STEPS) of conjugate gradient by `solve` (cg.py; None: the
     torch loop) over chunks of `solve_chunk` (None: chunk_size), then the read-out over chunks of chunk_size."""
     B, T, H, F = q.shape
+    chunk_size = fit_chunk(chunk_size, T)  # a sequence shorter than a chunk: padded to its own length only
     V = v.shape[-1]
     R0, S0 = initial_state if initial_state is not None else (q.new_zeros(B, H, F, F), q.new_zeros(B, H, F, V))
     if T == 0:
@@ -93,9 +95,9 @@ class CholeskySolve(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, q):
-        # cholesky_ex: no error check, so no device-to-host sync (cholesky reads its info flag on the host); the
-        # ridge keeps A positive definite
-        L, _ = torch.linalg.cholesky_ex(A)  # [..., F, F]
+        # no error check, so no device-to-host sync (cholesky reads its info flag on the host); the ridge keeps A
+        # positive definite, and a NaN in A gives a NaN factor rather than a partial one (cholesky_or_nan)
+        L = cholesky_or_nan(A)  # [..., F, F]
         z = torch.cholesky_solve(q.unsqueeze(-1), L).squeeze(-1)  # [..., F]
         ctx.save_for_backward(L, z)
         return z

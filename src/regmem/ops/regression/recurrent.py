@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import torch
 
+from regmem.ops.common import cholesky_or_nan
 from regmem.ops.regression.state import LeastSquaresState, ridge_matrix
 
 
@@ -74,7 +75,7 @@ def _rank_one_downdate(P, k, gamma):
 
 def _inverse(R, ridge):
     """(sym(R) + diag(ridge))^{-1} by Cholesky: R [B, H, F, F]; ridge [H, F]."""
-    return _symmetric(torch.cholesky_inverse(torch.linalg.cholesky(ridge_matrix(R, ridge))))
+    return _symmetric(torch.cholesky_inverse(cholesky_or_nan(ridge_matrix(R, ridge))))
 
 
 def _apply(P):
@@ -85,7 +86,7 @@ def _apply(P):
 def _cholesky_solver(R, ridge):
     """x [B, H, F] -> (sym(R) + diag(ridge))^{-1} x by a Cholesky factorisation (backward stable: more accurate
     than multiplying by the explicit inverse when R + ridge is ill-conditioned)."""
-    L = torch.linalg.cholesky(ridge_matrix(R, ridge))  # [B, H, F, F]
+    L = cholesky_or_nan(ridge_matrix(R, ridge))  # [B, H, F, F]; NaN where R holds one, as in the other forms
     return lambda x: torch.cholesky_solve(x.unsqueeze(-1), L).squeeze(-1)
 
 

@@ -19,6 +19,7 @@ from regmem.ops.common import (
     check_log_gate,
     check_qkv,
     check_same_device,
+    check_scale,
     check_shape,
     check_state_tuple,
     check_tensor,
@@ -104,8 +105,7 @@ def ttt(q, k, v, beta, g=None, log_eta=None, *, model: InnerModel | None = None,
     for name, gate in (("g", g), ("log_eta", log_eta)):
         if gate is not None:
             check_log_gate(name, gate, B, T, H, K, ("scalar",))
-    if scale is not None and not isinstance(scale, int | float):
-        raise ValueError(f"scale must be a float or None, got {type(scale).__name__}")
+    check_scale(scale)
     ln = _layer_norm_params(model, ln_weight, ln_bias, H, V)
     N = num_states(B, T, cu_seqlens)
     P = model.num_params(K, V)
