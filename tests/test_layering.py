@@ -15,18 +15,19 @@ ARCHITECTURE = PACKAGE.parents[1] / "docs" / "architecture.md"
 # tasks -> models -> layers -> nested -> ops, with recipe, analysis, optim and bench beside it.
 ALLOWED = {
     "ops": set(),
+    "storage": set(),
     "recipe": set(),
     "analysis": {"ops"},
     "optim": {"ops"},
     "nested": {"ops"},
     "layers": {"nested", "ops", "recipe"},
-    "models": {"layers", "nested", "ops", "recipe"},
+    "models": {"layers", "nested", "ops", "recipe", "storage"},
     "tasks": set(),
-    "train": {"optim"},
+    "train": {"optim", "storage"},
     "bench": {"ops", "layers", "nested", "models", "analysis", "optim"},
-    "experiments": {"train", "tasks", "models", "layers", "nested", "ops", "recipe", "analysis", "optim"},
+    "experiments": {"train", "tasks", "models", "layers", "nested", "ops", "recipe", "analysis", "optim", "storage"},
     "cli": {"experiments", "train", "tasks", "models", "layers", "nested", "ops", "recipe", "bench", "analysis",
-            "optim"},
+            "optim", "storage"},
     "__main__": {"cli"},
 }
 

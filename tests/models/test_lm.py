@@ -18,7 +18,7 @@ def test_save_load_round_trip_gives_identical_logits(tmp_path):
     model = _lm(mixer_kwargs={"gla": {"expand_v": 2.0}})
     ids = torch.randint(0, 50, (2, 17))
     model.save_pretrained(tmp_path)
-    assert {p.name for p in tmp_path.iterdir()} == {"model.safetensors", "config.json"}
+    assert {p.name for p in tmp_path.iterdir()} == {"model.safetensors", "config.json", "manifest.json"}
     loaded = LM.from_pretrained(tmp_path).eval()
     assert loaded.config == model.config
     assert torch.equal(loaded(ids), model(ids))

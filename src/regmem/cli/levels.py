@@ -47,7 +47,10 @@ def _levels(args) -> None:
     from regmem.nested import describe_levels, format_levels
 
     if Path(args.model).is_dir():
-        model = LM.from_pretrained(args.model)
+        try:
+            model = LM.from_pretrained(args.model)  # verified against its manifest
+        except ValueError as err:
+            args.parser.error(f"argument --model: {err}")
     else:
         ffn = args.ffn or ("none" if args.model in ("hope", "hope_attention") else "swiglu")
         try:

@@ -3,7 +3,9 @@
 `Mixer.forward(x: [B, T, d_model], state=None, *, attention_mask=None) -> (y: [B, T, d_model], new_state)`.
 `state` is the mixer's whole decoding state (memory plus conv or KV cache); None means empty. `attention_mask`
 is [B, T] with 1 for tokens and 0 for padding (left or right); padding never changes the outputs of the other
-tokens. A prefill followed by one-token steps equals one full forward.
+tokens. A prefill followed by one-token steps equals one full forward. Every mixer takes `d_model` and `n_heads`,
+positive ints with n_heads dividing d_model unless `head_dim` is given (`check_sizes`, which `build_mixer` applies),
+and refuses an empty x (B = 0 or T = 0) with a ValueError (`check_mixer_input`) rather than fail inside an op.
 """
 
 from __future__ import annotations
@@ -48,9 +50,25 @@ class Mixer(nn.Module):
                  "objective": f"{recipe.regressor} regression, {recipe.solver}"}]
 
 
+def check_sizes(d_model, n_heads, head_dim=None) -> None:
+    """The sizes every mixer takes: positive ints, and n_heads dividing d_model unless head_dim sets the width of a
+    head (a mixer without it splits d_model into n_heads heads of d_model // n_heads, and would floor a remainder).
+    Mixers that do not use heads (Mamba, LSTM) follow the same rule, so one LM config suits every mixer."""
+    given = {"d_model": d_model, "n_heads": n_heads} | ({"head_dim": head_dim} if head_dim is not None else {})
+    for name, value in given.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if head_dim is None and d_model % n_heads:
+        raise ValueError(f"n_heads must divide d_model when head_dim is not given, got d_model = {d_model} and "
+                         f"n_heads = {n_heads}")
+
+
 def check_mixer_input(x: torch.Tensor, attention_mask: torch.Tensor | None, d_model: int) -> None:
     if x.ndim != 3 or x.shape[-1] != d_model:
         raise ValueError(f"x must have shape [B, T, d_model] with d_model = {d_model}, got {list(x.shape)}")
+    # Refused here, alike for every mixer: the short convolutions (T = 0) and some ops cannot take an empty axis.
+    if x.shape[0] == 0 or x.shape[1] == 0:
+        raise ValueError(f"x must hold at least one token (B >= 1 and T >= 1), got shape {list(x.shape)}")
     if attention_mask is not None and tuple(attention_mask.shape) != tuple(x.shape[:2]):
         expected, got = list(x.shape[:2]), list(attention_mask.shape)
         raise ValueError(f"attention_mask must have shape [B, T] = {expected}, got {got}")

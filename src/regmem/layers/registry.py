@@ -10,7 +10,7 @@ expresses builds an `EngineMixer` (regmem/layers/engine.py); other points raise 
 from __future__ import annotations
 
 from regmem.layers.attention import SoftmaxAttention
-from regmem.layers.base import Mixer
+from regmem.layers.base import Mixer, check_sizes
 from regmem.layers.block_attention import MoBA, MoEAttention
 from regmem.layers.deep_memory import TTTMLP, TitansMLP, TTTLinear
 from regmem.layers.delta_product import DeltaProduct
@@ -91,7 +91,9 @@ def check_builds(recipe: Recipe) -> None:
 
 def build_mixer(name: str | Recipe, d_model: int, n_heads: int, **kwargs) -> Mixer:
     """The mixer `name` names: a key of MIXERS, a 'recipe:<weights>/<regressor>/<solver>' name, or a `Recipe`;
-    kwargs go to its constructor."""
+    kwargs go to its constructor. The sizes are checked first, the same for every mixer (`check_sizes`): ValueError
+    naming d_model, n_heads or head_dim."""
+    check_sizes(d_model, n_heads, kwargs.get("head_dim"))
     if isinstance(name, str) and name.startswith(PREFIX):
         name = parse_recipe_name(name)
     if isinstance(name, Recipe):

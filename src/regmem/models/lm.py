@@ -12,23 +12,37 @@ weights and partial-chunk gradients are part of the context).
 
 `forward(input_ids, state=None, *, attention_mask=None, return_state=False)` returns logits [B, T, vocab] (and
 the per-layer states). `generate` decodes with the mixers' states: one prefill, then one-token steps.
-Checkpoints are safetensors + a JSON config (`save_pretrained` / `LM.from_pretrained`); no pickle.
+Checkpoints are safetensors + a JSON config + a manifest of their checksums (`save_pretrained` / `LM.from_pretrained`,
+which refuses files altered since they were saved); no pickle.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors.torch import save_model
 from torch import nn
 
 from regmem.layers import build_mixer
 from regmem.models.config import LMConfig
 from regmem.models.ffn import build_ffn
 from regmem.nested import CMS, CMSState
+from regmem.storage import (
+    CorruptFileError,
+    load_safetensors_into,
+    read_json,
+    temporary_path,
+    verify_manifest,
+    write_atomic,
+    write_manifest,
+)
+
+MODEL_FILE, CONFIG_FILE = "model.safetensors", "config.json"  # what save_pretrained writes, beside manifest.json
 
 
 class BlockState(NamedTuple):
@@ -95,6 +109,7 @@ class LM(nn.Module):
 
     def forward(self, input_ids, state=None, *, attention_mask=None, return_state=False):
         """input_ids: [B, T] int64; state: a list of per-layer states or None; attention_mask: [B, T] (1 = token)."""
+        check_token_ids("input_ids", input_ids)
         x = self.embed(input_ids)  # [B, T, d_model]
         states = state if state is not None else [None] * len(self.blocks)
         new_states = []
@@ -107,8 +122,13 @@ class LM(nn.Module):
     @torch.no_grad()
     def generate(self, prompt, max_new_tokens: int, *, temperature: float = 1.0, top_k: int | None = None,
                  attention_mask=None, generator: torch.Generator | None = None):
-        """prompt: [B, T] (left-padded when attention_mask is given). temperature 0 means greedy.
-        Returns [B, T + max_new_tokens]."""
+        """prompt: [B, T] int64 with B, T >= 1 (left-padded when attention_mask is given). max_new_tokens: an int
+        >= 0. temperature: >= 0, 0 means greedy; top_k: None or an int >= 1 (`sample`). Returns [B, T + max_new_tokens].
+        Every argument is checked before the prefill: ValueError naming it."""
+        check_token_ids("prompt", prompt)
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        check_sampling(temperature, top_k)
         if attention_mask is not None and not bool(attention_mask[:, -1].all()):
             raise ValueError("attention_mask must pad on the left: the last prompt token of every row must be real")
         logits, state = self(prompt, attention_mask=attention_mask, return_state=True)
@@ -127,21 +147,57 @@ class LM(nn.Module):
         return sum(block.state_floats(seq_len) for block in self.blocks)
 
     def save_pretrained(self, directory: str | Path) -> None:
+        """Writes `directory/model.safetensors`, `config.json` and `manifest.json` (their checksums, written last;
+        regmem/storage.py), each file atomically: an interrupted save leaves the previous model or none."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        save_model(self, str(directory / "model.safetensors"))
-        (directory / "config.json").write_text(json.dumps(self.config.to_dict(), indent=1))
+        weights = temporary_path(directory / MODEL_FILE)
+        try:
+            save_model(self, str(weights))
+            os.replace(weights, directory / MODEL_FILE)
+        finally:
+            weights.unlink(missing_ok=True)
+        write_atomic(directory / CONFIG_FILE, json.dumps(self.config.to_dict(), indent=1))
+        write_manifest(directory, (MODEL_FILE, CONFIG_FILE))
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, device: str | torch.device = "cpu") -> LM:
+        """The model `save_pretrained` wrote, checked against its manifest first: a file altered, truncated or
+        replaced since (or a config.json that is not JSON, weights that are not safetensors) raises
+        `regmem.storage.CorruptFileError`, a ValueError naming the file."""
         directory = Path(directory)
-        model = cls(LMConfig.from_dict(json.loads((directory / "config.json").read_text())))
-        load_model(model, str(directory / "model.safetensors"), device=str(device))
+        verify_manifest(directory, required=(MODEL_FILE, CONFIG_FILE))
+        config = read_json(directory / CONFIG_FILE)
+        if not isinstance(config, dict):
+            raise CorruptFileError(f"{directory / CONFIG_FILE}: not an LM config (a JSON object)")
+        model = cls(LMConfig.from_dict(config))
+        load_safetensors_into(model, directory / MODEL_FILE, device=str(device))
         return model
 
 
+def check_token_ids(name: str, ids) -> None:
+    """ValueError naming `name` unless `ids` is a [B, T] int64 tensor with B, T >= 1 (an empty one would fail
+    inside a mixer, regmem/layers/base.py)."""
+    if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int64 or ids.ndim != 2 or 0 in ids.shape:
+        raise ValueError(f"{name} must be an int64 tensor of shape [B, T] with B, T >= 1, got {_described(ids)}")
+
+
+def check_sampling(temperature: float, top_k: int | None) -> None:
+    """ValueError naming the option unless temperature is a finite number >= 0 and top_k None or an int >= 1."""
+    number = isinstance(temperature, int | float) and not isinstance(temperature, bool)
+    if not (number and math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
+
+
 def sample(logits, temperature: float, top_k: int | None, generator: torch.Generator | None):
-    """logits: [B, vocab] -> [B, 1] token ids."""
+    """logits: [B, vocab] floats with B, vocab >= 1 -> [B, 1] token ids. temperature: >= 0, 0 means greedy (the
+    argmax); top_k: None (the whole vocabulary) or an int >= 1, the most likely tokens sampled among."""
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point() or logits.ndim != 2 or 0 in logits.shape:
+        raise ValueError(f"logits must be a float tensor of shape [B, vocab] with B, vocab >= 1, "
+                         f"got {_described(logits)}")
+    check_sampling(temperature, top_k)
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits / temperature
@@ -149,3 +205,8 @@ def sample(logits, temperature: float, top_k: int | None, generator: torch.Gener
         kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
+
+
+def _described(value) -> str:
+    """A tensor's dtype and shape, or another value's type, for an error message."""
+    return f"{value.dtype} of shape {list(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__

@@ -5,10 +5,12 @@ A checkpoint is the directory `out_dir/checkpoint/`:
     optimizer.safetensors  every tensor of optimizer.state_dict()["state"], named "state.{param_index}.{key}"
     trainer.json           format, step, config, RNG states (one per rank), the optimizer's param_groups
                            and non-tensor state
+    manifest.json          the sha256 and size of the three files above (regmem/storage.py), written last
 The directory is written as `checkpoint.tmp/`, flushed to disk, then renamed over the old one (the old one is
 moved to `checkpoint.old/` first, because rename(2) cannot replace a non-empty directory). A crash at any point
 leaves a complete `checkpoint/` or a complete `checkpoint.old/`; `latest_checkpoint` finds it, and a stale
-`checkpoint.tmp/` is never read.
+`checkpoint.tmp/` is never read. Loading checks the manifest first: a checkpoint whose bytes changed after it was
+written (a flipped bit, a truncated or replaced file) is refused with a `CorruptFileError` naming the file.
 """
 
 from __future__ import annotations
@@ -22,7 +24,16 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, load_model, save_file, save_model
+from safetensors.torch import save_file, save_model
+
+from regmem.storage import (
+    fsync_path,
+    load_safetensors,
+    load_safetensors_into,
+    read_json,
+    verify_manifest,
+    write_manifest,
+)
 
 CHECKPOINT_DIR = "checkpoint"
 TEMPORARY_DIR = "checkpoint.tmp"
@@ -79,14 +90,6 @@ def unflatten_optimizer_state(tensors: dict[str, torch.Tensor], rest: dict[str, 
     return {"state": state, "param_groups": rest["param_groups"]}
 
 
-def _fsync(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
 def save_checkpoint(
     out_dir: str | os.PathLike, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, meta: dict[str, Any]
 ) -> Path:
@@ -101,14 +104,16 @@ def save_checkpoint(
     tensors, optimizer_rest = flatten_optimizer_state(optimizer.state_dict())
     save_file(tensors, str(temporary / OPTIMIZER_FILE))
     (temporary / TRAINER_FILE).write_text(json.dumps({**meta, "optimizer": optimizer_rest}))
-    for name in (MODEL_FILE, OPTIMIZER_FILE, TRAINER_FILE, ""):
-        _fsync(temporary / name)  # the files, then the directory entry listing them
+    for name in (MODEL_FILE, OPTIMIZER_FILE, TRAINER_FILE):
+        fsync_path(temporary / name)
+    write_manifest(temporary, (MODEL_FILE, OPTIMIZER_FILE, TRAINER_FILE))  # of the complete files; fsynced itself
+    fsync_path(temporary)  # the directory entries listing them
     if final.exists():
         if previous.exists():
             shutil.rmtree(previous)
         os.replace(final, previous)
     os.replace(temporary, final)
-    _fsync(out_dir)
+    fsync_path(out_dir)
     shutil.rmtree(previous, ignore_errors=True)
     return final
 
@@ -124,16 +129,24 @@ def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
 
 def checkpoint_step(path: str | os.PathLike) -> int:
     """The step of checkpoint directory `path` (trainer.json's "step"), without loading its tensors."""
-    return json.loads((Path(path) / TRAINER_FILE).read_text())["step"]
+    return read_json(Path(path) / TRAINER_FILE)["step"]
+
+
+def verify_checkpoint(path: str | os.PathLike) -> None:
+    """Checks checkpoint directory `path` against its manifest (`CorruptFileError` naming the file that differs);
+    a checkpoint written before regmem wrote manifests passes with an `UnverifiedWarning`."""
+    verify_manifest(path, required=(MODEL_FILE, OPTIMIZER_FILE, TRAINER_FILE))
 
 
 def load_checkpoint(
     path: str | os.PathLike, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer
 ) -> dict[str, Any]:
-    """Loads the model and optimizer in place from checkpoint directory `path`; returns the rest of trainer.json."""
+    """Loads the model and optimizer in place from checkpoint directory `path`, verified first (`verify_checkpoint`);
+    returns the rest of trainer.json."""
     path = Path(path)
-    load_model(model, str(path / MODEL_FILE), strict=True)
-    meta = json.loads((path / TRAINER_FILE).read_text())
-    tensors = load_file(str(path / OPTIMIZER_FILE))
+    verify_checkpoint(path)
+    load_safetensors_into(model, path / MODEL_FILE)
+    meta = read_json(path / TRAINER_FILE)
+    tensors = load_safetensors(path / OPTIMIZER_FILE)
     optimizer.load_state_dict(unflatten_optimizer_state(tensors, meta.pop("optimizer")))
     return meta
