@@ -1,7 +1,8 @@
 """Diverged runs in the fair protocol (src/regmem/experiments/protocol.py, runs.py, suite.py, compare.py): a run
-whose loss became non-finite is stopped by the Trainer, stored with the step, counted as 0 (the worst score) in
+whose loss stayed non-finite is stopped by the Trainer, stored with the step, counted as 0 (the worst score) in
 every mean, never chosen as a best learning rate over a finite one, and shown as diverged in the tables. The lr
-1e10 makes the tiny linear model's loss non-finite at step 2, deterministically on CPU."""
+1e10 makes the tiny linear model's loss non-finite from step 2 on, deterministically on CPU: steps 2-9 are skipped
+and the eighth skip in a row ends the run (TrainConfig.max_consecutive_skips), at step 9."""
 
 import dataclasses
 import json
@@ -20,7 +21,7 @@ from regmem.experiments.suite import write_suite
 from regmem.experiments.tuned import best_lrs
 from regmem.train import DivergenceWarning, checkpoint_step, latest_checkpoint
 
-FAST = dataclasses.replace(PRESETS["tiny"], steps=4, num_train=64, num_eval=32, eval_every=2)
+FAST = dataclasses.replace(PRESETS["tiny"], steps=12, num_train=64, num_eval=32, eval_every=2)
 DIVERGING_LR = 1e10
 
 
@@ -32,11 +33,11 @@ def record(task, mixer, lr, seed, score, loss):
 
 def test_a_diverged_run_stops_scores_zero_and_keeps_no_model(tmp_path):
     run = Run("mqar", "linear", DIVERGING_LR, 0)
-    with pytest.warns(DivergenceWarning, match="loss became non-finite at step 2; stopped at step 2; last good "
-                      "checkpoint: step 1 at "):
+    with pytest.warns(DivergenceWarning, match=r"non-finite for 8 steps in a row from step 2 \(each skipped\); "
+                      "stopped at step 9; last good checkpoint: step 8 at "):
         result = train_and_evaluate(run, FAST, out_dir=str(tmp_path), checkpoint_every=1, progress=False)
-    assert result.diverged_at_step == 2 and result.steps == 2 and result.accuracy == 0.0 and result.metrics == {}
-    assert checkpoint_step(latest_checkpoint(tmp_path)) == 1
+    assert result.diverged_at_step == 2 and result.steps == 9 and result.accuracy == 0.0 and result.metrics == {}
+    assert checkpoint_step(latest_checkpoint(tmp_path)) == 8  # the weights of step 1: every later step was skipped
     assert not (tmp_path / "model").exists()  # no model/ of non-finite weights
 
 
@@ -46,7 +47,7 @@ def test_a_grid_with_a_diverged_cell_shows_it_and_counts_it_as_zero(tmp_path):
 
     runs = run_grid(["mqar"], ["linear", "attn"], [{}], lrs, [0, 1])
     logs = []
-    with pytest.warns(DivergenceWarning, match="loss became non-finite at step 2"):
+    with pytest.warns(DivergenceWarning, match="in a row from step 2"):
         records = execute(runs, FAST, RunStore(tmp_path, FAST), progress=False, log=logs.append)
     assert [(r["mixer"], r["diverged_at_step"], r["score"]) for r in records if r["mixer"] == "linear"] == [
         ("linear", 2, 0.0), ("linear", 2, 0.0)]
@@ -95,8 +96,12 @@ def test_a_run_stored_with_a_non_finite_loss_counts_as_diverged_and_is_never_the
 def test_regmem_train_prints_the_divergence(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(PRESETS, "fast", dataclasses.replace(FAST, name="fast"))
     with pytest.warns(DivergenceWarning):
-        main(["train", "mqar", "--mixer", "linear", "--preset", "fast", "--lr", str(DIVERGING_LR), "--no-progress"])
-    assert "diverged: loss became non-finite at step 2; stopped at step 2" in capsys.readouterr().out
+        main(["train", "mqar", "--mixer", "linear", "--preset", "fast", "--lr", str(DIVERGING_LR), "--no-progress",
+              "--out-dir", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert "diverged: the loss or gradient was non-finite for 8 steps in a row from step 2 (each skipped); stopped " \
+           "at step 9" in out
+    assert not (tmp_path / "run" / "model").exists()
 
 
 def test_a_diverged_bits_per_byte_cell_is_plotted_without_non_finite_values(tmp_path):

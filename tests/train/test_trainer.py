@@ -21,6 +21,7 @@ from regmem.train import (
     token_loss,
 )
 from regmem.train import checkpoint as checkpoint_module
+from regmem.train import trainer as trainer_module
 
 VOCAB, DIM, T = 32, 16, 8
 
@@ -147,7 +148,8 @@ def test_checkpoint_is_safetensors_and_json_without_pickle(tmp_path, monkeypatch
     trainer = Trainer(ToyLM(), cfg, TRAIN, EVAL, accuracy)
     trainer.fit()
     path = latest_checkpoint(tmp_path)
-    assert sorted(p.name for p in path.iterdir()) == ["model.safetensors", "optimizer.safetensors", "trainer.json"]
+    assert sorted(p.name for p in path.iterdir()) == ["manifest.json", "model.safetensors", "optimizer.safetensors",
+                                                      "trainer.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint", "metrics.jsonl"]
     model = load_file(path / "model.safetensors")
     for name, tensor in trainer.module.state_dict().items():
@@ -281,64 +283,140 @@ def test_token_loss_ignores_unlabelled_tokens():
     assert count == 3 and torch.allclose(loss_sum, expected, rtol=1e-12)
 
 
-class PoisonedLM(ToyLM):
-    """Training forward number `poison_at` (1-based, i.e. step `poison_at`) returns non-finite logits; with
-    `gradient=True` its loss stays finite and the gradient is made infinite instead."""
+def parameters_of(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
 
-    def __init__(self, poison_at: int, gradient: bool = False, **kwargs):
+
+class PoisonedSteps(ToyLM):
+    """ToyLM whose training forwards number `poisoned` (1-based, i.e. those steps) return NaN logits, or keep a
+    finite loss and make the gradient infinite (`gradient=True`); `before[step]` holds the parameters that step
+    started from."""
+
+    def __init__(self, poisoned: set[int], gradient: bool = False, **kwargs):
         super().__init__(**kwargs)
-        self.poison_at, self.gradient, self.calls = poison_at, gradient, 0
+        self.poisoned, self.gradient, self.calls, self.before = poisoned, gradient, 0, {}
 
     def forward(self, inputs):
         logits = super().forward(inputs)  # [B, T, VOCAB]
         if not self.training:
             return logits
         self.calls += 1
-        if self.calls != self.poison_at:
+        self.before[self.calls] = parameters_of(self)
+        if self.calls not in self.poisoned:
             return logits
         if self.gradient:
             logits.register_hook(lambda grad: grad * math.inf)
             return logits
-        return logits * math.inf
+        return logits * math.nan
 
 
-def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
+@pytest.mark.parametrize("gradient", [False, True], ids=["nan-loss", "inf-gradient"])
+def test_a_non_finite_step_is_skipped_counted_and_leaves_the_weights_as_they_were(tmp_path, gradient):
+    model = PoisonedSteps({3, 5}, gradient=gradient)
+    cfg = config(steps=8, log_every=4, out_dir=str(tmp_path), checkpoint_every=4)
+    result = Trainer(model, cfg, TRAIN, EVAL, accuracy).fit()
+    assert result["diverged_at_step"] is None and result["skipped_steps"] == 2 and result["step"] == 8
+    for step in (3, 5):  # the weights after a skipped step are bitwise those before it
+        after = model.before[step + 1]
+        assert all(torch.equal(after[name], tensor) for name, tensor in model.before[step].items())
+    changed = model.before[2]  # a finite step moves them
+    assert not all(torch.equal(model.before[3][name], tensor) for name, tensor in changed.items())
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    records = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if r["event"] == "train"]
+    assert [(r["step"], r["skipped"]) for r in records] == [(4, 1), (8, 2)]
+
+
+def test_a_skipped_step_is_undone_under_every_optimizer():
+    """Each optimiser of `regmem train --optimizer` keeps finite weights through a NaN step and trains on after it."""
+    from regmem.train.optimizers import OPTIMIZERS
+
+    for name in OPTIMIZERS:
+        model = PoisonedSteps({2})
+        result = Trainer(model, config(steps=4, lr=1e-2, optimizer=name), TRAIN).fit()
+        assert result["skipped_steps"] == 1 and result["diverged_at_step"] is None, name
+        assert all(torch.equal(model.before[3][n], t) for n, t in model.before[2].items()), name
+        assert all(torch.isfinite(p).all() for p in model.parameters()), name
+        assert not all(torch.equal(model.before[4][n], t) for n, t in model.before[3].items()), name
+
+
+def test_consecutive_non_finite_steps_stop_the_run_with_the_last_finite_weights(tmp_path):
     clean = Trainer(ToyLM(), config(steps=4, log_every=4, out_dir=str(tmp_path / "clean"), checkpoint_every=4), TRAIN)
     clean.fit()
-    cfg = config(steps=20, log_every=4, out_dir=str(tmp_path / "run"), checkpoint_every=4)
-    with pytest.warns(DivergenceWarning, match=r"loss became non-finite at step 6; stopped at step 8; last good "
-                      r"checkpoint: step 4 at .*run/checkpoint") as caught:
-        result = Trainer(PoisonedLM(poison_at=6), cfg, TRAIN, EVAL, accuracy).fit()
+    model = PoisonedSteps(set(range(6, 30)))
+    cfg = config(steps=30, log_every=4, out_dir=str(tmp_path / "run"), checkpoint_every=4, max_consecutive_skips=3)
+    message = (r"the loss or gradient was non-finite for 3 steps in a row from step 6 \(each skipped\); stopped at "
+               r"step 8; last good checkpoint: step 4 at .*run/checkpoint")
+    with pytest.warns(DivergenceWarning, match=message) as caught:
+        result = Trainer(model, cfg, TRAIN, EVAL, accuracy).fit()
     assert result["diverged_at_step"] == 6 and result["step"] == 8 and result["metrics"] == {}
     assert result["divergence"] == str(caught[0].message)
-    assert [r["step"] for r in result["history"]["train"]] == [4]  # the non-finite loss of step 8 is not logged
+    assert [r["step"] for r in result["history"]["train"]] == [4]  # step 8's read found the limit reached
+    final = parameters_of(model)
+    assert all(torch.equal(final[name], tensor) for name, tensor in model.before[6].items())  # as after step 5
     path = latest_checkpoint(tmp_path / "run")
     assert checkpoint_step(path) == 4
     kept = load_file(path / "model.safetensors")
     clean_model = load_file(tmp_path / "clean" / "checkpoint" / "model.safetensors")
-    assert all(torch.isfinite(t).all() for t in kept.values())
     assert all(torch.equal(kept[name], tensor) for name, tensor in clean_model.items())  # the state after step 4
     last = read_jsonl(tmp_path / "run" / "metrics.jsonl")[-1]
-    assert last == {"event": "diverged", "step": 6, "what": "loss", "stopped_at": 8, "checkpoint_step": 4}
+    assert last == {"event": "diverged", "step": 6, "what": "loss", "stopped_at": 8, "checkpoint_step": 4,
+                    "skipped": 3}
 
 
-def test_the_loss_is_read_at_logging_steps_only_and_a_run_without_checkpoints_says_so():
-    cfg = config(steps=20, log_every=5, eval_every=100)  # no eval before the end, no checkpoints
-    with pytest.warns(DivergenceWarning, match="loss became non-finite at step 2; stopped at step 5; last good "
-                      "checkpoint: none"):
-        result = Trainer(PoisonedLM(poison_at=2), cfg, TRAIN, EVAL, accuracy).fit()
-    assert result["diverged_at_step"] == 2 and result["step"] == 5 and result["history"]["train"] == []
+def test_the_skip_limit_is_read_at_logging_steps_only_and_a_run_without_checkpoints_says_so():
+    cfg = config(steps=40, log_every=10, eval_every=100, max_consecutive_skips=2)  # no checkpoints
+    with pytest.warns(DivergenceWarning, match=r"for 2 steps in a row from step 2 \(each skipped\); stopped at step "
+                      "10; last good checkpoint: none"):
+        result = Trainer(PoisonedSteps({2, 3, 4}), cfg, TRAIN, EVAL, accuracy).fit()
+    assert result["diverged_at_step"] == 2 and result["step"] == 10 and result["history"]["train"] == []
+
+
+class Overflowing(torch.optim.SGD):
+    """SGD that writes an infinity into the first parameter at its step number `at`, from finite gradients."""
+
+    def __init__(self, params, at: int):
+        super().__init__(params, lr=0.1)
+        self.at, self.steps = at, 0
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        self.steps += 1
+        super().step(closure)
+        if self.steps == self.at:
+            self.param_groups[0]["params"][0].fill_(math.inf)
 
 
 def test_non_finite_parameters_are_never_checkpointed(tmp_path):
     cfg = config(steps=8, log_every=8, eval_every=8, out_dir=str(tmp_path), checkpoint_every=2)
-    with pytest.warns(DivergenceWarning, match="parameters became non-finite at step 4; stopped at step 4; last "
+    model = ToyLM()
+    with pytest.warns(DivergenceWarning, match="the parameters became non-finite by step 4; stopped at step 4; last "
                       "good checkpoint: step 2"):
-        result = Trainer(PoisonedLM(poison_at=4, gradient=True), cfg, TRAIN).fit()
+        result = Trainer(model, cfg, TRAIN, optimizer=Overflowing(model.parameters(), at=3)).fit()
     assert result["diverged_at_step"] == 4
     path = latest_checkpoint(tmp_path)
     assert checkpoint_step(path) == 2
     assert all(torch.isfinite(t).all() for t in load_file(path / "model.safetensors").values())
+
+
+def test_non_finite_parameters_at_the_end_count_as_diverged():
+    model = ToyLM()
+    with pytest.warns(DivergenceWarning, match="the parameters became non-finite by step 4"):
+        result = Trainer(model, config(steps=4, log_every=4), TRAIN,
+                         optimizer=Overflowing(model.parameters(), at=3)).fit()
+    assert result["diverged_at_step"] == 4
+
+
+class NaNOnEvaluation(ToyLM):
+    def forward(self, inputs):
+        logits = super().forward(inputs)
+        return logits if self.training else logits * math.nan
+
+
+def test_a_non_finite_final_evaluation_counts_as_diverged():
+    """Finite weights whose outputs overflow (fewer skipped steps left than the limit) are no finished model."""
+    with pytest.warns(DivergenceWarning, match="the evaluation loss was non-finite at step 4; stopped at step 4"):
+        result = Trainer(NaNOnEvaluation(), config(steps=4, eval_every=4), TRAIN, EVAL, accuracy).fit()
+    assert result["diverged_at_step"] == 4 and result["metrics"] == {}
 
 
 def test_a_finite_run_reports_no_divergence():
@@ -361,17 +439,23 @@ class Reads(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 
 
-def test_the_loss_and_the_divergence_check_are_read_per_logging_step_not_per_step(monkeypatch):
-    train_step = Trainer._train_step
+def test_the_loss_and_the_skip_counts_are_read_per_logging_step_not_per_step(monkeypatch):
+    train_step, skips_read = Trainer._train_step, trainer_module._Skips.read
 
-    def watched(self, step):
-        loss, grad_norm = train_step(self, step)
+    def watched(self, step, skips, done):
+        loss, grad_norm = train_step(self, step, skips, done)
         return loss.as_subclass(Reads), grad_norm.as_subclass(Reads)
 
+    def read(self):
+        Reads.count += 1
+        return skips_read(self)
+
     monkeypatch.setattr(Trainer, "_train_step", watched)
+    monkeypatch.setattr(trainer_module._Skips, "read", read)
     counts = []
     for steps in (10, 40):  # one logging step each
         Reads.count = 0
         Trainer(ToyLM(), config(steps=steps, warmup_steps=0, log_every=steps), TRAIN).fit()
         counts.append(Reads.count)
-    assert counts[0] == counts[1] == 3  # the loss, the gradient norm and the divergence note, once
+    assert counts[0] == counts[1] == 4  # the loss, the gradient norm and the skip counts at the one logging step, the
+    # skip count for the result

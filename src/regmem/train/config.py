@@ -27,6 +27,7 @@ TRAJECTORY_FIELDS = (
     "bf16",
     "optimizer",
     "mlp_lr_scale",
+    "max_consecutive_skips",
 )
 
 
@@ -76,6 +77,9 @@ class TrainConfig:
     # self-modifying Titans, the deep memories' mini-batch loops) no longer pays a launch from Python per kernel; the
     # same results to float round-off. The batch shape is fixed (it is: batch_size), evaluation runs eagerly
     cuda_graphs: bool = False
+    # a step whose loss or gradient norm is non-finite is skipped (the weights stay as they were; Trainer docstring);
+    # this many skipped in a row end the run as diverged, with the last finite weights
+    max_consecutive_skips: int = 8
 
     def __post_init__(self):
         _require(_is_int(self.steps) and self.steps >= 1, "steps", "an int >= 1", self.steps)
@@ -100,7 +104,7 @@ class TrainConfig:
                  f"1 with optimizer={self.optimizer!r} (it scales AdamW's lr)", self.mlp_lr_scale)
         clip_ok = self.grad_clip is None or (_is_number(self.grad_clip) and self.grad_clip > 0)
         _require(clip_ok, "grad_clip", "None or a number > 0", self.grad_clip)
-        for name in ("eval_every", "eval_batch_size", "log_every"):
+        for name in ("eval_every", "eval_batch_size", "log_every", "max_consecutive_skips"):
             value = getattr(self, name)
             _require(_is_int(value) and value >= 1, name, "an int >= 1", value)
         every_ok = self.checkpoint_every is None or (_is_int(self.checkpoint_every) and self.checkpoint_every >= 1)

@@ -7,9 +7,12 @@ resuming bit-exact. Under torchrun the model is wrapped in DistributedDataParall
 share of the global batch; the loss is normalised by the all-reduced token count, so N ranks follow the same
 trajectory as one process on the same global batch (up to summation order).
 
-A run whose loss turns non-finite stops (`_Divergence`): the loop notes each step's loss on the device, with no
-host sync, and reads the note only at the steps that log, evaluate or checkpoint, where it syncs anyway; before a
-checkpoint is written the parameters are checked as well, so the checkpoint on disk is always the last finite one.
+A step whose loss or gradient norm is non-finite is skipped (`_Skips`), decided on the device with no host sync: its
+gradient counts as zero and the parameters are put back as they were before the optimizer's step, so a NaN never
+enters the weights. Skips are counted in metrics.jsonl; `config.max_consecutive_skips` skips in a row end the run
+as diverged (read at the steps that log, evaluate or checkpoint, where the loop syncs anyway; every step from the
+limit on is skipped too, so the weights stay the last finite ones). Before a checkpoint is written, and at the end,
+the parameters are checked as well, so neither the checkpoint on disk nor the returned model holds a NaN.
 
 With `config.cuda_graphs` the first training step captures the model's forward and backward as CUDA graphs
 (`torch.cuda.make_graphed_callables`; the ops skip their value checks while a graph is captured) and every step
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import time
 import warnings
 from collections.abc import Callable
@@ -97,28 +101,44 @@ class DivergenceWarning(RuntimeWarning):
 
 
 class Diverged(NamedTuple):
-    """Where a run diverged: the first step (counted as completed steps, as the logs do) whose global loss was
-    non-finite, or, when every loss was finite, the checkpoint step whose parameters were."""
+    """Where a run diverged: "loss", the first step (counted as completed steps, as the logs do) of the first run of
+    `max_consecutive_skips` steps whose global loss or gradient norm was non-finite; "parameters", the step at
+    which the parameters were found non-finite (checked before each checkpoint and at the end); or "evaluation", the
+    last step, whose evaluation loss was non-finite though the weights are finite (a model whose outputs overflow,
+    with fewer skipped steps left than the limit)."""
 
     step: int
-    what: Literal["loss", "parameters"]
+    what: Literal["loss", "parameters", "evaluation"]
 
 
-class _Divergence:
-    """The first step whose loss was non-finite, kept on the device: `note` folds a step's loss into one int64
-    scalar (-1: none yet) with no host sync; `first` reads it (one sync), which `fit` does only at the steps that
-    log, evaluate or checkpoint. The loss is the all-reduced global one, so every DDP rank reads the same step."""
+class _Skips:
+    """The non-finite steps, counted on the device with no host sync (int64 scalars): `total` skipped steps,
+    `in_row` the current run of consecutive ones, `first_of_row` the step that run began at, and `limit_at` the
+    first step of the first run that reached `limit` (-1: none yet). `read` syncs once; `fit` calls it only at the
+    steps that log, evaluate or checkpoint. The loss is the all-reduced global one and DDP averages the gradients,
+    so every rank skips the same steps."""
 
-    def __init__(self, device: torch.device):
-        self.first_step = torch.tensor(-1, dtype=torch.int64, device=device)
+    def __init__(self, device: torch.device, limit: int):
+        self.limit = limit
+        zero = torch.zeros((), dtype=torch.int64, device=device)
+        self.total, self.in_row, self.first_of_row, self.limit_at = zero, zero, zero, zero - 1
 
-    def note(self, step: int, loss: torch.Tensor) -> None:
-        fresh = ~torch.isfinite(loss) & (self.first_step < 0)
-        self.first_step = torch.where(fresh, step, self.first_step)
+    def note(self, step: int, skip: torch.Tensor) -> None:
+        """Folds step `step` (skipped or not) into the counts."""
+        self.total = self.total + skip
+        self.in_row = (self.in_row + 1) * skip
+        self.first_of_row = torch.where(self.in_row == 1, step, self.first_of_row)
+        self.limit_at = torch.where((self.limit_at < 0) & (self.in_row >= self.limit), self.first_of_row,
+                                    self.limit_at)
 
-    def first(self) -> Diverged | None:
-        step = int(self.first_step)
-        return None if step < 0 else Diverged(step, "loss")
+    def stopping(self) -> torch.Tensor:
+        """Whether the limit was reached (a bool scalar on the device): every later step is skipped as well."""
+        return self.limit_at >= 0
+
+    def read(self) -> tuple[int, Diverged | None]:
+        """(skipped steps so far, Diverged at the first step of the run that reached the limit, or None)."""
+        total, limit_at = torch.stack([self.total, self.limit_at]).tolist()
+        return total, None if limit_at < 0 else Diverged(limit_at, "loss")
 
 
 class Trainer:
@@ -154,6 +174,7 @@ class Trainer:
             raise ValueError(f"config.cuda_graphs needs one process on a CUDA device, got {self.device} with "
                              f"{distributed.world_size()} process(es)")
         self._graphed = False  # with config.cuda_graphs: whether the model's step is captured yet
+        self._before_step: list[torch.Tensor] | None = None  # the parameters before a step (`_step_unless`)
         if distributed.world_size() > 1:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             self.model = DistributedDataParallel(self.module, device_ids=device_ids)
@@ -169,12 +190,14 @@ class Trainer:
         else 0), "metrics": the last evaluation ({} without eval_data, or when the run diverged), "stopped_early":
         bool, "diverged_at_step": None, or the step whose loss (or, at a checkpoint, parameters) became non-finite,
         "divergence": None, or the message saying so (also a `DivergenceWarning` and a "diverged" record in
-        metrics.jsonl), "history": {"train": [{"step", "loss", "lr", "grad_norm", "tokens_per_s"}, ...] every
-        log_every steps, "eval": [{"step", "loss", <metrics>}, ...]}}, the history covering the steps of this call.
+        metrics.jsonl), "skipped_steps": steps of this call skipped for a non-finite loss or gradient, "history":
+        {"train": [{"step", "loss", "lr", "grad_norm", "tokens_per_s", "skipped"}, ...] every log_every steps
+        ("skipped": the call's skipped steps so far), "eval": [{"step", "loss", <metrics>}, ...]}}, the history
+        covering the steps of this call.
 
-        A diverged run stops at the first step from the divergence on that logs, evaluates or checkpoints (its
-        loss is read there, not every step); the model is left as it is, and out_dir keeps the checkpoint of the
-        last step before it.
+        A run that diverged stops at the first step from the limit on that logs, evaluates or checkpoints; its
+        weights are those of the last step before the skips that reached the limit (every step since was skipped),
+        and out_dir keeps its last checkpoint, which is finite.
         """
         config = self.config
         start = self._restore() if resume else self._start()
@@ -183,20 +206,23 @@ class Trainer:
         done, stopped_early, diverged = start, False, None
         bar = tqdm(total=config.steps, initial=start, disable=not (config.progress and distributed.is_main()))
         throughput = _Throughput(config.batch_size * self.train_data[0].shape[1], start)
-        divergence = _Divergence(self.device)
+        skips = _Skips(self.device, config.max_consecutive_skips)
+        skipped = 0
         self.model.train()
         for step in range(start, config.steps):
-            loss, grad_norm = self._train_step(step)
             done = step + 1  # steps completed; what logs and checkpoints count
-            divergence.note(done, loss)
+            loss, grad_norm = self._train_step(step, skips, done)
             bar.update()
             logs, evaluates, saves = self._due(done)
-            if (logs or evaluates or saves) and (diverged := divergence.first()) is not None:
-                break
+            if logs or evaluates or saves:
+                skipped, diverged = skips.read()
+                if diverged is not None:
+                    break
             if logs:
                 record = {"step": done, "loss": loss.item(), "lr": self.optimizer.param_groups[0]["lr"]}
-                record["grad_norm"] = grad_norm.item() if grad_norm is not None else None  # None: no clipping
+                record["grad_norm"] = grad_norm.item()  # before clipping
                 record["tokens_per_s"] = throughput.rate(done)
+                record["skipped"] = skipped
                 self._record("train", record, history, bar)
             if evaluates:
                 metrics = self.evaluate()
@@ -210,14 +236,18 @@ class Trainer:
             if stopped_early:
                 break
         bar.close()
+        if diverged is None and not self._finite_parameters():  # a finite step that overflowed the weights
+            diverged = Diverged(done, "parameters")
+        if diverged is None and "loss" in metrics and not math.isfinite(metrics["loss"]):
+            diverged = Diverged(done, "evaluation")
         message = None
         if diverged is not None:
-            metrics, message = {}, self._report_divergence(diverged, done)
+            metrics, message = {}, self._report_divergence(diverged, done, skips.read()[0])
         elif not metrics and self.eval_data is not None:
             metrics = self.evaluate()  # a resumed run that had nothing left to train
         return {"step": done, "start_step": start, "metrics": metrics, "stopped_early": stopped_early,
                 "diverged_at_step": None if diverged is None else diverged.step, "divergence": message,
-                "history": history}
+                "skipped_steps": skips.read()[0], "history": history}
 
     def _due(self, done: int) -> tuple[bool, bool, bool]:
         """Whether step `done` logs, evaluates and checkpoints (the last step does all three that are on)."""
@@ -232,24 +262,32 @@ class Trainer:
         finite = [torch.isfinite(p.detach()).all() for p in self.module.parameters()]
         return bool(torch.stack(finite).all()) if finite else True
 
-    def _report_divergence(self, diverged: Diverged, done: int) -> str:
+    def _report_divergence(self, diverged: Diverged, done: int, skipped: int) -> str:
         """The message naming the step and the checkpoint kept; rank 0 warns and records it in metrics.jsonl."""
         path = latest_checkpoint(self.out_dir) if self.out_dir is not None else None
         kept = "none" if path is None else f"step {checkpoint_step(path)} at {path}"
-        message = (f"{diverged.what} became non-finite at step {diverged.step}; stopped at step {done}; "
-                   f"last good checkpoint: {kept}")
+        if diverged.what == "loss":
+            what = (f"the loss or gradient was non-finite for {self.config.max_consecutive_skips} steps in a row from "
+                    f"step {diverged.step} (each skipped)")
+        elif diverged.what == "parameters":
+            what = f"the parameters became non-finite by step {diverged.step}"
+        else:
+            what = f"the evaluation loss was non-finite at step {diverged.step}"
+        message = f"{what}; stopped at step {done}; last good checkpoint: {kept}"
         if distributed.is_main():
             warnings.warn(message, DivergenceWarning, stacklevel=3)
             if self.out_dir is not None:
                 record = {"event": "diverged", "step": diverged.step, "what": diverged.what, "stopped_at": done,
                           "checkpoint_step": None if path is None else checkpoint_step(path)}
+                record["skipped"] = skipped
                 with open(self.out_dir / METRICS_FILE, "a") as file:
                     file.write(json.dumps(record) + "\n")
         return message
 
-    def _train_step(self, step: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One optimizer step on global batch `step`; returns (the global mean token loss, the gradient norm before
-        clipping), as tensors: reading them syncs with the GPU, which only logging steps do."""
+    def _train_step(self, step: int, skips: _Skips, done: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimizer step on global batch `step`, skipped when the loss or the gradient is non-finite (or the
+        skip limit was reached); returns (the global mean token loss, the gradient norm before clipping), as
+        tensors: reading them syncs with the GPU, which only logging steps do."""
         lr_scale = schedule(step, self.config)
         for group in self.optimizer.param_groups:
             group["lr"] = group["initial_lr"] * lr_scale
@@ -270,12 +308,32 @@ class Trainer:
         # averaged gradient is then that of (sum of all token losses) / (all labelled tokens).
         loss = loss_sum * (distributed.world_size() / global_count).to(loss_sum.dtype)
         loss.backward()
-        grad_norm = None
+        params = [p for p in self.module.parameters() if p.requires_grad]
+        grads = [p.grad for p in params if p.grad is not None]
         if self.config.grad_clip is not None:
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.config.grad_clip)
-        self.optimizer.step()
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip)
+        else:
+            grad_norm = torch.nn.utils.get_total_norm(grads)
+        global_loss = totals[0] / global_count
+        skip = ~(torch.isfinite(global_loss) & torch.isfinite(grad_norm)) | skips.stopping()  # bool scalar
+        skips.note(done, skip)
+        self._step_unless(skip, params, grads)
         self.optimizer.zero_grad(set_to_none=True)
-        return totals[0] / global_count, grad_norm
+        return global_loss, grad_norm
+
+    def _step_unless(self, skip: torch.Tensor, params: list[torch.Tensor], grads: list[torch.Tensor]) -> None:
+        """The optimizer's step, undone where `skip` (a bool scalar on the device) is true, with no host sync: the
+        gradients are zeroed first (so the optimizer's state stays finite: moments decay one step and step counts
+        advance, as after a zero gradient), the parameters copied, and put back after the step. Where `skip` is
+        false the parameters are bitwise those of the plain step."""
+        for grad in grads:
+            grad.masked_fill_(skip, 0.0)
+        if self._before_step is None:
+            self._before_step = [torch.empty_like(p) for p in params]
+        torch._foreach_copy_(self._before_step, [p.detach() for p in params])
+        self.optimizer.step()
+        for p, before in zip(params, self._before_step, strict=True):
+            torch.where(skip, before, p.detach(), out=p.detach())
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
