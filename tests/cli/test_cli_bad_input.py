@@ -7,7 +7,8 @@ import pytest
 from regmem.cli import main
 
 # (argv, the start of the error message after "regmem: error: "). "{out}" is a path that does not exist yet and
-# must still not exist afterwards; "{empty}" an existing empty directory.
+# must still not exist afterwards; "{empty}" an existing empty directory, "{file}" an existing file (both left as
+# they were); /proc/x a path that cannot be created even by root.
 CASES = {
     "recipes": [
         (["recipes", "--bogus"], "unrecognized arguments: --bogus"),
@@ -22,7 +23,9 @@ CASES = {
     "analyze": [
         (["analyze", "snr", "--trials", "0", "--out-dir", "{out}"], "argument --trials: must be > 0"),
         (["analyze", "nosuch"], "argument KIND: invalid choice: 'nosuch'"),
-        (["analyze", "context-growth", "--seed", "x", "--out-dir", "{out}"], "argument --seed: invalid int value"),
+        (["analyze", "context-growth", "--seed", "x", "--out-dir", "{out}"], "argument --seed: expected an integer"),
+        (["analyze", "snr", "--out-dir", "{file}"], "argument --out-dir: '"),
+        (["analyze", "snr", "--seed", "-1", "--out-dir", "{out}"], "argument --seed: must be >= 0, got -1"),
     ],
     "bench": [
         (["bench", "ops", "--ops", "flash", "--out-dir", "{out}"], "argument --ops: unknown 'flash'; known: "),
@@ -40,6 +43,9 @@ CASES = {
         (["bench", "snr", "--trials", "0", "--out-dir", "{out}"], "argument --trials: must be > 0"),
         (["bench", "optim", "--models", "nosuch", "--out-dir", "{out}"], "argument --models: unknown 'nosuch'"),
         (["bench", "optim", "--optimizers", "lion", "--out-dir", "{out}"], "argument --optimizers: unknown 'lion'"),
+        (["bench", "ops", "--out-dir", "/proc/x"], "argument --out-dir: cannot create '/proc/x': cannot write in"),
+        (["bench", "ops", "--ops", "delta_rule,,linear_attn", "--out-dir", "{out}"],
+         "argument --ops: expected a comma-separated list without empty items"),
     ],
     "compare": [
         (["compare", "mqar", "--mixers", "hope", "--cuda-graphs", "--out-dir", "{out}"],
@@ -57,11 +63,34 @@ CASES = {
         (["compare", "mqar", "--lrs", "0.01,nan", "--out-dir", "{out}"], "argument --lrs: must be a finite number"),
         (["compare", "mqar", "--lrs", "0.01", "--sweep-lr", "--out-dir", "{out}"],
          "argument --sweep-lr: not allowed with argument --lrs"),
-        (["compare", "mqar", "--seeds", "0,x", "--out-dir", "{out}"], "argument --seeds: expected comma-separated"),
+        (["compare", "mqar", "--seeds", "0,x", "--out-dir", "{out}"], "argument --seeds: expected an integer, got 'x'"),
         (["compare", "mqar", "--workers", "0", "--out-dir", "{out}"], "argument --workers: must be > 0"),
         (["compare", "mqar", "--sweep", "pairs=4,8", "--out-dir", "{out}"],
          "argument --sweep: unknown mqar fields ['pairs']"),
         (["compare", "mqar", "--sweep", "num_kv_pairs", "--out-dir", "{out}"], "argument --sweep: --sweep must look"),
+        (["compare", "mqar", "--sweep", "num_kv_pairs=", "--out-dir", "{out}"], "argument --sweep: --sweep must look"),
+        (["compare", "mqar", "--sweep", "num_kv_pairs=4,,8", "--out-dir", "{out}"],
+         "argument --sweep: --sweep must look"),
+        (["compare", "mqar", "--sweep", "num_kv_pairs=four", "--out-dir", "{out}"],
+         "argument --sweep: --sweep values must be numbers"),
+        (["compare", "mqar", "--seeds", "-1", "--out-dir", "{out}"], "argument --seeds: must be >= 0, got -1"),
+        (["compare", "mqar", "--seeds", "0,9223372036854775808", "--out-dir", "{out}"],
+         "argument --seeds: must be < 2**63"),
+        (["compare", "mqar", "--mixers", "gla,,attn", "--out-dir", "{out}"],
+         "argument --mixers: expected a comma-separated list without empty items, got 'gla,,attn'"),
+        (["compare", "mqar", "--mixers", "gla,", "--out-dir", "{out}"],
+         "argument --mixers: expected a comma-separated"),
+        (["compare", "mqar", "--out-dir", "{file}"], "argument --out-dir: '"),
+        (["compare", "mqar", "--out-dir", "/proc/x"], "argument --out-dir: cannot create '/proc/x'"),
+        (["compare", "mqar", "--run-dir", "{file}"], "argument --run-dir: '"),
+        (["compare", "mqar", "--run-dir", "/proc/x/y"], "argument --run-dir: cannot create '/proc/x/y'"),
+        (["compare", "mqar", "--run-dir", "", "--out-dir", "{out}"], "argument --run-dir: must not be empty"),
+        (["compare", "mqar", "--save-tuned", "/proc/nope.json", "--out-dir", "{out}"],
+         "argument --save-tuned: cannot write '/proc/nope.json'"),
+        (["compare", "mqar", "--save-tuned", "{empty}", "--out-dir", "{out}"],
+         "argument --save-tuned: '"),
+        (["compare", "mqar", "--save-tuned", "{file}", "--out-dir", "{out}"],
+         "argument --save-tuned: '"),
     ],
     "suite": [
         (["suite", "--mixers", "hope", "--cuda-graphs", "--run-dir", "{out}"],
@@ -70,6 +99,11 @@ CASES = {
         (["suite", "--mixers", "attn,nosuch", "--run-dir", "{out}"], "argument --mixers: unknown mixer 'nosuch'"),
         (["suite", "--reuse-runs", "{empty}", "--run-dir", "{out}"], "argument --reuse-runs: no runs/ directory in"),
         (["suite", "--lrs", "-0.1", "--run-dir", "{out}"], "argument --lrs: must be > 0"),
+        (["suite", "--seeds", "1,-2", "--run-dir", "{out}"], "argument --seeds: must be >= 0"),
+        (["suite", "--run-dir", "{file}"], "argument --run-dir: '"),
+        (["suite", "--run-dir", "/proc/x"], "argument --run-dir: cannot create '/proc/x'"),
+        (["suite", "--save-tuned", "/proc/nope.json", "--run-dir", "{out}"], "argument --save-tuned: cannot write"),
+        (["suite", "--tasks", "mqar,", "--run-dir", "{out}"], "argument --tasks: expected a comma-separated list"),
     ],
     "train": [
         (["train", "mqar", "--mixer", "nosuch", "--out-dir", "{out}"], "argument --mixer: unknown mixer 'nosuch'"),
@@ -93,11 +127,22 @@ CASES = {
          "argument --cuda-graphs: needs --device cuda"),
         (["train", "mqar", "--mixer", "hope", "--device", "gpu0", "--out-dir", "{out}"], "argument --device: "),
         (["train", "mqar", "--mixer", "attn", "--resume", "--out-dir", "{empty}"],
-         "argument --resume: no checkpoint in --out-dir"),
+         "argument --resume: no checkpoint in out_dir"),
+        (["train", "mqar", "--mixer", "attn", "--overwrite"], "argument --overwrite: needs --out-dir"),
+        (["train", "mqar", "--mixer", "attn", "--resume", "--overwrite", "--out-dir", "{out}"],
+         "argument --overwrite: not allowed with argument --resume"),
+        (["train", "mqar", "--mixer", "attn", "--seed", "-1", "--out-dir", "{out}"], "argument --seed: must be >= 0"),
+        (["train", "mqar", "--mixer", "attn", "--seed", str(2**64), "--out-dir", "{out}"],
+         "argument --seed: must be < 2**63"),
+        (["train", "mqar", "--mixer", "attn", "--out-dir", ""], "argument --out-dir: must not be empty"),
+        (["train", "mqar", "--mixer", "attn", "--out-dir", "{file}"], "argument --out-dir: '"),
+        (["train", "mqar", "--mixer", "attn", "--out-dir", "/proc/x"], "argument --out-dir: cannot create '/proc/x'"),
+        (["train", "mqar", "--mixer", "attn", "--out-dir", "{file}/run"], "argument --out-dir: cannot create"),
     ],
     "generate": [
         (["generate", "{out}", "--prompt", "Hi"], "argument model_dir: no saved model in"),
         (["generate", "{empty}", "--prompt", "Hi"], "argument model_dir: no saved model in"),
+        (["generate", "--seed", "-3", "{empty}", "--prompt", "Hi"], "argument --seed: must be >= 0"),
     ],
     "repro": [
         (["repro", "fig-99", "--out-dir", "{out}"], "argument NAME: invalid choice: 'fig-99'"),
@@ -119,6 +164,8 @@ CASES = {
         (["repro", "am-stress", "--quick", "--full", "--out-dir", "{out}"],
          "argument --full: not allowed with argument --quick"),
         (["repro", "ttr-mqar", "--paper-scale", "--out-dir", "{out}"], "unrecognized arguments: --paper-scale"),
+        (["repro", "ttr-mqar", "--out-dir", "{file}"], "argument --out-dir: '"),
+        (["repro", "ttr-mqar", "--out-dir", "/proc/x"], "argument --out-dir: cannot create '/proc/x'"),
     ],
     "showcase": [
         (["showcase", "--seq-len", "0"], "argument --seq-len: must be > 0"),
@@ -137,9 +184,10 @@ def test_every_command_has_bad_input_cases():
 
 @pytest.mark.parametrize(("argv", "message"), PARAMS)
 def test_bad_input_exits_2_with_one_error_line_naming_the_argument_and_runs_nothing(argv, message, tmp_path, capsys):
-    out, empty = tmp_path / "out", tmp_path / "empty"
+    out, empty, file = tmp_path / "out", tmp_path / "empty", tmp_path / "file"
     empty.mkdir()
-    argv = [a.replace("{out}", str(out)).replace("{empty}", str(empty)) for a in argv]
+    file.write_text("a file\n")
+    argv = [a.replace("{out}", str(out)).replace("{empty}", str(empty)).replace("{file}", str(file)) for a in argv]
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     captured = capsys.readouterr()
@@ -150,6 +198,7 @@ def test_bad_input_exits_2_with_one_error_line_naming_the_argument_and_runs_noth
     assert len(errors) == 1 and errors[0] == lines[-1]
     assert lines[-1].startswith(f"regmem: error: {message}"), lines[-1]
     assert captured.out == "" and not out.exists() and not any(empty.iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "file"] and file.read_text() == "a file\n"
 
 
 def test_generate_names_the_model_dir_when_the_model_is_not_byte_level(tmp_path, capsys):

@@ -28,7 +28,8 @@ ATTN_LEARNS_MQAR = 0.85
 def test_attention_learns_two_pair_mqar_and_the_leaderboard_holds_the_asked_cells(tmp_path):
     run_dir = compare("mqar", ["attn", "linear"], TINY_384, sweep="num_kv_pairs=1,2", seeds=[0], lrs=[1e-2],
                       out_dir=tmp_path, progress=False, log=lambda *_: None)
-    assert {p.name for p in run_dir.iterdir()} == {"runs", "leaderboard.md", "results.csv", "results.json", "plot.png"}
+    assert {p.name for p in run_dir.iterdir()} == {"runs", "leaderboard.md", "results.csv", "results.json", "plot.png",
+                                                  "sweep.json"}
     with open(run_dir / "results.csv") as file:
         rows = list(csv.DictReader(file))
     assert sorted((r["mixer"], r["setting"]) for r in rows) == [
@@ -78,7 +79,7 @@ class Interrupted(Exception):
 
 def _train_output(capsys) -> tuple[dict, str]:
     """(the resolved configs `regmem train` prints as JSON, its final "step N: metrics" line)."""
-    out = capsys.readouterr().out
+    out = capsys.readouterr().out.removesuffix("\n").rsplit("\n", 1)[0]  # without the last line, "wrote <dir>"
     configs, last = out.rsplit("\nstep ", 1)
     return json.loads(configs), "step " + last.strip()
 
@@ -103,10 +104,10 @@ def test_train_command_resumed_mid_run_ends_bit_exactly_where_an_uninterrupted_r
 
     train_step = Trainer._train_step
 
-    def killed_in_step_7(trainer, step):  # `step` counts from 0
+    def killed_in_step_7(trainer, step, *rest):  # `step` counts from 0
         if step == 6:
             raise Interrupted
-        return train_step(trainer, step)
+        return train_step(trainer, step, *rest)
 
     monkeypatch.setattr(Trainer, "_train_step", killed_in_step_7)
     with pytest.raises(Interrupted):  # killed in step 7, after the checkpoint of step 4 and the log of step 6

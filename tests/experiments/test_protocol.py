@@ -130,7 +130,7 @@ def test_suite_writes_the_mixers_by_tasks_table_and_resumes(tmp_path):
     logs = []
     run_dir = suite(["mqar", "parity"], ["linear", "attn"], FAST, log=logs.append, **kwargs)
     assert {p.name for p in run_dir.iterdir()} == {"runs", "leaderboard.md", "results.csv", "results.json",
-                                                     "heatmap.png"}
+                                                     "heatmap.png", "sweep.json"}
     result = json.loads((run_dir / "results.json").read_text())
     assert len(result["runs"]) == 16 and len(result["cells"]) == 4
     for cell in result["cells"]:

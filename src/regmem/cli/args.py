@@ -1,4 +1,5 @@
-"""Argument types the commands share: comma-separated lists, positive numbers, known names, FIELD=VALUE pairs.
+"""Argument types the commands share: comma-separated lists, positive numbers, seeds, known names, FIELD=VALUE
+pairs, output directories and files (writable, checked without leaving anything behind).
 
 Each is an argparse `type=`: a bad value raises `argparse.ArgumentTypeError`, so the command stops while its
 arguments are parsed, before anything runs, with `regmem: error: argument --flag: ...` and exit status 2.
@@ -7,8 +8,12 @@ arguments are parsed, before anything runs, with `regmem: error: argument --flag
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
+import tempfile
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 ArgumentTypeError = argparse.ArgumentTypeError
 
@@ -79,18 +84,82 @@ def non_negative_float(text: str) -> float:
     return _number(text, float, minimum=0.0, strict=False)
 
 
+SEED_LIMIT = 2**63  # seeds are int64 for torch.Generator.manual_seed (and numpy's): [0, 2**63)
+
+
+def seed(text: str) -> int:
+    """A seed in [0, 2**63)."""
+    value = _number(text, int, minimum=0, strict=False)
+    if value >= SEED_LIMIT:
+        raise ArgumentTypeError(f"must be < 2**63, got {text}")
+    return value
+
+
 def _items(text: str) -> list[str]:
-    items = [x for x in text.split(",") if x]
-    if not items:
-        raise ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
-    return items
+    """The items of a comma-separated list; an empty item (",,", a leading or trailing comma) is refused, not
+    dropped."""
+    items = text.split(",")
+    if not text or any(not item.strip() for item in items):
+        raise ArgumentTypeError(f"expected a comma-separated list without empty items, got {text!r}")
+    return [item.strip() for item in items]
 
 
-def int_list(text: str) -> list[int]:
+def seed_list(text: str) -> list[int]:
+    return [seed(x) for x in _items(text)]
+
+
+def _creatable(path: Path) -> str | None:
+    """Why a file or directory cannot be created at `path` (None: it can): its nearest existing ancestor must be a
+    directory in which a scratch directory can be made (and is removed again: nothing is left behind)."""
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{str(parent)!r} is not a directory"
     try:
-        return [int(x) for x in _items(text)]
-    except ValueError:
-        raise ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        os.rmdir(tempfile.mkdtemp(dir=parent, prefix=".regmem-probe-"))
+    except OSError as err:
+        return f"cannot write in {str(parent)!r} ({err.strerror or err})"
+    return None
+
+
+def output_dir(text: str) -> str:
+    """A directory to write into: an existing writable directory, or a path where one can be created."""
+    if not text:
+        raise ArgumentTypeError("must not be empty (give a directory)")
+    path = Path(text)
+    if path.exists():
+        if not path.is_dir():
+            raise ArgumentTypeError(f"{text!r} exists and is not a directory")
+        if not os.access(path, os.W_OK | os.X_OK) or _creatable(path / "probe") is not None:
+            raise ArgumentTypeError(f"{text!r} is not writable")
+        return text
+    reason = _creatable(path)
+    if reason is not None:
+        raise ArgumentTypeError(f"cannot create {text!r}: {reason}")
+    return text
+
+
+def output_json(text: str) -> str:
+    """A JSON file to write (or to merge into, when it exists: then it must hold a JSON object)."""
+    if not text:
+        raise ArgumentTypeError("must not be empty (give a file)")
+    path = Path(text)
+    if path.exists():
+        if not path.is_file():
+            raise ArgumentTypeError(f"{text!r} exists and is not a file")
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ArgumentTypeError(f"{text!r} exists and is not a readable JSON file ({err})") from None
+        if not isinstance(value, dict):
+            raise ArgumentTypeError(f"{text!r} exists and does not hold a JSON object")
+        if not os.access(path, os.W_OK):
+            raise ArgumentTypeError(f"{text!r} is not writable")
+    reason = _creatable(path)
+    if reason is not None:
+        raise ArgumentTypeError(f"cannot write {text!r}: {reason}")
+    return text
 
 
 def positive_int_list(text: str) -> list[int]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from regmem.cli.args import names_among, non_negative_float, positive_int, positive_int_list
+from regmem.cli.args import names_among, non_negative_float, output_dir, positive_int, positive_int_list
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 OUT_DIR_HELP = "where the JSON and markdown go"
@@ -31,7 +31,7 @@ def _add_timing(parser, *, threads: int | None, run_time_help: str = "seconds of
                 threads_help: str = "torch threads (default: torch's own choice)") -> None:
     parser.add_argument("--min-run-time", type=non_negative_float, default=1.0, help=run_time_help)
     parser.add_argument("--threads", type=positive_int, default=threads, help=threads_help)
-    parser.add_argument("--out-dir", default="benchmarks/results", help=OUT_DIR_HELP)
+    parser.add_argument("--out-dir", type=output_dir, default="benchmarks/results", help=OUT_DIR_HELP)
 
 
 def _add_ops(kinds) -> None:
@@ -214,7 +214,7 @@ def _add_gpu(kinds) -> None:
                         help="seconds for the whole pass; each table stops at its share, rows not reached say so")
     parser.add_argument("--reps", type=positive_int, default=3, help="timed calls per row (median)")
     parser.add_argument("--device", default="cuda", help="torch device (cpu: a smoke run at the same shapes)")
-    parser.add_argument("--out-dir", default="benchmarks/results/gpu", help=OUT_DIR_HELP)
+    parser.add_argument("--out-dir", type=output_dir, default="benchmarks/results/gpu", help=OUT_DIR_HELP)
     parser.set_defaults(handler=_gpu, parser=parser)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from regmem.cli.args import ArgumentTypeError, non_negative_float, positive_int
+from regmem.cli.args import ArgumentTypeError, non_negative_float, positive_int, seed
 
 
 def model_dir(text: str) -> str:
@@ -22,7 +22,7 @@ def add_generate(commands) -> None:
     parser.add_argument("--temperature", type=non_negative_float, default=0.8,
                         help="softmax temperature; 0 is greedy")
     parser.add_argument("--top-k", type=positive_int, default=None, help="sample among the k most likely bytes")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the sampling")
+    parser.add_argument("--seed", type=seed, default=0, help="seed of the sampling")
     parser.set_defaults(handler=_generate, parser=parser)
 
 

@@ -10,16 +10,18 @@ from regmem.cli.args import (
     ArgumentTypeError,
     add_device_options,
     check_device_options,
-    int_list,
     mixer_list,
     mixers_help,
     name_list,
     names_among,
+    output_dir,
+    output_json,
     positive_float_list,
     positive_int,
     positive_int_list,
     preset_help,
     preset_name,
+    seed_list,
     task_help,
     task_name,
 )
@@ -47,7 +49,7 @@ def _add_protocol_options(parser: argparse.ArgumentParser) -> None:
     from regmem.experiments.protocol import LR_GRID, SEEDS
 
     parser.add_argument("--preset", type=preset_name, default="quick", help=preset_help())
-    parser.add_argument("--seeds", type=int_list, default=list(SEEDS),
+    parser.add_argument("--seeds", type=seed_list, default=list(SEEDS),
                         help="comma-separated seeds of data, init and data order; the leaderboard shows their mean "
                              f"and min-max (default: {','.join(map(str, SEEDS))})")
     lrs = parser.add_mutually_exclusive_group()
@@ -78,10 +80,14 @@ def add_compare(commands) -> None:
                         help=mixers_help("comma-separated mixer names"))
     parser.add_argument("--sweep", default=None, help="a task field and values, e.g. num_kv_pairs=4,8,16")
     _add_protocol_options(parser)
-    parser.add_argument("--out-dir", default="results", help="parent of the <task>-<timestamp> directory")
-    parser.add_argument("--run-dir", default=None,
-                        help="write here instead; an existing run directory resumes (finished runs are skipped)")
-    parser.add_argument("--save-tuned", default=None, metavar="PATH",
+    parser.add_argument("--out-dir", type=output_dir, default="results",
+                        help="parent of the <task>-<timestamp> directory")
+    parser.add_argument("--run-dir", type=output_dir, default=None,
+                        help="write here instead; an existing run directory resumes (finished runs are skipped; "
+                             "more mixers, seeds, lrs or swept values may be added), but one of another task, preset "
+                             "or swept field is refused; two commands on one directory share its runs (each run is "
+                             "trained once, under a lock)")
+    parser.add_argument("--save-tuned", type=output_json, default=None, metavar="PATH",
                         help="write each mixer's best lr at each swept setting into this tuned-lr table (the "
                              "committed one is src/regmem/experiments/tuned_lr.json; read back for that setting)")
     parser.add_argument("--eval-lengths", type=positive_int_list, default=(), metavar="T1,T2",
@@ -105,15 +111,25 @@ def _check_sweep(args, preset) -> list[dict]:
     return settings
 
 
+def _check_run_dir(args, settings: dict, run_dir: str | Path) -> None:
+    """An existing run directory must hold a sweep of the same settings (protocol.check_sweep_dir)."""
+    from regmem.experiments.protocol import check_sweep_dir
+
+    try:
+        check_sweep_dir(run_dir, settings)
+    except ValueError as err:
+        args.parser.error(f"argument --run-dir: {err}")
+
+
 def _compare(args) -> None:
-    from regmem.experiments.compare import compare
+    from regmem.experiments.compare import compare, parse_sweep, sweep_settings
     from regmem.experiments.lengths import check_eval_lengths
 
     preset, lrs = _protocol_inputs(args)
     check_device_options(args)
     settings = _check_sweep(args, preset)
-    if args.run_dir is not None and Path(args.run_dir).exists() and not Path(args.run_dir).is_dir():
-        args.parser.error(f"argument --run-dir: {args.run_dir!r} is not a directory")
+    if args.run_dir is not None:
+        _check_run_dir(args, sweep_settings(args.task, preset, parse_sweep(args.sweep)[0]), args.run_dir)
     try:
         check_eval_lengths(args.task, preset, settings, args.eval_lengths)
     except ValueError as err:
@@ -134,23 +150,31 @@ def add_suite(commands) -> None:
     parser.add_argument("--mixers", type=mixer_list, default=["attn", "linear", "gla", "gated_deltanet"],
                         help=mixers_help("comma-separated mixer names"))
     _add_protocol_options(parser)
-    parser.add_argument("--run-dir", default=None,
+    parser.add_argument("--run-dir", type=output_dir, default=None,
                         help="where runs and tables go (default results/suite-<preset>); repeating the command "
-                             "with the same directory skips the finished runs")
+                             "with the same directory skips the finished runs (more tasks, mixers, seeds or lrs may "
+                             "be added; a directory of another preset is refused; two commands on one directory "
+                             "share its runs, each trained once)")
     parser.add_argument("--reuse-runs", type=run_directory_list, default=[], metavar="DIR,...",
                         help="run directories of earlier sweeps, read only: their finished runs (same preset, task, "
                              "mixer, lr, seed) are not trained again, e.g. one committed sweep per task")
-    parser.add_argument("--save-tuned", default=None, metavar="PATH",
+    parser.add_argument("--save-tuned", type=output_json, default=None, metavar="PATH",
                         help="write each mixer's best lr per task into this tuned-lr table (the committed one is "
                              "src/regmem/experiments/tuned_lr.json)")
     parser.set_defaults(handler=_suite, parser=parser)
 
 
 def _suite(args) -> None:
-    from regmem.experiments.suite import suite
+    from regmem.experiments.suite import default_run_dir, suite, suite_settings
 
     preset, lrs = _protocol_inputs(args)
     check_device_options(args)
+    if args.run_dir is None:
+        try:
+            output_dir(str(default_run_dir(preset)))
+        except ArgumentTypeError as err:
+            args.parser.error(f"argument --run-dir: default {default_run_dir(preset)}: {err}")
+    _check_run_dir(args, suite_settings(preset), args.run_dir or default_run_dir(preset))
     suite(args.tasks, args.mixers, preset, seeds=args.seeds, lrs=lrs, run_dir=args.run_dir,
           save_tuned_to=args.save_tuned, reuse=args.reuse_runs, progress=not args.no_progress, workers=args.workers,
           device=args.device, cuda_graphs=args.cuda_graphs)

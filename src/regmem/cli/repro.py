@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from regmem.cli.args import assignment
+from regmem.cli.args import assignment, output_dir
 
 
 def _listing(repros: dict) -> str:
@@ -28,7 +28,8 @@ def add_repro(commands) -> None:
                     "result), <name>.json and a plot.\n\nreproductions:\n" + _listing(REPROS),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name", choices=REPROS, metavar="NAME", help="the reproduction (listed above)")
-    parser.add_argument("--out-dir", default="results/repro", help="where the report, JSON and plot go")
+    parser.add_argument("--out-dir", type=output_dir, default="results/repro",
+                        help="where the report, JSON and plot go")
     scale = parser.add_mutually_exclusive_group()
     scale.add_argument("--quick", action="store_true", help="a seconds-long smoke run, not a reproduction")
     scale.add_argument("--full", action="store_true",

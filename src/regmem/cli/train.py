@@ -1,23 +1,35 @@
-"""`regmem train`: train one mixer on one task (`Run`, experiments/runs.py); under torchrun, with DDP."""
+"""`regmem train`: train one mixer on one task (`Run`, experiments/runs.py); under torchrun, with DDP.
+
+The run directory follows `check_run_dir`'s rules (experiments/runs.py): a directory that holds a run is refused
+unless --resume (every setting equal to its run.json) or --overwrite; without --out-dir a fresh directory
+results/train-<task>-<mixer>-<time> is made and printed.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import re
 from pathlib import Path
 
 from regmem.cli.args import (
+    ArgumentTypeError,
     add_device_options,
     assignment,
     check_device_options,
     mixer_name,
     mixers_help,
+    output_dir,
     positive_float,
     positive_int,
     preset_help,
     preset_name,
+    seed,
     task_help,
     task_name,
 )
+
+RESULTS = Path("results")  # where a run without --out-dir goes, as compare's do
 
 
 def add_train(commands) -> None:
@@ -39,29 +51,68 @@ def add_train(commands) -> None:
     parser.add_argument("--mlp-lr-scale", type=positive_float, default=None,
                         help="AdamW's lr of the model's MLPs (FFN, Hope's CMS) is --lr times this (default: the "
                              "preset's: 0.1 at tiny, quick, small; 1 at quick-mlp)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of data, init and data order")
-    parser.add_argument("--out-dir", default=None, help="metrics.jsonl, checkpoint/ and model/ go here")
+    parser.add_argument("--seed", type=seed, default=0, help="seed of data, init and data order, in [0, 2**63)")
+    parser.add_argument("--out-dir", type=output_dir, default=None,
+                        help="run.json, metrics.jsonl, checkpoint/ and model/ go here; a directory that already holds "
+                             "a run is refused unless --resume or --overwrite (default: a new "
+                             "results/train-<task>-<mixer>-<time>, printed at the start)")
     parser.add_argument("--checkpoint-every", type=positive_int, default=None, help="steps between checkpoints")
-    parser.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out-dir")
+    again = parser.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
+                       help="continue the run in --out-dir from its checkpoint (verified against its checksums); "
+                            "every setting (task fields, preset, mixer, lr, steps, batch size, optimiser, seed) must "
+                            "equal the stored run's, and a difference is refused by name: a finished run is not "
+                            "extended by a longer --steps, since the warm-up and cosine schedule depend on it")
+    again.add_argument("--overwrite", action="store_true",
+                       help="train afresh into an --out-dir that holds a run, deleting that run's files first")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_device_options(parser)
     parser.set_defaults(handler=_train, parser=parser)
 
 
 def _check(args, run, preset) -> None:
-    """What the parser cannot check alone: the task fields of --set, and a checkpoint to resume from."""
-    from regmem.experiments.runs import build_task
-    from regmem.train import latest_checkpoint
+    """What the parser cannot check alone, before anything runs: the task fields of --set, the devices, and the run
+    directory (`check_run_dir`: on rank 0, the one that writes)."""
+    from regmem.experiments.runs import build_task, check_run_dir, describe_run
+    from regmem.train import distributed
 
     try:
         build_task(run.task, preset, run.setting)
     except (ValueError, TypeError) as err:
         args.parser.error(f"argument --set: {err}")
-    if args.resume and args.out_dir is None:
-        args.parser.error("argument --resume: needs --out-dir, the directory of the run to continue")
     check_device_options(args)
-    if args.resume and latest_checkpoint(Path(args.out_dir)) is None:
-        args.parser.error(f"argument --resume: no checkpoint in --out-dir {args.out_dir!r}")
+    if args.out_dir is None:
+        if args.resume:
+            args.parser.error("argument --resume: needs --out-dir, the directory of the run to continue")
+        if args.overwrite:
+            args.parser.error("argument --overwrite: needs --out-dir, the directory of the run to replace")
+        if distributed.world_size() > 1:
+            args.parser.error("argument --out-dir: needed under torchrun (every rank must name the same directory)")
+        try:
+            output_dir(str(RESULTS))
+        except ArgumentTypeError as err:
+            args.parser.error(f"argument --out-dir: not given, and the default's parent {RESULTS}: {err}")
+        return
+    if not distributed.is_main():
+        return
+    try:
+        check_run_dir(args.out_dir, describe_run(run, preset), resume=args.resume, overwrite=args.overwrite)
+    except ValueError as err:  # check_run_dir's messages start with the argument at fault
+        text = str(err)
+        flag = "--out-dir" if text.startswith("out_dir: ") else "--resume"
+        args.parser.error(f"argument {flag}: {text.removeprefix('out_dir: ').removeprefix('resume: ')}")
+
+
+def fresh_run_dir(task: str, mixer: str, parent: Path = RESULTS) -> Path:
+    """results/train-<task>-<mixer>-<YYYYmmdd-HHMMSS>, with -2, -3, ... if that exists (a recipe mixer's name made
+    safe for a path)."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = parent / f"train-{task}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', mixer)}-{stamp}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 def _train(args) -> None:
@@ -75,9 +126,14 @@ def _train(args) -> None:
     if args.mlp_lr_scale is not None:
         preset = dataclasses.replace(preset, mlp_lr_scale=args.mlp_lr_scale)
     _check(args, run, preset)
-    result = train_and_evaluate(run, preset, out_dir=args.out_dir, checkpoint_every=args.checkpoint_every,
-                                resume=args.resume, progress=not args.no_progress, log=print, device=args.device,
-                                cuda_graphs=args.cuda_graphs)
+    out_dir = args.out_dir
+    if out_dir is None:
+        out_dir = str(fresh_run_dir(args.task, args.mixer))
+        print(f"run directory: {out_dir}")
+    result = train_and_evaluate(run, preset, out_dir=out_dir, checkpoint_every=args.checkpoint_every,
+                                resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
+                                log=print, device=args.device, cuda_graphs=args.cuda_graphs)
     if distributed.is_main():
         done = f"step {result.steps}: {result.metrics}"
         print(done if result.divergence is None else f"diverged: {result.divergence}")
+        print(f"wrote {out_dir}")

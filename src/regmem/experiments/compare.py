@@ -15,11 +15,9 @@ those scores at each cell's best learning rate (chosen at the training length); 
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import datetime
 import functools
-import json
 import math
 from pathlib import Path
 
@@ -30,12 +28,14 @@ from regmem.experiments.protocol import (
     SEEDS,
     CellSummary,
     RunStore,
+    claim_sweep_dir,
     divergence_note,
     execute,
     higher_is_better,
     run_grid,
     summarize,
     train_run,
+    write_results,
 )
 from regmem.experiments.tuned import best_lrs_by_setting, load_tuned, save_tuned, setting_key, tuned_lr
 from regmem.tasks import TASKS
@@ -45,11 +45,21 @@ def parse_sweep(text: str | None) -> tuple[str | None, list]:
     """"num_kv_pairs=4,8,16" -> ("num_kv_pairs", [4, 8, 16])."""
     if not text:
         return None, [None]
-    if "=" not in text:
-        raise ValueError(f"--sweep must look like FIELD=V1,V2,..., got {text!r}")
-    field, values = text.split("=", 1)
-    parsed = [float(v) if "." in v else int(v) for v in values.split(",") if v]
+    field, _, values = text.partition("=")
+    items = values.split(",")
+    if not field or not values or any(not v.strip() for v in items):
+        raise ValueError(f"--sweep must look like FIELD=V1,V2,... (a field and numbers, no empty value), got {text!r}")
+    try:
+        parsed = [float(v) if "." in v else int(v) for v in items]
+    except ValueError:
+        raise ValueError(f"--sweep values must be numbers, got {values!r}") from None
     return field.replace("-", "_"), parsed
+
+
+def sweep_settings(task_name: str, preset: Preset, field: str | None) -> dict:
+    """What a compare run directory's sweep compares (`protocol.claim_sweep_dir`): its task, preset and swept field;
+    mixers, seeds, learning rates and swept values may grow between commands."""
+    return {"command": "compare", "task": task_name, "preset": preset.to_dict(), "sweep_field": field}
 
 
 def lr_grid(preset: Preset, lrs: list[float] | None, setting: dict | None = None):
@@ -99,6 +109,7 @@ def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | N
         run_dir = Path(out_dir) / f"{task_name}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(run_dir)
     runs = [run for s in settings for run in run_grid([task_name], mixers, [s], lr_grid(preset, lrs, s), seeds)]
+    claim_sweep_dir(run_dir, sweep_settings(task_name, preset, field))
     store = RunStore(run_dir, preset)
     train = functools.partial(train_run, device=device, cuda_graphs=cuda_graphs)
     if eval_lengths:
@@ -119,20 +130,14 @@ def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | N
 
 def write_outputs(run_dir: Path, task_name: str, preset: Preset, field: str | None, records: list[dict],
                   summaries: list[CellSummary], source: str, eval_lengths: tuple[int, ...] = ()) -> None:
-    rows = [s.row() for s in summaries]
-    with open(run_dir / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
     meta = {"task": task_name, "preset": preset.to_dict(), "sweep_field": field, "learning_rates": source}
     cells = [dataclasses.asdict(s) for s in summaries]
-    (run_dir / "results.json").write_text(json.dumps({"meta": meta, "cells": cells, "runs": records}, indent=1))
     board = leaderboard(task_name, preset, field, summaries, source)
     if eval_lengths:
         board += "\n".join(["", "Scored at other lengths (each cell at its best lr, chosen at its training length T; "
                              "mean (min-max) over its seeds):", "",
                              *length_table(records, summaries, eval_lengths, preset)]) + "\n"
-    (run_dir / "leaderboard.md").write_text(board)
+    write_results(run_dir, [s.row() for s in summaries], {"meta": meta, "cells": cells, "runs": records}, board)
     plot_results(run_dir / "plot.png", task_name, field, summaries)
 
 

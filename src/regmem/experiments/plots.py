@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import NamedTuple
 
@@ -12,14 +13,21 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from regmem.experiments.protocol import higher_is_better  # noqa: E402
+from regmem.storage import temporary_path  # noqa: E402
 
 
 def save_figure(fig, path: Path, *, dpi: int | None = None) -> None:
     """Lays out, writes and closes a figure (the plots of the experiments end here, but for the NIAH heat maps,
-    whose colour bar sets its own layout)."""
+    whose colour bar sets its own layout). The file is written whole, then renamed into place (storage.py)."""
     fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    path = Path(path)
+    temporary = temporary_path(path)
+    try:
+        fig.savefig(temporary, dpi=dpi, format=path.suffix.lstrip(".") or "png")
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+        plt.close(fig)
 
 
 def plot_results(path: Path, task_name: str, field: str | None, summaries) -> None:

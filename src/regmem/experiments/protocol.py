@@ -8,7 +8,11 @@ same (task, mixer, setting) form a *cell*; a cell's reported score is that of th
 over seeds, shown with the spread over those seeds (min and max) and the learning rate itself.
 
 Runs are stored one JSON file each under `<run_dir>/runs/`, keyed by everything that fixes them (task, mixer,
-setting, lr, seed and the preset's fields), so a command repeated after an interruption skips what finished.
+setting, lr, seed and the preset's fields), so a command repeated after an interruption skips what finished. A
+process trains a run only while it holds the run's lock (`<key>.lock`, released by the operating system if the
+process dies), so two commands on one run directory share its runs: each is trained once, and each command waits for
+the runs the other is training. `<run_dir>/sweep.json` records what the directory's sweep compares (command, task,
+preset, swept field; `claim_sweep_dir`): a command of other such settings is refused.
 
 A run whose loss became non-finite has *diverged*: the Trainer stopped it (regmem/train/trainer.py), and it scores
 the worst value (`diverged_score`: 0 for an accuracy), which enters the means like any other score. The tables
@@ -18,14 +22,16 @@ before the Trainer stopped such runs counts as diverged when its final evaluatio
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import json
 import math
 import multiprocessing
 import statistics
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,7 +39,8 @@ import torch
 from tqdm.auto import tqdm
 
 from regmem.experiments.presets import Preset
-from regmem.experiments.runs import Run, RunResult, train_and_evaluate
+from regmem.experiments.runs import Run, RunResult, describe_differences, train_and_evaluate
+from regmem.storage import RunLock, read_json, write_atomic
 from regmem.tasks import TASKS
 
 # The default grid: the quick preset's 1e-2, a factor ~3 below and two above (with 3e-2 its top, ten of sixteen
@@ -116,9 +123,49 @@ class RunStore:
         return None
 
     def save(self, run: Run, result: dict) -> None:
-        tmp = self.path(run).with_suffix(".tmp")  # written whole, then renamed: an interrupt leaves no half file
-        tmp.write_text(json.dumps({"spec": run.to_dict(), "result": result}, indent=1))
-        tmp.replace(self.path(run))
+        """Writes the run's file whole (a unique temporary name, then renamed: no half file, no shared name)."""
+        write_atomic(self.path(run), json.dumps({"spec": run.to_dict(), "result": result}, indent=1))
+
+    def claim(self, run: Run, block: bool = False) -> RunLock | None:
+        """The run's lock, held by this process, when the run is not finished and no other process holds it (with
+        `block`, after waiting for the one that does); None when it is finished, or held elsewhere."""
+        lock = RunLock(self.path(run).with_suffix(".lock"))
+        if not lock.acquire(block=block):
+            return None
+        if self.load(run) is not None:  # finished by the process that held it
+            self.release(run, lock)
+            return None
+        return lock
+
+    def release(self, run: Run, lock: RunLock) -> None:
+        """Gives the lock up; a finished run's lock file goes (whoever claims it later finds the run finished)."""
+        if self.load(run) is not None:
+            lock.path.unlink(missing_ok=True)
+        lock.release()
+
+
+SWEEP_FILE = "sweep.json"  # what a run directory's sweep compares (`claim_sweep_dir`)
+
+
+def check_sweep_dir(run_dir: str | Path, settings: dict) -> None:
+    """ValueError naming each of `settings` (what a sweep compares: command, task, preset, swept field) on which the
+    sweep stored in `run_dir` differs; a directory without one passes. Nothing is written."""
+    path = Path(run_dir) / SWEEP_FILE
+    if not path.exists():
+        return
+    differences = describe_differences(read_json(path), json.loads(json.dumps(settings)))
+    if differences:
+        raise ValueError(f"{str(run_dir)!r} holds a sweep of other settings: {'; '.join(differences)}; give another "
+                         "run directory (runs of other sweeps are read with suite --reuse-runs)")
+
+
+def claim_sweep_dir(run_dir: str | Path, settings: dict) -> None:
+    """`check_sweep_dir`, then records `settings` in a directory that has none."""
+    check_sweep_dir(run_dir, settings)
+    path = Path(run_dir) / SWEEP_FILE
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(settings, indent=1))
 
 
 def train_run(run: Run, preset: Preset, progress: bool = False,
@@ -144,12 +191,15 @@ def execute(runs: list[Run], preset: Preset, store: RunStore, *, progress: bool 
 
     `workers` > 1 trains that many runs at once, each in its own process with one torch thread (`train` must then
     be picklable: a module-level function or a partial of one). A run's result does not depend on it: every run
-    trains with one thread either way when the caller sets one, as `regmem` sweeps do."""
+    trains with one thread either way when the caller sets one, as `regmem` sweeps do. A run is trained only under
+    its lock (`RunStore.claim`): runs another process holds are left to it, and waited for once nothing else is left.
+    """
     todo = [r for r in runs if store.load(r) is None]
     if len(todo) < len(runs):
         where = f"{store.dir}" + (f" or {', '.join(map(str, store.reuse))}" if store.reuse else "")
         log(f"[protocol] {len(runs) - len(todo)} of {len(runs)} runs already finished in {where}; skipped")
     bar = tqdm(total=len(todo), desc="runs", unit="run", disable=not progress or not todo, dynamic_ncols=True)
+    pending = list(todo)
 
     def finished(run, result, seconds):
         store.save(run, result)
@@ -158,18 +208,71 @@ def execute(runs: list[Run], preset: Preset, store: RunStore, *, progress: bool 
             f"{score_of(run.task)[0]} {result['score']:.4f}{diverged} ({seconds:.1f}s)")
         bar.update(1)
 
+    def claim_next(block: bool) -> tuple[Run, RunLock] | None:
+        """The first pending run this process can claim (with `block`, the first pending one, waited for); pending
+        runs found finished by another process are counted and dropped."""
+        for run in list(pending):
+            lock = store.claim(run, block=block)
+            if lock is not None or store.load(run) is not None:
+                pending.remove(run)
+            if lock is not None:
+                return run, lock
+            if store.load(run) is not None:
+                log(f"[protocol] {run.task} {run.mixer} {_setting_text(run.setting)}lr={run.lr:g} seed={run.seed}: "
+                    "trained by another process")
+                bar.update(1)
+        return None
+
     if workers > 1 and len(todo) > 1:
-        with worker_pool(workers) as pool:
-            futures = {pool.submit(_timed, train, run, preset): run for run in todo}
-            bar.set_postfix_str(f"{workers} workers", refresh=True)
-            for future in as_completed(futures):
-                finished(futures[future], *future.result())
+        _execute_parallel(claim_next, lambda: bool(pending), finished, train, preset, store, workers, bar)
     else:
-        for run in todo:
+        while pending:
+            claimed = claim_next(block=False) or claim_next(block=True)
+            if claimed is None:
+                continue
+            run, lock = claimed
             bar.set_postfix_str(f"{run.task} {run.mixer} lr={run.lr:g} seed={run.seed}", refresh=True)
-            finished(run, *_timed(train, run, preset))
+            try:
+                finished(run, *_timed(train, run, preset))
+            finally:
+                store.release(run, lock)
     bar.close()
     return [{**r.to_dict(), **store.load(r)} for r in runs]
+
+
+def _execute_parallel(claim_next, any_pending, finished, train, preset, store, workers, bar) -> None:
+    """`execute`'s loop with a pool of `workers` processes: each free worker gets the next run this process can
+    claim; with none to claim and none running, it waits for a run another process holds."""
+    running = {}
+    with worker_pool(workers) as pool:
+        bar.set_postfix_str(f"{workers} workers", refresh=True)
+        while any_pending() or running:
+            while len(running) < workers and (claimed := claim_next(block=False)) is not None:
+                running[pool.submit(_timed, train, claimed[0], preset)] = claimed
+            if not running:
+                claimed = claim_next(block=True)
+                if claimed is not None:
+                    running[pool.submit(_timed, train, claimed[0], preset)] = claimed
+                continue
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                run, lock = running.pop(future)
+                try:
+                    finished(run, *future.result())
+                finally:
+                    store.release(run, lock)
+
+
+def write_results(run_dir: Path, rows: list[dict], results: dict, board: str) -> None:
+    """A sweep's tables: results.csv (`rows`, one per cell), results.json and leaderboard.md, each written whole and
+    renamed into place, so two commands finishing on one run directory never interleave a file."""
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomic(run_dir / "results.csv", table.getvalue())
+    write_atomic(run_dir / "results.json", json.dumps(results, indent=1))
+    write_atomic(run_dir / "leaderboard.md", board)
 
 
 def worker_pool(workers: int) -> ProcessPoolExecutor:

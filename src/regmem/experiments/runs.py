@@ -5,6 +5,12 @@ rate and a seed, optionally with task fields and budget overridden. It is the on
 command line: `regmem train` trains one (with checkpoints, resume and DDP under torchrun), `regmem compare`,
 `regmem suite` and the reproductions train grids of them through the fair protocol (experiments/protocol.py),
 which stores each under its `Run.key`.
+
+A run directory (`train_and_evaluate(..., out_dir=...)`, `regmem train --out-dir`) holds metrics.jsonl,
+checkpoint/, model/ and run.json: the run as resolved (task fields, model, the training settings that fix its
+trajectory, data sizes; `describe_run`), written when the run starts. `check_run_dir` is the rule for reusing one:
+a directory that holds a run is never trained into afresh unless `overwrite` (which deletes that run's files first);
+`resume` continues it only when every setting of run.json equals the resumed run's, and names each that differs.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,9 +30,11 @@ import torch
 from regmem.experiments.presets import Preset
 from regmem.layers import MIXERS
 from regmem.models import LM, LMConfig
+from regmem.storage import read_json, write_atomic
 from regmem.tasks import TASKS
-from regmem.train import TrainConfig, Trainer, distributed
-from regmem.train.config import OptimizerName
+from regmem.train import TrainConfig, Trainer, distributed, latest_checkpoint
+from regmem.train.checkpoint import verify_checkpoint
+from regmem.train.config import TRAJECTORY_FIELDS, OptimizerName
 
 BUDGET_FIELDS = ("steps", "batch_size", "optimizer")  # a run's fields that override the preset's budget
 
@@ -54,12 +63,16 @@ def training_data(task, num_examples: int, *, seed: int) -> tuple[torch.Tensor, 
     return generate(num_examples, seed=seed)
 
 
-def build_model(mixer: str, preset: Preset, vocab_size: int, *, seed: int) -> LM:
-    torch.manual_seed(seed)  # the model init is part of the run's seed
-    return LM(LMConfig(
+def model_config(mixer: str, preset: Preset, vocab_size: int) -> LMConfig:
+    return LMConfig(
         vocab_size=vocab_size, d_model=preset.d_model, n_layers=preset.n_layers, n_heads=preset.n_heads,
         mixer=mixer, mixer_kwargs={k: v for k, v in preset.mixer_kwargs.items() if k == mixer}, ffn=preset.ffn,
-    ))
+    )
+
+
+def build_model(mixer: str, preset: Preset, vocab_size: int, *, seed: int) -> LM:
+    torch.manual_seed(seed)  # the model init is part of the run's seed
+    return LM(model_config(mixer, preset, vocab_size))
 
 
 def build_train_config(
@@ -151,19 +164,116 @@ class RunResult:
         return {name: getattr(self, name) for name in names}
 
 
+RUN_FILE = "run.json"  # the resolved run, written when it starts
+# What a run directory holds (the Trainer's files, the saved model, run.json): what makes a directory hold a run,
+# and what `overwrite` deletes, nothing else
+RUN_FILES = ("metrics.jsonl", "checkpoint", "checkpoint.old", "checkpoint.tmp", "model", RUN_FILE)
+# The TrainConfig fields besides the trajectory's that decide where a run ends (the early stop)
+STOP_FIELDS = ("eval_every", "target_metric", "target_value")
+
+
+def describe_run(run: Run, preset: Preset) -> dict:
+    """Everything that fixes a run, resolved and JSON-ready: the task's fields, the model's config, the training
+    settings that fix its trajectory and its stop, the data sizes (what run.json holds and resume compares)."""
+    task = build_task(run.task, preset, run.setting)
+    config = build_train_config(preset, seed=run.seed, progress=False, steps=run.steps, lr=run.lr,
+                                batch_size=run.batch_size, optimizer=run.optimizer)
+    description = {
+        "task": {"name": run.task, **dataclasses.asdict(task.config)},
+        "model": model_config(run.mixer, preset, task.vocab_size).to_dict(),
+        "train": {name: getattr(config, name) for name in (*TRAJECTORY_FIELDS, *STOP_FIELDS)},
+        "data": {"num_train": preset.num_train, "num_eval": preset.num_eval},
+    }
+    return json.loads(json.dumps(description))  # as stored: tuples are lists
+
+
+def _flat(value, prefix: str = "") -> dict:
+    """{"task": {"seq_len": 64}} -> {"task.seq_len": 64}."""
+    if not isinstance(value, dict) or not value:
+        return {prefix.rstrip("."): value}
+    flat = {}
+    for name, item in value.items():
+        flat.update(_flat(item, f"{prefix}{name}."))
+    return flat
+
+
+def describe_differences(stored: dict, given: dict) -> list[str]:
+    """Each setting on which two `describe_run` results disagree: "task.num_kv_pairs (stored 4, given 2)"."""
+    stored, given = _flat(stored), _flat(given)
+    names = sorted(set(stored) | set(given))
+    return [f"{name} (stored {stored.get(name, 'nothing')!r}, given {given.get(name, 'nothing')!r})"
+            for name in names if stored.get(name) != given.get(name)]
+
+
+def holds_run(out_dir: str | Path) -> list[str]:
+    """The run files present in `out_dir` (none: it holds no run)."""
+    return [name for name in RUN_FILES if (Path(out_dir) / name).exists()]
+
+
+def check_run_dir(out_dir: str | Path, description: dict, *, resume: bool, overwrite: bool = False) -> None:
+    """Whether a run described by `description` may train in `out_dir`; ValueError naming out_dir (or resume) and
+    what is wrong otherwise. Nothing is written.
+
+    - a path that exists and is not a directory: refused;
+    - a directory that holds a run (`holds_run`): refused unless `resume` or `overwrite`;
+    - `resume`: needs a checkpoint, verified against its manifest, and run.json's settings equal to the
+      description's (a run directory written before run.json existed is compared by the Trainer's config only).
+    """
+    out_dir = Path(out_dir)
+    if resume and overwrite:
+        raise ValueError("resume and overwrite: give one, not both")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"out_dir: {str(out_dir)!r} exists and is not a directory")
+    present = holds_run(out_dir) if out_dir.is_dir() else []
+    if not resume:
+        if present and not overwrite:
+            raise ValueError(f"out_dir: {str(out_dir)!r} already holds a run ({', '.join(present)}); continue it "
+                             "with --resume (resume=True), replace it with --overwrite (overwrite=True: its files are "
+                             "deleted first), or give another directory")
+        return
+    checkpoint = latest_checkpoint(out_dir)
+    if checkpoint is None:
+        raise ValueError(f"resume: no checkpoint in out_dir {str(out_dir)!r}")
+    verify_checkpoint(checkpoint)
+    if (out_dir / RUN_FILE).exists():
+        differences = describe_differences(read_json(out_dir / RUN_FILE), description)
+        if differences:
+            raise ValueError(f"resume: the run in {str(out_dir)!r} differs in {'; '.join(differences)}; resume "
+                             "with the stored settings, or train into another directory")
+
+
+def start_run_dir(out_dir: str | Path, description: dict, *, overwrite: bool = False) -> None:
+    """A fresh run's directory: with `overwrite`, the files of the run it held are deleted first; run.json is
+    written (atomically)."""
+    out_dir = Path(out_dir)
+    if overwrite:
+        for name in holds_run(out_dir):
+            path = out_dir / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(out_dir / RUN_FILE, json.dumps(description, indent=1))
+
+
 def train_and_evaluate(
     run: Run, preset: Preset, *, out_dir: str | None = None, checkpoint_every: int | None = None,
-    resume: bool = False, progress: bool = True, log: Callable[[str], None] | None = None, device: str = "cpu",
-    cuda_graphs: bool = False,
+    resume: bool = False, overwrite: bool = False, progress: bool = True, log: Callable[[str], None] | None = None,
+    device: str = "cpu", cuda_graphs: bool = False,
 ) -> RunResult:
     """Trains and evaluates one run; also under torchrun, where every rank calls it and trains its share.
 
-    out_dir receives metrics.jsonl, checkpoint/ (every `checkpoint_every` steps and at the end) and, once the
-    run ends, model/ (LM.save_pretrained; not for a run that diverged, whose last finite state is its checkpoint);
-    resume continues from its checkpoint. `log`, if given, receives the
-    resolved task, model and train configs as JSON before training; it and the saving happen on rank 0 only.
-    device: where the model trains ("cuda": cuda:LOCAL_RANK under torchrun); cuda_graphs: TrainConfig's option.
+    out_dir receives run.json, metrics.jsonl, checkpoint/ (every `checkpoint_every` steps and at the end) and, once
+    the run ends, model/ (LM.save_pretrained; not for a run that diverged, whose last finite state is its
+    checkpoint). A directory that already holds a run is refused (ValueError) unless `resume` continues it (every
+    setting equal to run.json's) or `overwrite` replaces it (`check_run_dir`). `log`, if given, receives the
+    resolved task, model and train configs as JSON before training; it, the checks of out_dir and the writing happen
+    on rank 0 only. device: where the model trains ("cuda": cuda:LOCAL_RANK under torchrun); cuda_graphs:
+    TrainConfig's option.
     """
+    if out_dir is not None and distributed.is_main():
+        description = describe_run(run, preset)
+        check_run_dir(out_dir, description, resume=resume, overwrite=overwrite)
+        if not resume:
+            start_run_dir(out_dir, description, overwrite=overwrite)
     task = build_task(run.task, preset, run.setting)
     model = build_model(run.mixer, preset, task.vocab_size, seed=run.seed).to(device)
     config = dataclasses.replace(build_train_config(

@@ -14,10 +14,8 @@ heatmap.png.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import functools
-import json
 import statistics
 from pathlib import Path
 
@@ -28,11 +26,13 @@ from regmem.experiments.protocol import (
     SEEDS,
     CellSummary,
     RunStore,
+    claim_sweep_dir,
     divergence_note,
     execute,
     run_grid,
     summarize,
     train_run,
+    write_results,
 )
 from regmem.experiments.tuned import best_lrs, save_tuned
 from regmem.tasks import TASK_GROUPS, TASKS
@@ -51,6 +51,16 @@ def resolve_tasks(names: list[str]) -> list[str]:
     return list(dict.fromkeys(tasks))
 
 
+def suite_settings(preset: Preset) -> dict:
+    """What a suite run directory's sweep compares (`protocol.claim_sweep_dir`): its preset; tasks, mixers, seeds and
+    learning rates may grow between commands."""
+    return {"command": "suite", "preset": preset.to_dict()}
+
+
+def default_run_dir(preset: Preset) -> Path:
+    return Path(f"results/suite-{preset.name}")
+
+
 def suite(task_names: list[str], mixers: list[str], preset: Preset, *, seeds: list[int] = SEEDS,
           lrs: list[float] | None = None, run_dir: str | Path | None = None, save_tuned_to: str | Path | None = None,
           reuse: list[str | Path] = (), progress: bool = True, log=print, workers: int = 1, device: str = "cpu",
@@ -63,7 +73,8 @@ def suite(task_names: list[str], mixers: list[str], preset: Preset, *, seeds: li
         raise ValueError("mixers must name at least one mixer")
     if not seeds:
         raise ValueError("seeds must name at least one seed")
-    run_dir = Path(run_dir or f"results/suite-{preset.name}")
+    run_dir = Path(run_dir or default_run_dir(preset))
+    claim_sweep_dir(run_dir, suite_settings(preset))
     runs = run_grid(tasks, mixers, [{}], lr_grid(preset, lrs), seeds)
     log(f"[suite] {len(tasks)} tasks x {len(mixers)} mixers: {len(runs)} runs into {run_dir}")
     train = functools.partial(train_run, device=device, cuda_graphs=cuda_graphs)
@@ -83,15 +94,9 @@ def suite(task_names: list[str], mixers: list[str], preset: Preset, *, seeds: li
 def write_suite(run_dir: Path, preset: Preset, tasks: list[str], mixers: list[str], records: list[dict],
                 summaries: list[CellSummary], sources: dict[str, str]) -> None:
     cell = {(s.task, s.mixer): s for s in summaries}
-    rows = [s.row() for s in summaries]
-    with open(run_dir / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
     meta = {"tasks": tasks, "mixers": mixers, "preset": preset.to_dict(), "learning_rates": sources}
-    (run_dir / "results.json").write_text(json.dumps(
-        {"meta": meta, "cells": [dataclasses.asdict(s) for s in summaries], "runs": records}, indent=1))
-    (run_dir / "leaderboard.md").write_text(suite_table(preset, tasks, mixers, cell, sources))
+    results = {"meta": meta, "cells": [dataclasses.asdict(s) for s in summaries], "runs": records}
+    write_results(run_dir, [s.row() for s in summaries], results, suite_table(preset, tasks, mixers, cell, sources))
     labels = {key: c.shown(digits=2) for key, c in cell.items() if c.diverged}
     plot_heatmap(run_dir / "heatmap.png", tasks, mixers, cell, title=f"suite, preset {preset.name}", labels=labels)
 

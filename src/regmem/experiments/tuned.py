@@ -15,6 +15,7 @@ import statistics
 from pathlib import Path
 
 from regmem.experiments.protocol import higher_is_better
+from regmem.storage import write_atomic
 
 TUNED_FILE = Path(__file__).with_name("tuned_lr.json")
 
@@ -70,4 +71,4 @@ def save_tuned(preset_name: str, table: dict[str, dict[str, float]], source: str
         entry["sources"].append(source)
     for task, lrs in table.items():
         entry["tasks"].setdefault(task, {}).update(lrs)
-    Path(path).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
