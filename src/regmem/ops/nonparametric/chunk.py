@@ -112,8 +112,9 @@ def _nan_logit_rows(qh, kh, offset, allowed):
     NaN, as the other forms do, but SDPA's fused CPU kernels return 0 for a row whose logits are all NaN (a NaN
     query, or a first query whose one key is NaN), as for a fully masked row: the NaN is put back. O((T + L) D),
     next to SDPA's O(T L D)."""
-    rows = qh.isnan().any(-1, keepdim=True)  # [B, H, T, 1]
-    keys = kh.isnan().any(-1)  # [B, H, L]
+    # A row's sum is NaN exactly when the row holds a NaN (or both infinities): one reduction, no [B, H, T, D] mask
+    rows = qh.detach().sum(-1, keepdim=True).isnan()  # [B, H, T, 1]
+    keys = kh.detach().sum(-1).isnan()  # [B, H, L]
     if allowed is None:  # query t reads keys j <= offset + t: a running "any"
         return rows | (keys.cumsum(-1)[..., offset:, None] > 0)
     return rows | ((allowed.to(qh.dtype) @ keys.to(qh.dtype).unsqueeze(-1)) > 0)  # [B, H, T, 1]
