@@ -292,3 +292,14 @@ def assert_cu_seqlens_equals_per_sequence(op, tokens: dict, lengths, initial_sta
     expected = run_with_grads(per_sequence(op, cu), inputs)
     assert_all_close(packed, expected, f"{label}cu_seqlens vs per-sequence")
 
+
+@pytest.fixture(scope="module")
+def one_intra_op_thread():
+    """Tiny tensors: a second intra-op thread only adds hand-offs, and on a busy two-core machine those stall (a
+    layer test file took minutes with two threads, seconds with one). Restored after the module. A test module
+    turns it on for all its tests with `pytestmark = pytest.mark.usefixtures("one_intra_op_thread")` after
+    importing it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -99,6 +99,9 @@ def verify_manifest(directory: str | os.PathLike, required: Iterable[str] = ()) 
             raise CorruptFileError(f"{directory / MANIFEST_FILE}: does not list {name}")
     for name, entry in files.items():
         path = directory / name
+        well_formed = isinstance(entry, dict) and isinstance(entry.get("bytes"), int) and "sha256" in entry
+        if not well_formed:
+            raise CorruptFileError(f"{directory / MANIFEST_FILE}: a malformed entry for {name}")
         if not path.is_file():
             raise CorruptFileError(f"{path}: missing (listed in {MANIFEST_FILE})")
         size = path.stat().st_size
@@ -153,7 +156,7 @@ class RunLock:
         self._file = None
 
     def acquire(self, block: bool = True) -> bool:
-        file = open(self.path, "a+")  # noqa: SIM115 -- held open for as long as the lock is
+        file = open(self.path, "a+")  # held open for as long as the lock is
         try:
             fcntl.flock(file.fileno(), fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
         except BlockingIOError:

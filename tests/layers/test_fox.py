@@ -19,6 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from helpers import one_intra_op_thread  # noqa: F401 -- the fixture, used by pytestmark
 from regmem.layers import LinearAttention, SoftmaxAttention
 from regmem.layers.fox import ForgettingAttention
 from regmem.layers.gates import BilinearGate
@@ -26,12 +27,7 @@ from regmem.layers.gates import BilinearGate
 D_MODEL, HEADS = 16, 2
 
 
-@pytest.fixture(autouse=True)
-def _one_intra_op_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def _x(B: int, T: int, seed: int = 1) -> torch.Tensor:

@@ -11,19 +11,14 @@ import inspect
 import pytest
 import torch
 
+from helpers import one_intra_op_thread  # noqa: F401 -- the fixture, used by pytestmark
 from regmem.layers import MIXERS, build_mixer
 
 D_MODEL, HEADS = 16, 2
 NOT_INTS = [16.0, "16", True, None]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_intra_op_thread():
-    """Tiny tensors on a busy two-core machine: one intra-op thread (tests/layers/test_mixers.py). Restored after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def _takes_head_dim(cls) -> bool:

@@ -16,6 +16,7 @@ import inspect
 import pytest
 import torch
 
+from helpers import one_intra_op_thread  # noqa: F401 -- the fixture, used by pytestmark
 from regmem.layers import MIXERS, build_mixer
 from regmem.recipe import Recipe, Regressor, Solver, Weights
 
@@ -110,14 +111,7 @@ RECIPES = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_intra_op_thread():
-    """These tensors are tiny: a second intra-op thread only adds hand-offs, and on a busy two-core machine
-    those stall (the file took minutes with two threads, seconds with one). Restored after the module."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def _registry_key(case: str) -> str:

@@ -8,19 +8,14 @@ import math
 import pytest
 import torch
 
+from helpers import one_intra_op_thread  # noqa: F401 -- the fixture, used by pytestmark
 from regmem.layers import MIXERS
 from regmem.models import LM, LMConfig, sample
 
 VOCAB = 50
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_intra_op_thread():
-    """Tiny tensors on a busy two-core machine: one intra-op thread (tests/layers/test_mixers.py). Restored after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def _lm(mixer="gla,attn"):
