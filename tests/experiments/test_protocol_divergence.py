@@ -41,6 +41,14 @@ def test_a_diverged_run_stops_scores_zero_and_keeps_no_model(tmp_path):
     assert not (tmp_path / "model").exists()  # no model/ of non-finite weights
 
 
+def test_a_diverging_model_whose_gates_turn_nan_is_skipped_not_refused_by_the_ops_value_checks():
+    """On the CPU the ops check their gates' values by default and refuse a NaN one; inside a diverging model that
+    NaN is the Trainer's to skip, so train_and_evaluate trains with the value checks off."""
+    with pytest.warns(DivergenceWarning, match="in a row from step 2"):
+        result = train_and_evaluate(Run("mqar", "gated_deltanet", DIVERGING_LR, 0), FAST, progress=False)
+    assert result.diverged_at_step == 2 and result.accuracy == 0.0
+
+
 def test_a_grid_with_a_diverged_cell_shows_it_and_counts_it_as_zero(tmp_path):
     def lrs(task, mixer):
         return [DIVERGING_LR] if mixer == "linear" else [1e-2]

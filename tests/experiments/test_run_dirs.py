@@ -14,7 +14,9 @@ import pytest
 
 from regmem.cli import main
 from regmem.experiments.presets import PRESETS
-from regmem.experiments.runs import Run, describe_run, train_and_evaluate
+from regmem.experiments.protocol import claim_sweep_dir
+from regmem.experiments.runs import RUN_LOCK, Run, RunDirBusy, describe_run, train_and_evaluate
+from regmem.storage import RunLock
 
 TRAIN = ["train", "mqar", "--mixer", "gla", "--preset", "tiny", "--no-progress"]
 
@@ -136,3 +138,35 @@ def test_a_sweep_directory_of_another_task_or_preset_is_refused(tmp_path, capsys
     line = refused(["suite", "--preset", "tiny", "--run-dir", str(run_dir)], capsys)
     assert "command (stored 'compare', given 'suite')" in line
     assert files_of(run_dir) == before
+
+
+def test_a_run_that_fails_to_start_writes_nothing(tmp_path):
+    """The model and trainer are built before the directory is touched: a bad option leaves no run.json behind."""
+    with pytest.raises(ValueError, match="cuda_graphs"):
+        train_and_evaluate(Run("mqar", "gla", steps=2), PRESETS["tiny"], out_dir=str(tmp_path / "run"),
+                           cuda_graphs=True, progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_directory_another_process_trains_in_is_refused(tmp_path, capsys):
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    lock = RunLock(busy / RUN_LOCK)
+    assert lock.acquire(block=False)
+    try:
+        with pytest.raises(RunDirBusy, match="another process is training in"):
+            train_and_evaluate(Run("mqar", "gla", steps=2), PRESETS["tiny"], out_dir=str(busy), progress=False)
+        line = refused([*TRAIN, "--steps", "2", "--out-dir", str(busy)], capsys)
+        assert line.startswith("regmem: error: argument --out-dir: another process is training in")
+    finally:
+        lock.release()
+    assert sorted(p.name for p in busy.iterdir()) == [RUN_LOCK]
+
+
+def test_of_two_sweeps_claiming_one_new_directory_the_second_is_checked_against_the_first(tmp_path):
+    first = {"command": "compare", "task": "mqar", "preset": {"name": "tiny"}, "sweep_field": None}
+    claim_sweep_dir(tmp_path / "new", first)
+    with pytest.raises(ValueError, match="task \\(stored 'mqar', given 's5'\\)"):
+        claim_sweep_dir(tmp_path / "new", first | {"task": "s5"})
+    assert json.loads((tmp_path / "new" / "sweep.json").read_text()) == first
+

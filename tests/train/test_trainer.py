@@ -363,6 +363,27 @@ def test_consecutive_non_finite_steps_stop_the_run_with_the_last_finite_weights(
                     "skipped": 3}
 
 
+def test_a_resumed_run_counts_the_skips_in_a_row_from_its_checkpoint(tmp_path):
+    """Steps 3 and 4 skipped before the checkpoint of step 4, step 5 after the resume: three in a row, the limit, as
+    in one uninterrupted run."""
+    cfg = config(steps=8, log_every=1, out_dir=str(tmp_path), checkpoint_every=4, max_consecutive_skips=3)
+
+    class Stop(Exception):
+        pass
+
+    class StopsAfterStep4(PoisonedSteps):
+        def forward(self, inputs):
+            if self.training and self.calls == 4:
+                raise Stop
+            return super().forward(inputs)
+
+    with pytest.raises(Stop):
+        Trainer(StopsAfterStep4({3, 4}), cfg, TRAIN).fit()
+    with pytest.warns(DivergenceWarning, match="for 3 steps in a row from step 3"):
+        result = Trainer(PoisonedSteps({1}), cfg, TRAIN).fit(resume=True)  # its first forward is step 5
+    assert result["diverged_at_step"] == 3 and result["skipped_steps"] == 3
+
+
 def test_the_skip_limit_is_read_at_logging_steps_only_and_a_run_without_checkpoints_says_so():
     cfg = config(steps=40, log_every=10, eval_every=100, max_consecutive_skips=2)  # no checkpoints
     with pytest.warns(DivergenceWarning, match=r"for 2 steps in a row from step 2 \(each skipped\); stopped at step "

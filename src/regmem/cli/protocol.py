@@ -122,18 +122,24 @@ def _check_run_dir(args, settings: dict, run_dir: str | Path) -> None:
 
 
 def _compare(args) -> None:
-    from regmem.experiments.compare import compare, parse_sweep, sweep_settings
+    from regmem.experiments.compare import check_compare_dir, compare, parse_sweep, planned_runs
     from regmem.experiments.lengths import check_eval_lengths
 
     preset, lrs = _protocol_inputs(args)
     check_device_options(args)
     settings = _check_sweep(args, preset)
-    if args.run_dir is not None:
-        _check_run_dir(args, sweep_settings(args.task, preset, parse_sweep(args.sweep)[0]), args.run_dir)
     try:
         check_eval_lengths(args.task, preset, settings, args.eval_lengths)
     except ValueError as err:
         args.parser.error(f"argument --eval-lengths: {err}")
+    if args.run_dir is not None:
+        runs = planned_runs(args.task, args.mixers, preset, args.sweep, args.seeds, lrs)
+        try:
+            check_compare_dir(args.run_dir, args.task, preset, parse_sweep(args.sweep)[0], runs,
+                              tuple(args.eval_lengths))
+        except ValueError as err:
+            flag = "--eval-lengths" if str(err).startswith("eval_lengths:") else "--run-dir"
+            args.parser.error(f"argument {flag}: {str(err).removeprefix('eval_lengths: ')}")
     compare(args.task, args.mixers, preset, sweep=args.sweep, seeds=args.seeds, lrs=lrs, out_dir=args.out_dir,
             run_dir=args.run_dir, progress=not args.no_progress, workers=args.workers, save_tuned_to=args.save_tuned,
             eval_lengths=args.eval_lengths, device=args.device, cuda_graphs=args.cuda_graphs)

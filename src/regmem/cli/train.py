@@ -81,12 +81,18 @@ def _check(args, run, preset) -> None:
     except (ValueError, TypeError) as err:
         args.parser.error(f"argument --set: {err}")
     check_device_options(args)
+    ranks = distributed.world_size()
+    batch = run.batch_size or preset.batch_size
+    if batch % ranks:
+        args.parser.error(f"argument --batch-size: the global batch {batch} does not divide over {ranks} ranks")
+    if args.cuda_graphs and ranks > 1:
+        args.parser.error(f"argument --cuda-graphs: needs one process, got {ranks} ranks")
     if args.out_dir is None:
         if args.resume:
             args.parser.error("argument --resume: needs --out-dir, the directory of the run to continue")
         if args.overwrite:
             args.parser.error("argument --overwrite: needs --out-dir, the directory of the run to replace")
-        if distributed.world_size() > 1:
+        if ranks > 1:
             args.parser.error("argument --out-dir: needed under torchrun (every rank must name the same directory)")
         try:
             output_dir(str(RESULTS))
@@ -104,20 +110,24 @@ def _check(args, run, preset) -> None:
 
 
 def fresh_run_dir(task: str, mixer: str, parent: Path = RESULTS) -> Path:
-    """results/train-<task>-<mixer>-<YYYYmmdd-HHMMSS>, with -2, -3, ... if that exists (a recipe mixer's name made
-    safe for a path)."""
+    """A new directory results/train-<task>-<mixer>-<YYYYmmdd-HHMMSS>, or -2, -3, ... after it where that exists
+    (a recipe mixer's name made safe for a path); made here, so that two commands started in the same second never
+    share one."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     base = parent / f"train-{task}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', mixer)}-{stamp}"
     path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
+    while True:
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
 
 
 def _train(args) -> None:
     from regmem.experiments.presets import PRESETS
-    from regmem.experiments.runs import Run, train_and_evaluate
+    from regmem.experiments.runs import Run, RunDirBusy, train_and_evaluate
     from regmem.train import distributed
 
     run = Run(args.task, args.mixer, lr=args.lr, seed=args.seed, setting=dict(args.task_field), steps=args.steps,
@@ -130,9 +140,12 @@ def _train(args) -> None:
     if out_dir is None:
         out_dir = str(fresh_run_dir(args.task, args.mixer))
         print(f"run directory: {out_dir}")
-    result = train_and_evaluate(run, preset, out_dir=out_dir, checkpoint_every=args.checkpoint_every,
-                                resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
-                                log=print, device=args.device, cuda_graphs=args.cuda_graphs)
+    try:
+        result = train_and_evaluate(run, preset, out_dir=out_dir, checkpoint_every=args.checkpoint_every,
+                                    resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
+                                    log=print, device=args.device, cuda_graphs=args.cuda_graphs)
+    except RunDirBusy as err:  # a race the checks before cannot see: another command started in the same directory
+        args.parser.error(f"argument --out-dir: {str(err).removeprefix('out_dir: ')}")
     if distributed.is_main():
         done = f"step {result.steps}: {result.metrics}"
         print(done if result.divergence is None else f"diverged: {result.divergence}")

@@ -28,6 +28,7 @@ from regmem.experiments.protocol import (
     SEEDS,
     CellSummary,
     RunStore,
+    check_sweep_dir,
     claim_sweep_dir,
     divergence_note,
     execute,
@@ -37,6 +38,7 @@ from regmem.experiments.protocol import (
     train_run,
     write_results,
 )
+from regmem.experiments.runs import Run
 from regmem.experiments.tuned import best_lrs_by_setting, load_tuned, save_tuned, setting_key, tuned_lr
 from regmem.tasks import TASKS
 
@@ -60,6 +62,24 @@ def sweep_settings(task_name: str, preset: Preset, field: str | None) -> dict:
     """What a compare run directory's sweep compares (`protocol.claim_sweep_dir`): its task, preset and swept field;
     mixers, seeds, learning rates and swept values may grow between commands."""
     return {"command": "compare", "task": task_name, "preset": preset.to_dict(), "sweep_field": field}
+
+
+def planned_runs(task_name: str, mixers: list[str], preset: Preset, sweep: str | None, seeds: list[int],
+                 lrs: list[float] | None) -> list[Run]:
+    """Every run `compare` trains: each swept setting x mixer x learning rate of its grid x seed."""
+    field, values = parse_sweep(sweep)
+    settings = [{field: v} if field else {} for v in values]
+    return [run for s in settings for run in run_grid([task_name], mixers, [s], lr_grid(preset, lrs, s), seeds)]
+
+
+def check_compare_dir(run_dir: str | Path, task_name: str, preset: Preset, field: str | None, runs: list[Run],
+                      eval_lengths: tuple[int, ...]) -> None:
+    """What an existing run directory must satisfy before a compare starts in it (ValueError, nothing written): a
+    sweep of the same task, preset and swept field (`check_sweep_dir`), and, with `eval_lengths`, its stored runs
+    scored at those lengths (`refuse_stored_elsewhere`; its message starts with "eval_lengths:")."""
+    check_sweep_dir(run_dir, sweep_settings(task_name, preset, field))
+    if eval_lengths:
+        refuse_stored_elsewhere(runs, RunStore(run_dir, preset), eval_lengths)
 
 
 def lr_grid(preset: Preset, lrs: list[float] | None, setting: dict | None = None):
@@ -108,12 +128,12 @@ def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | N
     if run_dir is None:
         run_dir = Path(out_dir) / f"{task_name}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(run_dir)
-    runs = [run for s in settings for run in run_grid([task_name], mixers, [s], lr_grid(preset, lrs, s), seeds)]
+    runs = planned_runs(task_name, mixers, preset, sweep, seeds, lrs)
+    check_compare_dir(run_dir, task_name, preset, field, runs, eval_lengths)  # before anything is written
     claim_sweep_dir(run_dir, sweep_settings(task_name, preset, field))
     store = RunStore(run_dir, preset)
     train = functools.partial(train_run, device=device, cuda_graphs=cuda_graphs)
     if eval_lengths:
-        refuse_stored_elsewhere(runs, store, eval_lengths)  # before any run trains
         train = functools.partial(train, evaluate=functools.partial(scores_at_lengths, preset=preset,
                                                                     lengths=eval_lengths))
     records = execute(runs, preset, store, progress=progress, log=log, workers=workers, train=train)

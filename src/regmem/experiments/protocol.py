@@ -28,6 +28,7 @@ import io
 import json
 import math
 import multiprocessing
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterable
@@ -40,7 +41,7 @@ from tqdm.auto import tqdm
 
 from regmem.experiments.presets import Preset
 from regmem.experiments.runs import Run, RunResult, describe_differences, train_and_evaluate
-from regmem.storage import RunLock, read_json, write_atomic
+from regmem.storage import RunLock, read_json, temporary_path, write_atomic
 from regmem.tasks import TASKS
 
 # The default grid: the quick preset's 1e-2, a factor ~3 below and two above (with 3e-2 its top, ten of sixteen
@@ -103,8 +104,7 @@ class RunStore:
     key, counts as finished here, so a table can be assembled from earlier sweeps without training again."""
 
     def __init__(self, run_dir: str | Path, preset: Preset, reuse: Iterable[str | Path] = ()):
-        self.dir = Path(run_dir) / "runs"
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir = Path(run_dir) / "runs"  # made by the first save or claim: a store only read writes nothing
         self.preset = preset
         reuse = list(reuse)
         self.reuse = [Path(d) / "runs" for d in reuse]
@@ -124,11 +124,13 @@ class RunStore:
 
     def save(self, run: Run, result: dict) -> None:
         """Writes the run's file whole (a unique temporary name, then renamed: no half file, no shared name)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
         write_atomic(self.path(run), json.dumps({"spec": run.to_dict(), "result": result}, indent=1))
 
     def claim(self, run: Run, block: bool = False) -> RunLock | None:
         """The run's lock, held by this process, when the run is not finished and no other process holds it (with
         `block`, after waiting for the one that does); None when it is finished, or held elsewhere."""
+        self.dir.mkdir(parents=True, exist_ok=True)
         lock = RunLock(self.path(run).with_suffix(".lock"))
         if not lock.acquire(block=block):
             return None
@@ -160,12 +162,21 @@ def check_sweep_dir(run_dir: str | Path, settings: dict) -> None:
 
 
 def claim_sweep_dir(run_dir: str | Path, settings: dict) -> None:
-    """`check_sweep_dir`, then records `settings` in a directory that has none."""
-    check_sweep_dir(run_dir, settings)
+    """Records `settings` in a directory that has no sweep.json, then `check_sweep_dir`. The file is linked into
+    place, which fails where it exists (os.link): of two commands starting on one new directory, one records its
+    settings and the other is checked against them."""
     path = Path(run_dir) / SWEEP_FILE
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps(settings, indent=1))
+        temporary = temporary_path(path)
+        try:
+            temporary.write_text(json.dumps(settings, indent=1))
+            os.link(temporary, path)
+        except FileExistsError:
+            pass
+        finally:
+            temporary.unlink(missing_ok=True)
+    check_sweep_dir(run_dir, settings)
 
 
 def train_run(run: Run, preset: Preset, progress: bool = False,
@@ -213,11 +224,11 @@ def execute(runs: list[Run], preset: Preset, store: RunStore, *, progress: bool 
         runs found finished by another process are counted and dropped."""
         for run in list(pending):
             lock = store.claim(run, block=block)
-            if lock is not None or store.load(run) is not None:
-                pending.remove(run)
             if lock is not None:
+                pending.remove(run)
                 return run, lock
-            if store.load(run) is not None:
+            if store.load(run) is not None:  # read once: finished by another process
+                pending.remove(run)
                 log(f"[protocol] {run.task} {run.mixer} {_setting_text(run.setting)}lr={run.lr:g} seed={run.seed}: "
                     "trained by another process")
                 bar.update(1)

@@ -15,12 +15,13 @@ a directory that holds a run is never trained into afresh unless `overwrite` (wh
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import get_args
@@ -30,7 +31,8 @@ import torch
 from regmem.experiments.presets import Preset
 from regmem.layers import MIXERS
 from regmem.models import LM, LMConfig
-from regmem.storage import read_json, write_atomic
+from regmem.ops import value_checks
+from regmem.storage import RunLock, read_json, write_atomic
 from regmem.tasks import TASKS
 from regmem.train import TrainConfig, Trainer, distributed, latest_checkpoint
 from regmem.train.checkpoint import verify_checkpoint
@@ -254,6 +256,31 @@ def start_run_dir(out_dir: str | Path, description: dict, *, overwrite: bool = F
     write_atomic(out_dir / RUN_FILE, json.dumps(description, indent=1))
 
 
+RUN_LOCK = ".lock"  # held by the process training in a run directory (`claimed_run_dir`)
+
+
+class RunDirBusy(ValueError):
+    """Another process is training in the run directory."""
+
+
+@contextlib.contextmanager
+def claimed_run_dir(out_dir: str | Path | None) -> Iterator[None]:
+    """Holds `out_dir/.lock` (created with the directory) while a run trains there: a second process that tries to
+    train into the same directory at the same time is refused (ValueError naming out_dir). None: nothing to hold."""
+    if out_dir is None:
+        yield
+        return
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    lock = RunLock(Path(out_dir) / RUN_LOCK)
+    if not lock.acquire(block=False):
+        raise RunDirBusy(f"out_dir: another process is training in {str(out_dir)!r}")
+    try:
+        yield
+    finally:
+        lock.path.unlink(missing_ok=True)  # a later claimer re-checks the directory (check_run_dir) under the lock
+        lock.release()
+
+
 def train_and_evaluate(
     run: Run, preset: Preset, *, out_dir: str | None = None, checkpoint_every: int | None = None,
     resume: bool = False, overwrite: bool = False, progress: bool = True, log: Callable[[str], None] | None = None,
@@ -264,16 +291,18 @@ def train_and_evaluate(
     out_dir receives run.json, metrics.jsonl, checkpoint/ (every `checkpoint_every` steps and at the end) and, once
     the run ends, model/ (LM.save_pretrained; not for a run that diverged, whose last finite state is its
     checkpoint). A directory that already holds a run is refused (ValueError) unless `resume` continues it (every
-    setting equal to run.json's) or `overwrite` replaces it (`check_run_dir`). `log`, if given, receives the
+    setting equal to run.json's) or `overwrite` replaces it (`check_run_dir`), and so is one another process trains
+    in (`claimed_run_dir`); nothing is written or deleted before the model and trainer are built. The ops' value
+    checks are off while it trains (`regmem.ops.value_checks`): a NaN gate inside a diverging model is the
+    Trainer's to skip, not bad input to refuse (they run on CPU tensors by default). `log`, if given, receives the
     resolved task, model and train configs as JSON before training; it, the checks of out_dir and the writing happen
     on rank 0 only. device: where the model trains ("cuda": cuda:LOCAL_RANK under torchrun); cuda_graphs:
     TrainConfig's option.
     """
-    if out_dir is not None and distributed.is_main():
+    writes = out_dir is not None and distributed.is_main()
+    if writes:
         description = describe_run(run, preset)
-        check_run_dir(out_dir, description, resume=resume, overwrite=overwrite)
-        if not resume:
-            start_run_dir(out_dir, description, overwrite=overwrite)
+        check_run_dir(out_dir, description, resume=resume, overwrite=overwrite)  # nothing written yet
     task = build_task(run.task, preset, run.setting)
     model = build_model(run.mixer, preset, task.vocab_size, seed=run.seed).to(device)
     config = dataclasses.replace(build_train_config(
@@ -287,11 +316,16 @@ def train_and_evaluate(
     trainer = Trainer(model, config, train_data=training_data(task, preset.num_train, seed=run.seed),
                       eval_data=task.generate(preset.num_eval, seed=run.seed + 1), metric=task.metric)
     start = time.perf_counter()
-    summary = trainer.fit(resume=resume)
+    with claimed_run_dir(out_dir if writes else None), value_checks(False):
+        if writes:  # under the lock, the directory is checked again: another process may have run in it meanwhile
+            check_run_dir(out_dir, description, resume=resume, overwrite=overwrite)
+            if not resume:
+                start_run_dir(out_dir, description, overwrite=overwrite)
+        summary = trainer.fit(resume=resume)
+        diverged = summary["diverged_at_step"] is not None
+        if writes and not diverged:
+            model.save_pretrained(Path(out_dir) / "model")
     seconds = time.perf_counter() - start
-    diverged = summary["diverged_at_step"] is not None
-    if out_dir is not None and distributed.is_main() and not diverged:
-        model.save_pretrained(Path(out_dir) / "model")
     trained = summary["step"] - summary["start_step"]
     return RunResult(
         accuracy=0.0 if diverged else summary["metrics"]["accuracy"], parameters=model.num_parameters(),

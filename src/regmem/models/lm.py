@@ -148,7 +148,9 @@ class LM(nn.Module):
 
     def save_pretrained(self, directory: str | Path) -> None:
         """Writes `directory/model.safetensors`, `config.json` and `manifest.json` (their checksums, written last;
-        regmem/storage.py), each file atomically: an interrupted save leaves the previous model or none."""
+        regmem/storage.py), each file whole under a temporary name, then renamed into place: an interrupted save
+        never leaves half a file, and files of two saves side by side fail `from_pretrained`'s check of the
+        manifest rather than load as one model."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         weights = temporary_path(directory / MODEL_FILE)

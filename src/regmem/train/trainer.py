@@ -12,7 +12,8 @@ gradient counts as zero and the parameters are put back as they were before the 
 enters the weights. Skips are counted in metrics.jsonl; `config.max_consecutive_skips` skips in a row end the run
 as diverged (read at the steps that log, evaluate or checkpoint, where the loop syncs anyway; every step from the
 limit on is skipped too, so the weights stay the last finite ones). Before a checkpoint is written, and at the end,
-the parameters are checked as well, so neither the checkpoint on disk nor the returned model holds a NaN.
+the parameters are checked as well: a checkpoint is never written of non-finite weights, and a run whose weights
+turned non-finite (a finite step that overflowed them) ends as diverged, its model left as it is for inspection.
 
 With `config.cuda_graphs` the first training step captures the model's forward and backward as CUDA graphs
 (`torch.cuda.make_graphed_callables`; the ops skip their value checks while a graph is captured) and every step
@@ -83,6 +84,14 @@ def _check_data(name: str, data: Data, min_rows: int) -> None:
         raise ValueError(f"{name} has {len(inputs)} rows, fewer than the batch size {min_rows}")
 
 
+def _total_norm(grads: list[torch.Tensor], like: torch.Tensor | None) -> torch.Tensor:
+    """The L2 norm of all gradients together (what clip_grad_norm_ returns; torch's get_total_norm needs 2.6)."""
+    if not grads:
+        return torch.zeros((), device=like.device if like is not None else None)
+    norms = torch._foreach_norm(grads)
+    return torch.linalg.vector_norm(torch.stack([norm.to(norms[0].dtype) for norm in norms]))
+
+
 class _Throughput:
     """Input tokens per second (all ranks together) since the previous call."""
 
@@ -135,6 +144,14 @@ class _Skips:
         """Whether the limit was reached (a bool scalar on the device): every later step is skipped as well."""
         return self.limit_at >= 0
 
+    def state(self) -> list[int]:
+        """[total, in_row, first_of_row, limit_at], for a checkpoint (one sync: saving syncs anyway)."""
+        return torch.stack([self.total, self.in_row, self.first_of_row, self.limit_at]).tolist()
+
+    def load(self, state: list[int]) -> None:
+        self.total, self.in_row, self.first_of_row, self.limit_at = (
+            torch.tensor(value, dtype=torch.int64, device=self.total.device) for value in state)
+
     def read(self) -> tuple[int, Diverged | None]:
         """(skipped steps so far, Diverged at the first step of the run that reached the limit, or None)."""
         total, limit_at = torch.stack([self.total, self.limit_at]).tolist()
@@ -175,6 +192,7 @@ class Trainer:
                              f"{distributed.world_size()} process(es)")
         self._graphed = False  # with config.cuda_graphs: whether the model's step is captured yet
         self._before_step: list[torch.Tensor] | None = None  # the parameters before a step (`_step_unless`)
+        self._skips: _Skips | None = None  # the current fit's counts of skipped steps, checkpointed with it
         if distributed.world_size() > 1:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             self.model = DistributedDataParallel(self.module, device_ids=device_ids)
@@ -188,25 +206,28 @@ class Trainer:
 
         Returns {"step": steps done, "start_step": the step this call started from (the checkpoint's on resume,
         else 0), "metrics": the last evaluation ({} without eval_data, or when the run diverged), "stopped_early":
-        bool, "diverged_at_step": None, or the step whose loss (or, at a checkpoint, parameters) became non-finite,
+        bool, "diverged_at_step": None, or the step of the divergence (`Diverged`: the first of the skipped steps
+        that reached the limit, the step the parameters were found non-finite, or the last step, whose evaluation
+        was),
         "divergence": None, or the message saying so (also a `DivergenceWarning` and a "diverged" record in
-        metrics.jsonl), "skipped_steps": steps of this call skipped for a non-finite loss or gradient, "history":
-        {"train": [{"step", "loss", "lr", "grad_norm", "tokens_per_s", "skipped"}, ...] every log_every steps
-        ("skipped": the call's skipped steps so far), "eval": [{"step", "loss", <metrics>}, ...]}}, the history
-        covering the steps of this call.
+        metrics.jsonl), "skipped_steps": the run's steps skipped for a non-finite loss or gradient (a resumed run's
+        count goes on from its checkpoint's), "history": {"train": [{"step", "loss", "lr", "grad_norm",
+        "tokens_per_s", "skipped"}, ...] every log_every steps ("skipped": the run's skipped steps so far), "eval":
+        [{"step", "loss", <metrics>}, ...]}}, the history covering the steps of this call.
 
         A run that diverged stops at the first step from the limit on that logs, evaluates or checkpoints; its
         weights are those of the last step before the skips that reached the limit (every step since was skipped),
         and out_dir keeps its last checkpoint, which is finite.
         """
         config = self.config
+        self._skips = _Skips(self.device, config.max_consecutive_skips)
         start = self._restore() if resume else self._start()
         history: dict[str, list[dict[str, float]]] = {"train": [], "eval": []}
         metrics: dict[str, float] = {}
         done, stopped_early, diverged = start, False, None
         bar = tqdm(total=config.steps, initial=start, disable=not (config.progress and distributed.is_main()))
         throughput = _Throughput(config.batch_size * self.train_data[0].shape[1], start)
-        skips = _Skips(self.device, config.max_consecutive_skips)
+        skips = self._skips
         skipped = 0
         self.model.train()
         for step in range(start, config.steps):
@@ -313,7 +334,7 @@ class Trainer:
         if self.config.grad_clip is not None:
             grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip)
         else:
-            grad_norm = torch.nn.utils.get_total_norm(grads)
+            grad_norm = _total_norm(grads, params[0] if params else None)
         global_loss = totals[0] / global_count
         skip = ~(torch.isfinite(global_loss) & torch.isfinite(grad_norm)) | skips.stopping()  # bool scalar
         skips.note(done, skip)
@@ -369,7 +390,8 @@ class Trainer:
             raise ValueError("save needs config.out_dir")
         rng = distributed.gather_objects(rng_state())  # a collective: every rank calls save
         if distributed.is_main():
-            meta = {"format": CHECKPOINT_FORMAT, "step": step, "config": self.config.to_dict(), "rng": rng}
+            meta = {"format": CHECKPOINT_FORMAT, "step": step, "config": self.config.to_dict(), "rng": rng,
+                    "skips": self._skips.state() if self._skips is not None else None}
             save_checkpoint(self.out_dir, model=self.module, optimizer=self.optimizer, meta=meta)
 
     def _start(self) -> int:
@@ -390,6 +412,8 @@ class Trainer:
         if changed:
             raise ValueError(f"config differs from the checkpoint's in {changed}; resume needs them equal")
         step = meta["step"]
+        if meta.get("skips") is not None:  # the counts go on where they were, so the skip limit resumes exactly
+            self._skips.load(meta["skips"])
         if len(meta["rng"]) == distributed.world_size():
             set_rng_state(meta["rng"][distributed.rank()])
         else:
