@@ -165,7 +165,12 @@ class RunLock:
         self._file = file
         return True
 
-    def release(self) -> None:
+    def release(self, remove: bool = False) -> None:
+        """Gives the lock up; `remove` deletes the lock file first. That is safe for a caller whose claimers check,
+        once they hold the lock, whether the work is still to do: one that opened the old file and one that makes a
+        new one then both find it done."""
+        if remove:
+            self.path.unlink(missing_ok=True)
         if self._file is not None:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
             self._file.close()

@@ -463,8 +463,8 @@ class Reads(torch.Tensor):
 def test_the_loss_and_the_skip_counts_are_read_per_logging_step_not_per_step(monkeypatch):
     train_step, skips_read = Trainer._train_step, trainer_module._Skips.read
 
-    def watched(self, step, skips, done):
-        loss, grad_norm = train_step(self, step, skips, done)
+    def watched(self, step, done):
+        loss, grad_norm = train_step(self, step, done)
         return loss.as_subclass(Reads), grad_norm.as_subclass(Reads)
 
     def read(self):

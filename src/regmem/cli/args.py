@@ -131,7 +131,7 @@ def output_dir(text: str) -> str:
     if path.exists():
         if not path.is_dir():
             raise ArgumentTypeError(f"{text!r} exists and is not a directory")
-        if not os.access(path, os.W_OK | os.X_OK) or _creatable(path / "probe") is not None:
+        if _creatable(path / "probe") is not None:  # a scratch directory made and removed in it
             raise ArgumentTypeError(f"{text!r} is not writable")
         return text
     reason = _creatable(path)

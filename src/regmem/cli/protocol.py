@@ -96,19 +96,19 @@ def add_compare(commands) -> None:
     parser.set_defaults(handler=_compare, parser=parser)
 
 
-def _check_sweep(args, preset) -> list[dict]:
-    """The sweep's field and every value build the task (before any run starts); returns the swept settings."""
-    from regmem.experiments.compare import parse_sweep
+def _check_sweep(args, preset) -> tuple[str | None, list[dict]]:
+    """The sweep's field and every value build the task (before any run starts); returns the field and the swept
+    settings (`sweep_points`)."""
+    from regmem.experiments.compare import sweep_points
     from regmem.experiments.runs import build_task
 
     try:
-        field, values = parse_sweep(args.sweep)
-        settings = [{field: value} if field else {} for value in values]
+        field, settings = sweep_points(args.sweep)
         for setting in settings:
             build_task(args.task, preset, setting)
     except (ValueError, TypeError) as err:
         args.parser.error(f"argument --sweep: {err}")
-    return settings
+    return field, settings
 
 
 def _check_run_dir(args, settings: dict, run_dir: str | Path) -> None:
@@ -122,21 +122,20 @@ def _check_run_dir(args, settings: dict, run_dir: str | Path) -> None:
 
 
 def _compare(args) -> None:
-    from regmem.experiments.compare import check_compare_dir, compare, parse_sweep, planned_runs
+    from regmem.experiments.compare import check_compare_dir, compare, planned_runs
     from regmem.experiments.lengths import check_eval_lengths
 
     preset, lrs = _protocol_inputs(args)
     check_device_options(args)
-    settings = _check_sweep(args, preset)
+    field, settings = _check_sweep(args, preset)
     try:
         check_eval_lengths(args.task, preset, settings, args.eval_lengths)
     except ValueError as err:
         args.parser.error(f"argument --eval-lengths: {err}")
     if args.run_dir is not None:
-        runs = planned_runs(args.task, args.mixers, preset, args.sweep, args.seeds, lrs)
+        runs = planned_runs(args.task, args.mixers, preset, settings, args.seeds, lrs)
         try:
-            check_compare_dir(args.run_dir, args.task, preset, parse_sweep(args.sweep)[0], runs,
-                              tuple(args.eval_lengths))
+            check_compare_dir(args.run_dir, args.task, preset, field, runs, tuple(args.eval_lengths))
         except ValueError as err:
             flag = "--eval-lengths" if str(err).startswith("eval_lengths:") else "--run-dir"
             args.parser.error(f"argument {flag}: {str(err).removeprefix('eval_lengths: ')}")

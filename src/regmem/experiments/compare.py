@@ -64,11 +64,15 @@ def sweep_settings(task_name: str, preset: Preset, field: str | None) -> dict:
     return {"command": "compare", "task": task_name, "preset": preset.to_dict(), "sweep_field": field}
 
 
-def planned_runs(task_name: str, mixers: list[str], preset: Preset, sweep: str | None, seeds: list[int],
+def sweep_points(sweep: str | None) -> tuple[str | None, list[dict]]:
+    """"num_kv_pairs=4,8" -> ("num_kv_pairs", [{"num_kv_pairs": 4}, {"num_kv_pairs": 8}]); no sweep: (None, [{}])."""
+    field, values = parse_sweep(sweep)
+    return field, [{field: v} if field else {} for v in values]
+
+
+def planned_runs(task_name: str, mixers: list[str], preset: Preset, settings: list[dict], seeds: list[int],
                  lrs: list[float] | None) -> list[Run]:
     """Every run `compare` trains: each swept setting x mixer x learning rate of its grid x seed."""
-    field, values = parse_sweep(sweep)
-    settings = [{field: v} if field else {} for v in values]
     return [run for s in settings for run in run_grid([task_name], mixers, [s], lr_grid(preset, lrs, s), seeds)]
 
 
@@ -122,13 +126,12 @@ def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | N
         raise ValueError(f"task must be one of {sorted(TASKS)}, got {task_name!r}")
     if not seeds:
         raise ValueError("seeds must name at least one seed")
-    field, values = parse_sweep(sweep)
-    settings = [{field: v} if field else {} for v in values]
+    field, settings = sweep_points(sweep)
     eval_lengths = check_eval_lengths(task_name, preset, settings, eval_lengths)
     if run_dir is None:
         run_dir = Path(out_dir) / f"{task_name}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(run_dir)
-    runs = planned_runs(task_name, mixers, preset, sweep, seeds, lrs)
+    runs = planned_runs(task_name, mixers, preset, settings, seeds, lrs)
     check_compare_dir(run_dir, task_name, preset, field, runs, eval_lengths)  # before anything is written
     claim_sweep_dir(run_dir, sweep_settings(task_name, preset, field))
     store = RunStore(run_dir, preset)

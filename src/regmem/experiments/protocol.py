@@ -141,9 +141,7 @@ class RunStore:
 
     def release(self, run: Run, lock: RunLock) -> None:
         """Gives the lock up; a finished run's lock file goes (whoever claims it later finds the run finished)."""
-        if self.load(run) is not None:
-            lock.path.unlink(missing_ok=True)
-        lock.release()
+        lock.release(remove=self.load(run) is not None)
 
 
 SWEEP_FILE = "sweep.json"  # what a run directory's sweep compares (`claim_sweep_dir`)

@@ -277,8 +277,7 @@ def claimed_run_dir(out_dir: str | Path | None) -> Iterator[None]:
     try:
         yield
     finally:
-        lock.path.unlink(missing_ok=True)  # a later claimer re-checks the directory (check_run_dir) under the lock
-        lock.release()
+        lock.release(remove=True)  # a later claimer re-checks the directory (check_run_dir) under the lock
 
 
 def train_and_evaluate(

@@ -227,12 +227,11 @@ class Trainer:
         done, stopped_early, diverged = start, False, None
         bar = tqdm(total=config.steps, initial=start, disable=not (config.progress and distributed.is_main()))
         throughput = _Throughput(config.batch_size * self.train_data[0].shape[1], start)
-        skips = self._skips
-        skipped = 0
+        skips, skipped = self._skips, 0
         self.model.train()
         for step in range(start, config.steps):
             done = step + 1  # steps completed; what logs and checkpoints count
-            loss, grad_norm = self._train_step(step, skips, done)
+            loss, grad_norm = self._train_step(step, done)
             bar.update()
             logs, evaluates, saves = self._due(done)
             if logs or evaluates or saves:
@@ -261,14 +260,15 @@ class Trainer:
             diverged = Diverged(done, "parameters")
         if diverged is None and "loss" in metrics and not math.isfinite(metrics["loss"]):
             diverged = Diverged(done, "evaluation")
+        skipped, _ = skips.read()
         message = None
         if diverged is not None:
-            metrics, message = {}, self._report_divergence(diverged, done, skips.read()[0])
+            metrics, message = {}, self._report_divergence(diverged, done, skipped)
         elif not metrics and self.eval_data is not None:
             metrics = self.evaluate()  # a resumed run that had nothing left to train
         return {"step": done, "start_step": start, "metrics": metrics, "stopped_early": stopped_early,
                 "diverged_at_step": None if diverged is None else diverged.step, "divergence": message,
-                "skipped_steps": skips.read()[0], "history": history}
+                "skipped_steps": skipped, "history": history}
 
     def _due(self, done: int) -> tuple[bool, bool, bool]:
         """Whether step `done` logs, evaluates and checkpoints (the last step does all three that are on)."""
@@ -305,7 +305,7 @@ class Trainer:
                     file.write(json.dumps(record) + "\n")
         return message
 
-    def _train_step(self, step: int, skips: _Skips, done: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _train_step(self, step: int, done: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One optimizer step on global batch `step`, skipped when the loss or the gradient is non-finite (or the
         skip limit was reached); returns (the global mean token loss, the gradient norm before clipping), as
         tensors: reading them syncs with the GPU, which only logging steps do."""
@@ -336,8 +336,8 @@ class Trainer:
         else:
             grad_norm = _total_norm(grads, params[0] if params else None)
         global_loss = totals[0] / global_count
-        skip = ~(torch.isfinite(global_loss) & torch.isfinite(grad_norm)) | skips.stopping()  # bool scalar
-        skips.note(done, skip)
+        skip = ~(torch.isfinite(global_loss) & torch.isfinite(grad_norm)) | self._skips.stopping()  # bool scalar
+        self._skips.note(done, skip)
         self._step_unless(skip, params, grads)
         self.optimizer.zero_grad(set_to_none=True)
         return global_loss, grad_norm
