@@ -57,7 +57,8 @@ def test_hope_attention_with_one_frozen_level_is_attention_then_a_residual_swigl
 def test_the_cms_and_each_ablation_flag_change_the_computation():
     x = _x()
     y = _hope()(x)[0]
-    for flag in ({"cms": False}, {"cms_lr": 0.0}, {"dgd": True}, {"weight_decay": False}, {"static": ("k",)},
+    for flag in ({"cms": False}, {"cms_lr": 0.0}, {"dgd": False}, {"self_values": False}, {"weight_decay": False},
+                 {"static": ("k",)},
                  {"adaptive_q": False}, {"momentum": False}, {"cms_variant": "independent"}):
         assert (_hope(**flag)(x)[0] - y).abs().max() > 1e-8, f"{flag} changed nothing"
 

@@ -69,6 +69,7 @@ OPTION_VARIANTS = {  # "<registry key>-<what the options do>": options beyond th
 CASES = {name: {} for name in MIXERS} | OPTION_VARIANTS
 # Defaults that are large for these sizes (Hope's CMS levels would not update within the tests' 13 tokens).
 SMALLER = {"mamba2": {"state_size": 8}, "mamba": {"state_size": 4}, "hope": {"cms_chunk_sizes": (2, 4, 8)},
+           "hope_standin": {"cms_chunk_sizes": (2, 4, 8)},
            "hope_attention": {"cms_chunk_sizes": (2, 4)}, "moe_attn": {"block_size": 3},
            "moba": {"block_size": 3, "top_k": 2}}
 
@@ -83,9 +84,12 @@ RECIPES = {
     "retnet": Recipe(Weights("constant_decay"), _LIN, _GD),
     "mamba2": Recipe(Weights("scalar_decay"), _LIN, _GD),
     "mamba": Recipe(Weights("diagonal_decay"), _LIN, _GD),
-    "self_modifying_titans": Recipe(Weights("uniform"), Regressor("mlp"), Solver("sgd_momentum")),
-    "self_modifying_titans-ablations": Recipe(Weights("uniform"), Regressor("mlp"), Solver("dgd")),  # eq. 88's DGD
-    "hope": Recipe(Weights("uniform"), Regressor("mlp"), Solver("sgd_momentum")),
+    "self_modifying_titans": Recipe(Weights("uniform"), Regressor("mlp"), Solver("dgd")),  # eq. 88's DGD
+    "self_modifying_titans-ablations": Recipe(Weights("uniform"), Regressor("mlp"), Solver("dgd")),
+    "hope": Recipe(Weights("uniform"), Regressor("mlp"), Solver("dgd")),
+    # the stand-ins: plain SGD with momentum and weight decay (no DGD term)
+    "self_modifying_titans_standin": Recipe(Weights("uniform"), Regressor("mlp"), Solver("sgd_momentum")),
+    "hope_standin": Recipe(Weights("uniform"), Regressor("mlp"), Solver("sgd_momentum")),
     "gla": Recipe(Weights("diagonal_decay"), _LIN, _GD),
     "deltanet": Recipe(Weights("uniform"), _LIN, Solver("sgd")),
     "gated_deltanet": Recipe(Weights("uniform"), _LIN, Solver("sgd_weight_decay")),

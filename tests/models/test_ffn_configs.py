@@ -23,7 +23,7 @@ from regmem.models import (
     NoFFN,
     SwiGLUConfig,
 )
-from regmem.models.config import DEFAULTS_BEFORE_2
+from regmem.models.config import DEFAULTS_BEFORE_2, DEFAULTS_BEFORE_7
 from regmem.models.ffn import ffn_from_dict, ffn_to_dict
 
 OLD = Path(__file__).parent / "old_configs"
@@ -122,10 +122,15 @@ def test_an_old_flat_config_keeps_loading_with_options_of_mixers_no_layer_uses()
         LMConfig(vocab_size=10, mixer="gla", mixer_kwargs={"attn": {"qk_norm": True}})
 
 
+def _before_7(name: str, options: dict) -> dict:
+    """A mixer's options as a config older than format 7 loads them: DEFAULTS_BEFORE_7 where they are not set."""
+    return {**DEFAULTS_BEFORE_7[name], **options}
+
+
 def test_a_cms_dict_without_a_step_rule_loads_with_the_rule_it_was_written_under():
     """ffn_to_dict writes every field, so a "cms" dict without step_rule predates it: eq. 71's explicit step."""
     assert ffn_from_dict({"kind": "cms", "chunk_sizes": [2, 4]}).step_rule == "explicit"
-    assert ffn_from_dict(ffn_to_dict(CMSConfig())) == CMSConfig() and CMSConfig().step_rule == "normalized"
+    assert ffn_from_dict(ffn_to_dict(CMSConfig())) == CMSConfig() and CMSConfig().step_rule == "capped"
 
 
 def test_a_config_written_before_format_2_keeps_the_defaults_it_was_trained_with():
@@ -134,19 +139,19 @@ def test_a_config_written_before_format_2_keeps_the_defaults_it_was_trained_with
     config = LMConfig(vocab_size=10, d_model=16, n_heads=2, n_layers=1, mixer="hope",
                       mixer_kwargs={"hope": {"mini_batch": 4}})
     d = config.to_dict()
-    assert d["format"] == 6 and LMConfig.from_dict(d) == config
+    assert d["format"] == 7 and LMConfig.from_dict(d) == config
     old = LMConfig.from_dict({k: v for k, v in d.items() if k != "format"})
-    assert old.mixer_kwargs["hope"] == {**DEFAULTS_BEFORE_2["hope"], "mini_batch": 4, "cms_step_rule": "explicit",
-                                        "cms_hidden": round(8 / 3 * 16), "self_values": True, "ln_affine": False,
-                                        "dgd": True, **GENERATORS_MEMORY}
+    assert old.mixer_kwargs["hope"] == _before_7("hope", {
+        **DEFAULTS_BEFORE_2["hope"], "mini_batch": 4, "cms_step_rule": "explicit", "cms_hidden": round(8 / 3 * 16),
+        "self_values": True, "ln_affine": False, "dgd": True, **GENERATORS_MEMORY})
     mixer = LM(old).blocks[0].mixer
     assert mixer.config.step_rule == "explicit" and mixer.cms.config.width(16) == 43 != CMSConfig().width(16)
     cms = LMConfig(vocab_size=10, d_model=16, n_heads=2, n_layers=1, mixer="attn", ffn="cms").to_dict()
     cms = {**cms, "ffn": {k: v for k, v in cms["ffn"].items() if k not in ("step_rule", "persistent")}}  # as then
     assert LMConfig.from_dict({k: v for k, v in cms.items() if k != "format"}).ffn == CMSConfig(
-        hidden=43, step_rule="explicit")
+        hidden=43, step_rule="explicit", lr=1.0)  # the dict names its lr
     with pytest.raises(ValueError, match="format"):
-        LMConfig.from_dict({**d, "format": 7})
+        LMConfig.from_dict({**d, "format": 8})
 
 
 def test_a_config_of_format_2_keeps_self_modifying_titans_own_values():
@@ -156,12 +161,12 @@ def test_a_config_of_format_2_keeps_self_modifying_titans_own_values():
                       mixer_kwargs={"hope": {"mini_batch": 4}})
     d = {**config.to_dict(), "format": 2}
     old = LMConfig.from_dict(d)
-    assert old.mixer_kwargs == {"hope": {"mini_batch": 4, "self_values": True, "ln_affine": False, "dgd": True,
-                                         **GENERATORS_MEMORY}}
-    assert LM(old).blocks[0].mixer.config.self_values and not LM(config).blocks[0].mixer.config.self_values
+    assert old.mixer_kwargs == {"hope": _before_7("hope", {"mini_batch": 4, "self_values": True, "ln_affine": False,
+                                                           "dgd": True, **GENERATORS_MEMORY})}
+    assert LM(old).blocks[0].mixer.config.self_values
     explicit = {**d, "mixer_kwargs": {"hope": {"self_values": False}}}
-    assert LMConfig.from_dict(explicit).mixer_kwargs["hope"] == {"self_values": False, "ln_affine": False, "dgd": True,
-                                                                 **GENERATORS_MEMORY}
+    assert LMConfig.from_dict(explicit).mixer_kwargs["hope"] == _before_7("hope", {
+        "self_values": False, "ln_affine": False, "dgd": True, **GENERATORS_MEMORY})
 
 
 def test_a_config_of_format_3_keeps_self_modifying_titans_memories_without_an_ln_affine():
@@ -169,11 +174,12 @@ def test_a_config_of_format_3_keeps_self_modifying_titans_memories_without_an_ln
     the layer it was trained as, without them, unless its config set ln_affine."""
     config = LMConfig(vocab_size=10, d_model=16, n_heads=2, n_layers=2, mixer=("self_modifying_titans", "attn"))
     old = LMConfig.from_dict({**config.to_dict(), "format": 3})
-    assert old.mixer_kwargs == {"self_modifying_titans": {"ln_affine": False, "dgd": True, **GENERATORS_MEMORY}}
+    assert old.mixer_kwargs == {"self_modifying_titans": _before_7("self_modifying_titans", {
+        "ln_affine": False, "dgd": True, **GENERATORS_MEMORY})}
     assert len(LM(old).blocks[0].mixer.ln_weight) == 0 and len(LM(config).blocks[0].mixer.ln_weight) == 6
     set_it = {**config.to_dict(), "format": 3, "mixer_kwargs": {"self_modifying_titans": {"ln_affine": True}}}
-    assert LMConfig.from_dict(set_it).mixer_kwargs["self_modifying_titans"] == {"ln_affine": True, "dgd": True,
-                                                                                **GENERATORS_MEMORY}
+    assert LMConfig.from_dict(set_it).mixer_kwargs["self_modifying_titans"] == _before_7("self_modifying_titans", {
+        "ln_affine": True, "dgd": True, **GENERATORS_MEMORY})
 
 
 def test_a_config_of_format_4_keeps_self_modifying_titans_dgd_term():
@@ -181,12 +187,12 @@ def test_a_config_of_format_4_keeps_self_modifying_titans_dgd_term():
     was trained with it) unless it set dgd; format 5 builds the layer without it."""
     config = LMConfig(vocab_size=10, d_model=16, n_heads=2, n_layers=2, mixer=("hope", "self_modifying_titans"))
     old = LMConfig.from_dict({**config.to_dict(), "format": 4})
-    assert old.mixer_kwargs == {"hope": {"dgd": True, **GENERATORS_MEMORY},
-                                "self_modifying_titans": {"dgd": True, **GENERATORS_MEMORY}}
+    assert old.mixer_kwargs == {"hope": _before_7("hope", {"dgd": True, **GENERATORS_MEMORY}),
+                                "self_modifying_titans": _before_7("self_modifying_titans",
+                                                                   {"dgd": True, **GENERATORS_MEMORY})}
     assert all(block.mixer.config.dgd for block in LM(old).blocks)
-    assert not any(block.mixer.config.dgd for block in LM(config).blocks)
     set_it = {**config.to_dict(), "format": 4, "mixer_kwargs": {"hope": {"dgd": False}}}
-    assert LMConfig.from_dict(set_it).mixer_kwargs["hope"] == {"dgd": False, **GENERATORS_MEMORY}
+    assert LMConfig.from_dict(set_it).mixer_kwargs["hope"] == _before_7("hope", {"dgd": False, **GENERATORS_MEMORY})
 
 
 def test_a_config_of_format_5_keeps_self_modifying_titans_main_memory_in_the_generators_shape():
@@ -195,7 +201,8 @@ def test_a_config_of_format_5_keeps_self_modifying_titans_main_memory_in_the_gen
     them; format 6 builds the wider one."""
     config = LMConfig(vocab_size=10, d_model=16, n_heads=2, n_layers=2, mixer=("hope", "self_modifying_titans"))
     old = LMConfig.from_dict({**config.to_dict(), "format": 5})
-    assert old.mixer_kwargs == {"hope": GENERATORS_MEMORY, "self_modifying_titans": GENERATORS_MEMORY}
+    assert old.mixer_kwargs == {"hope": _before_7("hope", GENERATORS_MEMORY),
+                                "self_modifying_titans": _before_7("self_modifying_titans", GENERATORS_MEMORY)}
     d = 8  # head dim
     for block in LM(old).blocks:
         assert block.mixer.config.model("memory", d) == block.mixer.config.model("k", d)
@@ -204,4 +211,5 @@ def test_a_config_of_format_5_keeps_self_modifying_titans_main_memory_in_the_gen
         assert model.hidden == (4 * d,) and model.activation == "gelu"
         assert block.mixer.memory_init["memory"].shape[-1] == model.num_params(d, d)
     set_it = {**config.to_dict(), "format": 5, "mixer_kwargs": {"hope": {"memory_expand": 2}}}
-    assert LMConfig.from_dict(set_it).mixer_kwargs["hope"] == {"memory_expand": 2, "memory_activation": None}
+    assert LMConfig.from_dict(set_it).mixer_kwargs["hope"] == _before_7("hope", {"memory_expand": 2,
+                                                                                 "memory_activation": None})

@@ -44,7 +44,7 @@ def _grads(cms, x, y, state):
     return torch.autograd.grad(loss, [x, *cms.parameters()])
 
 
-@pytest.mark.parametrize("step_rule", ["explicit", "normalized"])
+@pytest.mark.parametrize("step_rule", ["explicit", "normalized", "capped"])
 @pytest.mark.parametrize("variant", ["sequential", "nested", "nested_learned", "independent"])
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-4)], ids=["f64", "f32"])
 def test_batched_chunks_equal_the_token_loop_with_frozen_parameters(variant, step_rule, dtype, tol):
@@ -62,7 +62,7 @@ def test_batched_chunks_equal_the_token_loop_with_frozen_parameters(variant, ste
 @settings(max_examples=15, deadline=None)
 @given(B=st.integers(1, 3), T=st.integers(1, 19), sizes=st.sampled_from([(1,), (3,), (2, 4), (4, 2), (1, 2, 8)]),
        variant=st.sampled_from(["sequential", "nested", "nested_learned", "independent"]), split=st.integers(0, 19),
-       step_rule=st.sampled_from(["explicit", "normalized"]))
+       step_rule=st.sampled_from(["explicit", "normalized", "capped"]))
 def test_forms_state_passing_and_steps_agree_over_shapes(B, T, sizes, variant, split, step_rule):
     if variant.startswith("nested") and sizes == (4, 2):
         sizes = (2, 4)
@@ -105,11 +105,19 @@ def _curvature_by_jacobian(theta, u_t):
     return total
 
 
-@pytest.mark.parametrize("step_rule", ["explicit", "normalized"])
-def test_a_level_changes_only_at_multiples_of_its_chunk_by_the_summed_token_errors(step_rule):
+def _eta(rule, rate, curvature):
+    """The step of a chunk of summed curvature bound `curvature` (regmem/nested/cms.py, step rules)."""
+    if rule == "explicit":
+        return rate
+    return rate / (1 + rate * curvature) if rule == "normalized" else min(rate, 1 / curvature)
+
+
+@pytest.mark.parametrize("step_rule,lr", [("explicit", 0.2), ("normalized", 0.2), ("capped", 0.005), ("capped", 0.2)])
+def test_a_level_changes_only_at_multiples_of_its_chunk_by_the_summed_token_errors(step_rule, lr):
     """Eq. 71: theta is constant inside a chunk; at its end it moves by -eta * sum_t grad L(theta_start; u_t), eta =
-    lr (explicit) or lr / (1 + lr sum_t c_t) (normalized)."""
-    cms = _cms(chunk_sizes=(3,), lr=0.2, step_rule=step_rule)
+    lr (explicit), lr / (1 + lr sum_t c_t) (normalized) or min(lr, 1 / sum_t c_t) (capped: at lr 0.005 the lr, at 0.2
+    the cap, whose curvature bound here is ~56)."""
+    cms = _cms(chunk_sizes=(3,), lr=lr, step_rule=step_rule)
     x = _x(1, 7)
     thetas = []
     state = None
@@ -129,16 +137,20 @@ def test_a_level_changes_only_at_multiples_of_its_chunk_by_the_summed_token_erro
         g = torch.autograd.grad(loss, theta)
         total = g if total is None else [a + b for a, b in zip(total, g, strict=True)]
         curvature = curvature + _curvature_by_jacobian(start, u[:, t:t + 1])
-    eta = 0.2 if step_rule == "explicit" else 0.2 / (1 + 0.2 * curvature)
+    eta = _eta(step_rule, lr, curvature)
+    if step_rule == "capped":  # which branch of the min this lr takes
+        assert (eta == lr) == (lr < 0.01)
     for w, g, got in zip(start, total, thetas[2], strict=True):
         torch.testing.assert_close(got, w - eta * g, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("variant", ["sequential", "nested_learned"])
 def test_normalized_steps_stay_bounded_on_large_inputs_where_explicit_ones_diverge(variant):
-    """Level inputs of norm 10-100, lr 1, 1000 tokens: eq. 71 as printed blows up, the normalized step cannot."""
+    """Level inputs of norm 10-100, lr 1, 1000 tokens: eq. 71 as printed blows up, the normalized and capped steps
+    cannot."""
     weights = {}
-    for rule in ("explicit", "normalized"):
+    for rule in ("explicit", "normalized", "capped"):
+        torch.manual_seed(0)  # the levels' initial weights
         cms = CMS(8, CMSConfig(chunk_sizes=(1, 4), lr=1.0, hidden=16, variant=variant, step_rule=rule)).double()
         with torch.no_grad():  # gains 4..35 on a unit-RMS input: ||u_t|| between ~11 and ~99
             cms.norm_weight.copy_(torch.linspace(4, 35, 8).repeat(2, 1))
@@ -150,9 +162,10 @@ def test_normalized_steps_stay_bounded_on_large_inputs_where_explicit_ones_diver
         with torch.no_grad():
             y, state = cms(x)
         weights[rule] = torch.stack([w.abs().max() for level in state.levels for w in level.theta])
-        if rule == "normalized":
+        if rule != "explicit":
             assert torch.isfinite(y).all()
     assert weights["normalized"].max() < 10, weights["normalized"]
+    assert weights["capped"].max() < 10, weights["capped"]
     assert not (weights["explicit"] < 1e6).all(), weights["explicit"]  # overflowed to inf / NaN, or huge
 
 
@@ -301,7 +314,7 @@ def _token_loop(cms, x):
     restarts there (eq. 72 learnt in context)."""
     config = cms.config
     sizes, rates, parents = config.chunk_sizes, config.rates(), config.parents()
-    k, normalized = config.levels, config.step_rule == "normalized"
+    k, rule = config.levels, config.step_rule
     theta = [cms.initial_weights(level, 1) for level in range(k)]
     init = list(theta)
     grads = [SwiGLUWeights(*(torch.zeros_like(w) for w in t)) for t in theta]
@@ -317,25 +330,27 @@ def _token_loop(cms, x):
             u = cms.level_input(level, h)
             g = torch.func.grad(loss)(theta[level], u, cms.target(level, u))
             grads[level] = SwiGLUWeights(*(a + b for a, b in zip(grads[level], g, strict=True)))
-            curvature[level] = curvature[level] + (_curvature_by_jacobian(theta[level], u) if normalized else 0.0)
+            curvature[level] = curvature[level] + (_curvature_by_jacobian(theta[level], u) if rule != "explicit"
+                                                   else 0.0)
             h = h + swiglu(theta[level], u)
         ys.append(h)
         for level in range(k):
             if (t + 1) % sizes[level] == 0:
-                eta = rates[level] / (1 + rates[level] * curvature[level]) if normalized else rates[level]
+                eta = _eta(rule, rates[level], curvature[level])
                 theta[level] = SwiGLUWeights(*(w - eta * g for w, g in zip(theta[level], grads[level], strict=True)))
                 grads[level] = SwiGLUWeights(*(torch.zeros_like(w) for w in grads[level]))
                 curvature[level] = 0.0
             parent = parents[level]
             if config.variant == "nested_learned" and parent is not None and (t + 1) % sizes[parent] == 0:
-                step = rates[parent] / (1 + rates[parent]) if normalized else rates[parent]
+                step = _eta(rule, rates[parent], 1.0)  # the reset value's objective has curvature 1
                 init[level] = SwiGLUWeights(*(i + step * (w - i) for i, w in zip(init[level], theta[level],
                                                                                    strict=True)))
                 theta[level] = init[level]
     return torch.cat(ys, 1), theta, init
 
 
-@pytest.mark.parametrize("step_rule,lr", [("explicit", (0.1, 0.3)), ("normalized", (0.3, 0.5))])
+@pytest.mark.parametrize("step_rule,lr", [("explicit", (0.1, 0.3)), ("normalized", (0.3, 0.5)),
+                                          ("capped", (0.3, 0.5)), ("capped", (20.0, 2.0))])
 def test_nested_learned_equals_a_plain_token_loop(step_rule, lr):
     cms = _cms(chunk_sizes=(2, 6), variant="nested_learned", lr=lr, step_rule=step_rule)
     x = _x(1, 14)

@@ -117,7 +117,8 @@ def test_causal():
                                   {"static": frozenset({"k"})}, {"static": frozenset({"v"})},
                                   {"adaptive_q": False}, {"self_values": False}, {"read": "updated"},
                                   {"layer_norm": False}, {"ln_affine": False},
-                                  {"normalize_v": True}, {"memory_expand": 0}, {"memory_activation": "silu"}])
+                                  {"normalize_v": True}, {"memory_expand": 0}, {"memory_activation": "silu"},
+                                  {"normalize_targets": True}])
 def test_every_ablation_switch_changes_the_computation(flag):
     base = _config(momentum=True, mini_batch=2, mini_batch_memory=2, eta_max=0.3, **PAPER)
     ablated = SelfModifyingConfig(**{**base.__dict__, **flag})
@@ -127,6 +128,26 @@ def test_every_ablation_switch_changes_the_computation(flag):
     assert (y - y2).abs().max() > 1e-6, f"{flag} changed nothing"
     for name in flag.get("static", ()):
         assert torch.equal(getattr(state, name).params[0], params_ablated.init[name]), f"static {name} moved"
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "general"])
+def test_truncated_bptt_keeps_the_forward_and_cuts_the_gradient_at_its_boundaries(fused):
+    """bptt=4: the outputs and states equal the full backward's; no output from token 4 on has a gradient into an
+    input before it, while an output before token 4 still reaches the inputs before its mini-batch."""
+    options = {"mini_batch": 2, "eta_max": 0.3} if fused else {"mini_batch": 2, "mini_batch_memory": 4, **PAPER}
+    full, cut = _config(**options), _config(**options, bptt=4)
+    params = _params(full)
+    x = _x().requires_grad_()
+    y, s = self_modifying_titans(x, full, params)
+    y_cut, s_cut = self_modifying_titans(x, cut, params)
+    assert_close(y_cut, y, "y")
+    _close_states(s_cut, s, "state")
+    later, = torch.autograd.grad(y_cut[:, 4:].sum(), x, retain_graph=True)
+    assert torch.equal(later[:, :4], torch.zeros_like(later[:, :4])) and later[:, 4:].abs().max() > 0
+    earlier, = torch.autograd.grad(y_cut[:, 3].sum(), x)
+    assert earlier[:, :2].abs().max() > 0
+    full_grad, = torch.autograd.grad(y[:, 4:].sum(), x)
+    assert full_grad[:, :4].abs().max() > 0  # without the cut the gradient crosses
 
 
 def _generated(config, params, x):
@@ -171,7 +192,8 @@ def test_with_the_l2_objective_it_is_the_decoupled_gated_delta_rule():
     ({"static": frozenset({"memory"})}, "static"), ({"mini_batch_memory": 3}, "mini_batch_memory"),
     ({"mini_batch": 0}, "mini_batch"), ({"read": "later"}, "read"), ({"activation": "softplus"}, "activation"),
     ({"loss": "l1"}, "loss"), ({"eta_max": -0.1}, "eta_max"), ({"hidden": -1}, "hidden"),
-    ({"step_rule": "implicit"}, "step_rule"), ({"inputs": "tied"}, "inputs"),
+    ({"step_rule": "implicit"}, "step_rule"), ({"inputs": "tied"}, "inputs"), ({"bptt": 3}, "bptt"),
+    ({"bptt": 0}, "bptt"), ({"mini_batch": 4, "bptt": 6}, "bptt"),
 ])
 def test_bad_configuration_raises_value_error_naming_it(bad, field):
     with pytest.raises(ValueError, match=f"^{field} must"):

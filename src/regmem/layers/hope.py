@@ -6,13 +6,15 @@
 Hope-Attention puts global softmax attention where self-modifying Titans was (Sec. 8.3: "a Transformer whose MLPs
 are CMS"). Both are mixers, so an LM takes them by name (`mixer="hope"`); with `ffn="none"` the CMS is the block's
 only MLP, as in the paper. Every Table-6 ablation is a constructor flag: self-modifying Titans' own (`momentum=False`,
-`weight_decay=False`, `static=("k",)` ... for "w/o inner-projection k/v", `adaptive_q=False`; DGD is off by default,
-the "w/o DGD" row, and `dgd=True` is the printed full model: regmem/layers/self_modifying.py says why) and
-`cms=False` ("w/o CMS", which leaves self-modifying Titans alone).
+`weight_decay=False`, `static=("k",)` ... for "w/o inner-projection k/v", `adaptive_q=False`, `dgd=False` ("w/o
+DGD"), `self_values=False`) and `cms=False` ("w/o CMS", which leaves self-modifying Titans alone). With no options
+Hope has the paper's mechanisms (regmem/layers/self_modifying.py names each departure from the printed equations);
+`HopeStandIn` (mixer "hope_standin") is the stabilised model it was before LMConfig format 7.
 
 CMS options: `cms_chunk_sizes` (one per level, fast first as in Fig. 5), `cms_lr` (inner learning rate),
-`cms_variant`, `cms_objective`, `cms_hidden` (0: 8/3 d_model), `cms_step_rule` ("normalized", which cannot diverge,
-or "explicit", eq. 71 as printed), `cms_persistent` (levels carried across the sequences of a stream),
+`cms_variant`, `cms_objective`, `cms_hidden` (0: 8/3 d_model), `cms_step_rule` ("capped", eq. 71's lr capped by
+the curvature bound, which cannot expand; "normalized", the divided step of before format 7; or "explicit", eq. 71 as
+printed), `cms_persistent` (levels carried across the sequences of a stream),
 `cms_compile_chunks` (each whole chunk of a level through torch.compile; Hope's `compile_pieces` sets it too): the
 fields of CMSConfig (regmem/nested/cms.py), whose defaults they read; with `cms=False` setting any of them raises
 ValueError.
@@ -31,7 +33,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from regmem.layers.attention import SoftmaxAttention
-from regmem.layers.self_modifying import SelfModifyingTitans
+from regmem.layers.self_modifying import STAND_IN, SelfModifyingTitans, stand_in_recipe
 from regmem.nested import CMS, CMSConfig, CMSState
 from regmem.nested.cms import Objective, StepRule, Variant
 from regmem.ops.common import CompileBackend
@@ -95,3 +97,20 @@ class HopeAttention(_ThenCMS, SoftmaxAttention):
 
     def __init__(self, d_model: int, n_heads: int, *, short_conv: int = 4, **options):
         super().__init__(d_model, n_heads, short_conv=short_conv, **options)
+
+
+# The stand-in's CMS (regmem/layers/self_modifying.py): the "normalized" step at lr 1e-3, the defaults before format 7.
+CMS_STAND_IN = {"cms_step_rule": "normalized", "cms_lr": 1e-3}
+
+
+class HopeStandIn(Hope):
+    """Hope as regmem built it before LMConfig format 7: self-modifying Titans' stand-in (eq. 84's targets, no DGD)
+    and a CMS whose levels step by the "normalized" rule at lr 1e-3, which barely moves them in context. Options
+    given override these."""
+
+    def __init__(self, d_model: int, n_heads: int, **options):
+        super().__init__(d_model, n_heads, **{**STAND_IN, **CMS_STAND_IN, **options})
+
+    @classmethod
+    def default_recipe(cls):
+        return stand_in_recipe(super().default_recipe())

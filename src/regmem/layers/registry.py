@@ -20,7 +20,7 @@ from regmem.layers.engine import PREFIX, EngineMixer, check_engine_builds, engin
 from regmem.layers.fox import ForgettingAttention
 from regmem.layers.gla import GLA
 from regmem.layers.hla import AHLA, HLA
-from regmem.layers.hope import Hope, HopeAttention
+from regmem.layers.hope import Hope, HopeAttention, HopeStandIn
 from regmem.layers.linear_attention import LinearAttention
 from regmem.layers.local_linear import LocalLinearAttention
 from regmem.layers.lstm import LSTM
@@ -28,7 +28,7 @@ from regmem.layers.mamba import Mamba
 from regmem.layers.mamba2 import Mamba2
 from regmem.layers.mesa import RLS, Mesa
 from regmem.layers.retnet import RetNet
-from regmem.layers.self_modifying import SelfModifyingTitans
+from regmem.layers.self_modifying import SelfModifyingTitans, SelfModifyingTitansStandIn
 from regmem.layers.titans import TitansLinear
 from regmem.recipe import Recipe
 
@@ -56,6 +56,9 @@ MIXERS: dict[str, type[Mixer]] = {
     "self_modifying_titans": SelfModifyingTitans,
     "hope": Hope,
     "hope_attention": HopeAttention,
+    # the stabilised models before LMConfig format 7: eq. 84's targets, no DGD, a CMS that barely moves (hope.py)
+    "self_modifying_titans_standin": SelfModifyingTitansStandIn,
+    "hope_standin": HopeStandIn,
     "deltaformer": DeltaFormer,  # softmax attention + the delta rule (arXiv:2505.19488 Sec. 2.2)
     "fox": ForgettingAttention,  # softmax attention x a forget gate (arXiv:2505.19488 eqs. 30-31); recipe None
     "moe_attn": MoEAttention,  # attention over blocks of keys mixed by a router (arXiv:2505.19488 eq. 25); recipe None

@@ -2,20 +2,20 @@
 core of Hope, on the functional composite `regmem.nested.self_modifying_titans`.
 
     x_k, x_v, x_q = conv(W_in x) per head (short causal conv, window 4, Hope's "local convolutions")
-    y_h = self_modifying_titans(x_k, x_v, x_q)    six residual-MLP memories, each fitted at test time to v_t
+    y_h = self_modifying_titans(x_k, x_v, x_q)    six residual-MLP memories, each fitted at test time to its M(v_t)
     out = W_o norm(y) ⊙ silu(W_g x)
 
 Defaults (SelfModifyingConfig holds them, the only place) and each departure from the printed paper:
 - the proximal step rule (`step_rule="proximal"`): every memory layer steps with eta / (1 + eta ||x_l||^2 ...)
   instead of eq. 88's eta (regmem/ops/ttt/DERIVATION.md §6). Eq. 88's explicit step expands once eta ||x||^2 > 1;
   the proximal one is its exact minimiser for one input and cannot (tests/ops/test_ttt_stable.py).
-- no DGD term (`dgd=False`, Table 6's "w/o DGD" row; `dgd=True` is eq. 88). Eq. 88 adds DGD's decay
-  -eta_t k_t k_t^T to the l2 gradient, which already holds that term (a "double delta"): for a linear
-  memory and a unit key one write maps M k -> (1 - 2 rho) M k + rho v, so repeated writes of a pair converge to
-  v / 2, not v (tests/nested/test_dgd_double_delta.py; DGD's own derivation, eq. 56 with the dot-product loss,
-  is the delta rule, whose fixed point is v). Measured on MQAR (quick preset, lr 0.03, seeds 0 / 1,
-  benchmarks/README.md): 0.660 / 0.936 with it, 0.843 / 0.872 without, and a run took half the time at head
-  dim 16 (within a mini-batch the DGD transitions are chained; without them a mini-batch's update is one sum).
+- none for DGD (`dgd=True`, eq. 88 with the proximal step above). Eq. 88 adds DGD's decay -eta_t k_t k_t^T to the l2
+  gradient, which already holds that term (a "double delta"): for a linear memory and a unit key one write maps
+  M k -> (1 - 2 rho) M k + rho v, so repeated writes of a pair converge to v / 2, not v
+  (tests/nested/test_dgd_double_delta.py). The halving is harmless here: every read of a memory is normalised (k, q,
+  v) or passes a learnt read-out (eta, alpha) or the output norm. It costs time: within a mini-batch the DGD
+  transitions are chained (benchmarks/README.md, "Hope with the paper's mechanisms"). `dgd=False` is Table 6's
+  "w/o DGD".
 - the main memory is Titans-MLP's (`memory_expand=4`, `memory_activation="gelu"`: a residual MLP 4 d wide with GELU),
   the five generating memories the narrow SiLU MLP of eq. 89 (`hidden` 0: d wide); the paper gives every memory one
   form and leaves its width open. Measured on MQAR (quick preset, benchmarks/README.md): 0.990 at lr 0.03 over
@@ -27,11 +27,13 @@ Defaults (SelfModifyingConfig holds them, the only place) and each departure fro
   gain exceeds one; an LM on MQAR went NaN within 25 steps at eta_max 0.5. The proximal rule bounds each step but
   not this loop: at init (d_model 16, eta_max 1) inputs three times the unit scale made the unnormalised v
   overflow within 256 tokens.
-- every memory regresses onto v_t (`self_values=False`, eq. 84's target) rather than onto its own M(v_t) (eq. 87).
-  Measured on MQAR (quick preset, lr 0.03, seed 0, benchmarks/README.md): with eq. 87's targets the accuracy was
-  0.014 after 153 steps and 0.47 at 512 (main memory alone updated); with v_t it was 0.79 after 255 steps. Each
-  memory's own M(v_t) is a target that moves with the memory it trains, and at init it is dominated by the
-  memory's layer-normed MLP branch, a random function of v_t.
+- none for the targets: every memory regresses onto its own M(v_t) (`self_values=True`, eqs. 87/95). Before the
+  layer norms had an affine with the generators' gain starting at 0.1 (LMConfig format 4), these targets learned MQAR
+  ~10x slower than v_t (eq. 84); with it the paper's configuration (self-generated values + DGD) learned MQAR quick
+  to 0.992 at lr 0.03 (early stop at step 510) and 0.873 at lr 0.1, finite throughout (seed 0; the stand-in: 0.992 at
+  lr 0.03). The targets stay bounded in context whatever the weights: M(v) = v + gamma LN(.) + beta has norm at
+  most |v| + |gamma| sqrt(d) + |beta|, and gamma, beta are outer parameters (tests/layers/test_hope_stable.py).
+  `self_values=False` (eq. 84) is the stand-in's.
 - each memory's layer norm has a learnable affine (gamma, beta) per head (`ln_affine=True`, as TTT's and Titans'
   memories have), and the generating memories' gamma starts at `generator_gain=0.1` (the main memory's at 1). A
   layer norm without one has a branch of norm sqrt(d) whatever its input, four times the unit k, v, q at head dim
@@ -47,8 +49,13 @@ Defaults (SelfModifyingConfig holds them, the only place) and each departure fro
 
 Outer parameters: the projection, conv, the six initial memories M_□,0 [H, P] (meta-learned through the unrolled
 inner updates), their layer norms' affines, the gate read-outs, and the output norm and gate. Every Table-6
-ablation is a constructor option (a field of SelfModifyingConfig): `momentum=False`, `weight_decay=False`,
-`static=("k", "v", "q")` (any subset), `adaptive_q=False`; "w/o DGD" is the default and `dgd=True` the full model.
+ablation is a constructor option (a field of SelfModifyingConfig): `dgd=False`, `self_values=False`, `momentum=False`,
+`weight_decay=False`, `static=("k", "v", "q")` (any subset), `adaptive_q=False`.
+
+The stand-in (`SelfModifyingTitansStandIn`, mixer "self_modifying_titans_standin"; Hope's: "hope_standin") is the
+stabilised model these mixers defaulted to before LMConfig format 7: every memory regresses onto v_t (eq. 84, no
+self-modification) without DGD's term, and Hope's CMS steps by the "normalized" rule at lr 1e-3. It is kept so the two
+are compared (regmem repro nl-ablations).
 
 Padding (regmem/ops/common/padding.py): padded inputs are zeroed, each row's real tokens are moved to its front
 ("real tokens first": mini-batches count from a row's first real token), the padded tail changes no memory
@@ -118,9 +125,9 @@ class SelfModifyingTitans(Mixer):
 
     @property
     def recipe(self):
-        """The point of the default (SGD with momentum and weight decay, Titans-MLP's); with `dgd` eq. 88's solver."""
+        """The point of the default, eq. 88's DGD; without `dgd` SGD with momentum and weight decay (Titans-MLP's)."""
         point = super().recipe
-        return dataclasses.replace(point, solver=Solver("dgd")) if self.config.dgd else point
+        return point if self.config.dgd else dataclasses.replace(point, solver=Solver("sgd_momentum"))
 
     def _outer(self) -> OuterParams:
         ln = {name: (self.ln_weight[name], self.ln_bias[name]) for name in self.ln_weight}
@@ -171,3 +178,25 @@ class SelfModifyingTitans(Mixer):
             p.shape[-1] * (2 + int(self.config.momentum)) + 1 for p in self.memory_init.values())  # per head
         conv = self.in_proj.out_features * (self.short_conv - 1) if self.conv is not None else 0
         return self.n_heads * per_memory + conv
+
+
+# The stand-in's options (module docstring): eq. 84's targets, no DGD term.
+STAND_IN = {"self_values": False, "dgd": False}
+
+
+class SelfModifyingTitansStandIn(SelfModifyingTitans):
+    """Self-modifying Titans as regmem built it before LMConfig format 7 (module docstring): `STAND_IN` under any
+    options given, which may set them back."""
+
+    def __init__(self, d_model: int, n_heads: int, **options):
+        super().__init__(d_model, n_heads, **{**STAND_IN, **options})
+
+    @classmethod
+    def default_recipe(cls):
+        """SGD with momentum and weight decay: the stand-in has no DGD term."""
+        return stand_in_recipe(super().default_recipe())
+
+
+def stand_in_recipe(point):
+    """A self-modifying point without DGD's term: SGD with momentum and weight decay."""
+    return dataclasses.replace(point, solver=Solver("sgd_momentum"))

@@ -41,10 +41,16 @@ The step eta_l of eq. 71 (`step_rule`):
                    loss is quadratic, the homogeneous part I - eta sum_t a_t a_t^T has its spectrum in (0, 1]. For one
                    token and a linear level it is the exact proximal step, the normalised LMS step lr / (1 + lr
                    ||x||^2); for a chunk it uses the bound in place of the chunk's curvature (the exact
-                   chunk-proximal step needs a solve per chunk). It departs from the printed paper; it is the default
-                   because a default that cannot diverge is wanted (lr * sum c_t -> 0 recovers "explicit", and a
-                   large lr tends to the step 1 / sum c_t).
-Both are exact in both forms: the chunk form sums c_t with the gradients, the token loop token by token, and a
+                   chunk-proximal step needs a solve per chunk). It departs from the printed paper (lr * sum c_t -> 0
+                   recovers "explicit", and a large lr tends to the step 1 / sum c_t). It was the default before
+                   LMConfig format 7, at lr 1e-3, where it divided every step down: the levels of an initial Hope LM
+                   moved by 0.01 % over 1024 tokens.
+    "capped"       eta = min(lr_l, 1 / sum_{t in chunk} c_t), the default (at lr 1): eq. 71's step lr_l wherever the
+                   curvature bound allows it, and the bound's step where it does not. The bound is a cap, not a
+                   divisor: a chunk of small curvature steps by lr_l itself. Still eta * lambda_max(sum_t J_t^T J_t)
+                   <= 1, so the linearised step cannot expand and W_down's homogeneous part keeps its spectrum in
+                   [0, 1] (tests/layers/test_hope_stable.py: 2048 tokens of 30 randn at lr 1000 stay bounded).
+All three are exact in both forms: the chunk form sums c_t with the gradients, the token loop token by token, and a
 partial chunk carries its sum in `CMSState`.
 
 Variants (`variant`):
@@ -101,6 +107,7 @@ from regmem.nested.cms_steps import (
     swiglu,
     swiglu_and_grad,
     swiglu_and_grad_reference,
+    uses_curvature,
     where,
     zeros_like,
 )
@@ -132,11 +139,14 @@ class CMSConfig:
 
     kind: ClassVar[Literal["cms"]] = "cms"
     chunk_sizes: tuple[int, ...] = (16, 64, 256)  # tokens per update of each level; Fig. 5 stacks 16 under slower
-    lr: float | tuple[float, ...] = 1e-3  # inner step size; the LM and Hope trained with 1e-3 (benchmarks/README.md)
+    # inner step size: with the "capped" rule the step is min(lr, 1 / the chunk's curvature bound), so lr 1 lets a
+    # level move as far as that bound allows (1e-3 with the "normalized" rule before LMConfig format 7 moved the
+    # levels of an initial Hope LM by 0.01 % over 1024 tokens, lr 1 by 17 %: benchmarks/README.md)
+    lr: float | tuple[float, ...] = 1.0
     hidden: int = 0  # 0: round(8/3 D / k): the LM's SwiGLU width split over the k levels (the FFN's parameters)
     variant: Variant = "sequential"  # eq. 73, Hope's chain (eq. 97)
     objective: Objective = "value"  # a meta-learned view of the level's own inputs (module docstring)
-    step_rule: StepRule = "normalized"  # cannot diverge (module docstring); "explicit" is eq. 71 as printed
+    step_rule: StepRule = "capped"  # cannot expand (module docstring); "explicit" is eq. 71 as printed
     persistent: bool | tuple[bool, ...] = False  # no level carries its weights from one sequence to the next
     # True: each whole chunk of a level (its outputs, inner gradient and eq. 71 step: `_whole_chunk`) runs through
     # torch.compile (a name: that backend), one graph per level's chunk size, traced once and reused by every chunk;
@@ -268,7 +278,7 @@ class CMS(nn.Module):
         total = 0
         for level, rate in enumerate(self.config.rates()):
             total += weights * (1 + (rate > 0) + self.config.learns_init(level))
-            total += (rate > 0 and self.config.step_rule == "normalized")
+            total += (rate > 0 and uses_curvature(self.config.step_rule))
         return total
 
     def initial_weights(self, level: int, B: int) -> SwiGLUWeights:
@@ -278,8 +288,8 @@ class CMS(nn.Module):
         theta = self.initial_weights(level, B)
         updates = self.config.rates()[level] > 0
         grad = zeros_like(theta) if updates else None
-        normalized = updates and self.config.step_rule == "normalized"
-        curvature = torch.zeros(B, dtype=self.gate.dtype, device=self.gate.device) if normalized else None
+        bounded = updates and uses_curvature(self.config.step_rule)
+        curvature = torch.zeros(B, dtype=self.gate.dtype, device=self.gate.device) if bounded else None
         return LevelState(theta, grad, curvature, theta if self.config.learns_init(level) else None)
 
     def initial_state(self, B: int) -> CMSState:
@@ -330,7 +340,7 @@ class CMS(nn.Module):
         rows = []
         for level, (size, rate) in enumerate(zip(self.config.chunk_sizes, self.config.rates(), strict=True)):
             rows.append({"tensors": f"CMS level {level} SwiGLU (gate, up, down)", "period": size if rate > 0 else None,
-                         "objective": f"{self.config.objective} regression, lr {rate:g}",
+                         "objective": f"{self.config.objective} regression, {self.config.step_rule} step, lr {rate:g}",
                          "reset": _reset_note(self.config, level),
                          "independent": self.config.variant == "independent" and level > 0})
         return rows
@@ -429,7 +439,7 @@ def _whole_chunk(theta: SwiGLUWeights, u, target, rate: float, rule: StepRule):
     """One whole chunk of a level from the chunk's start, every token real: its outputs [B, C, D] at the frozen
     parameters and the parameters after eq. 71's step at its end (`_piece` then `end_chunk`, in one function that
     `compile_chunks` compiles)."""
-    out, grad, curvature = swiglu_and_grad(theta, u, target, None, rule == "normalized")
+    out, grad, curvature = swiglu_and_grad(theta, u, target, None, uses_curvature(rule))
     return out, end_chunk(LevelState(theta, grad, curvature, None), rate, rule, None).theta
 
 
@@ -450,7 +460,7 @@ def _piece(cms: CMS, level: int, state: LevelState, u, target, weight, mode: Mod
     if config.rates()[level] == 0:  # a frozen level
         return swiglu(state.theta, u), state
     form = swiglu_and_grad_reference if mode == "reference" else swiglu_and_grad
-    out, grad, curvature = form(state.theta, u, target, weight, config.step_rule == "normalized")
+    out, grad, curvature = form(state.theta, u, target, weight, uses_curvature(config.step_rule))
     if state.grad is not None:  # else the chunk starts here (end_chunk left no zeros to add to)
         grad = add(state.grad, grad)
         curvature = None if curvature is None else state.curvature + curvature

@@ -13,8 +13,13 @@ from typing import Literal, NamedTuple, get_args
 import torch
 import torch.nn.functional as F
 
-StepRule = Literal["explicit", "normalized"]
+StepRule = Literal["explicit", "normalized", "capped"]
 STEP_RULES = get_args(StepRule)
+
+
+def uses_curvature(rule: StepRule) -> bool:
+    """Whether the rule reads the chunk's summed curvature bound (every rule but eq. 71's explicit one)."""
+    return rule != "explicit"
 
 
 class SwiGLUWeights(NamedTuple):
@@ -27,9 +32,9 @@ class SwiGLUWeights(NamedTuple):
 
 class LevelState(NamedTuple):
     """theta: the level's current parameters; grad: the summed inner gradient of the unfinished chunk (None for a
-    frozen level); curvature: [B], the unfinished chunk's summed `curvature_bound` (step rule "normalized" only, else
-    None); inside a block both are None right after a chunk ends (no zeros to add to); init: the value the
-    level is reset to, learnt in context by its parent (variant "nested_learned" only, else None)."""
+    frozen level); curvature: [B], the unfinished chunk's summed `curvature_bound` (step rules "normalized" and
+    "capped", else None); inside a block both are None right after a chunk ends (no zeros to add to); init: the
+    value the level is reset to, learnt in context by its parent (variant "nested_learned" only, else None)."""
 
     theta: SwiGLUWeights
     grad: SwiGLUWeights | None
@@ -103,14 +108,16 @@ def zeros_like(w: SwiGLUWeights) -> SwiGLUWeights:
 
 
 def end_chunk(state: LevelState, rate: float, rule: StepRule, done: torch.Tensor | None) -> LevelState:
-    """Eq. 71 at a chunk's end: theta - eta * (the chunk's summed gradient), eta = rate ("explicit") or rate / (1 +
-    rate * the chunk's summed curvature bound) ("normalized"), and cleared accumulators, on the rows where `done` [B].
-    For done=None (every row) the cleared accumulators are None: the next piece's sums start them (no zeros)."""
+    """Eq. 71 at a chunk's end: theta - eta * (the chunk's summed gradient), with c the chunk's summed curvature bound
+    eta = rate ("explicit"), rate / (1 + rate c) ("normalized") or min(rate, 1 / c) ("capped"), and cleared
+    accumulators, on the rows where `done` [B]. For done=None (every row) the cleared accumulators are None: the next
+    piece's sums start them (no zeros)."""
     theta, grad, curvature, init = state
     if rule == "explicit":
         stepped = SwiGLUWeights(*(w.add(g, alpha=-rate) for w, g in zip(theta, grad, strict=True)))
     else:
-        eta = (rate / (1.0 + rate * curvature)).view(-1, 1, 1)  # [B, 1, 1]
+        divisor = 1.0 + rate * curvature if rule == "normalized" else (rate * curvature).clamp(min=1.0)
+        eta = (rate / divisor).view(-1, 1, 1)  # [B, 1, 1]
         stepped = SwiGLUWeights(*(torch.addcmul(w, eta, g, value=-1.0) for w, g in zip(theta, grad, strict=True)))
     if done is None:
         return LevelState(stepped, None, None, init)
@@ -123,8 +130,9 @@ def end_chunk(state: LevelState, rate: float, rule: StepRule, done: torch.Tensor
 def learn_init(init: SwiGLUWeights, theta: SwiGLUWeights, rate: float, rule: StepRule) -> SwiGLUWeights:
     """Eq. 72 learnt in context: the parent's step on 1/2 ||init - theta||^2, the distance from the child's reset
     value to where the child got in the parent's chunk: init + rate (theta - init) ("explicit"), or its exact
-    proximal step, init + rate / (1 + rate) (theta - init), a convex combination ("normalized")."""
-    step = rate if rule == "explicit" else rate / (1.0 + rate)
+    proximal step, init + rate / (1 + rate) (theta - init), a convex combination ("normalized"), or that step capped
+    at the whole distance, init + min(rate, 1) (theta - init) ("capped": the objective's curvature is 1)."""
+    step = rate if rule == "explicit" else rate / (1.0 + rate) if rule == "normalized" else min(rate, 1.0)
     return SwiGLUWeights(*(i + step * (w - i) for i, w in zip(init, theta, strict=True)))
 
 

@@ -5,8 +5,8 @@ M_k, M_v, M_q, M_eta, M_alpha, M_memory — each a residual 2-layer MLP M(x) = x
 
     k_t = normalise(M_k(x_t)),  v_t = M_v(x_t),  q_t = normalise(M_q(x_t))   (or x_t W_q with adaptive_q=False)
     eta_t = eta_max * sigmoid(M_eta(x_t) . w_eta),  alpha_t = sigmoid(M_alpha(x_t) . w_alpha + b_alpha)
-    vhat_t = M(v_t)                       each memory generates its own target (eq. 87, `self_values=True`; the
-                                          default False regresses onto v_t, eq. 84: regmem/layers/self_modifying.py)
+    vhat_t = M(v_t)                       each memory generates its own target (eq. 87, `self_values=True`, the
+                                          default; False regresses onto v_t, eq. 84: regmem/layers/self_modifying.py)
     M_t = M_{t-1} (alpha_t I - eta_t k_t k_t^T) - eta_t grad L(M_{s(t)}; k_t, vhat_t)      (eq. 88, layer-wise DGD)
     y_t = M_memory(q_t)
 
@@ -16,8 +16,8 @@ future), and every inner gradient is taken there; the updates themselves follow 
 (regmem.ops.ttt). The main memory has its own mini-batch `mini_batch_memory`, the others share
 `mini_batch` (the paper's two chunk sizes). The read-out y_t uses the main memory at its mini-batch start
 (eq. 90, `read="anchor"`; at mini-batch 1 this is eq. 86's M_{t-1}) or after the token's own update
-(`read="updated"`, TTT's convention and the default). The DGD term of eq. 88 is off by default (`dgd=False`, Table
-6's "w/o DGD"; `dgd=True` is the printed rule). v_t is L2-normalised like k_t and q_t by default
+(`read="updated"`, TTT's convention and the default). The DGD term of eq. 88 is on by default (`dgd=True`, the
+printed rule; `dgd=False` is Table 6's "w/o DGD"). v_t is L2-normalised like k_t and q_t by default
 (`normalize_v`; the paper normalises q and k only), every memory steps by the engine's proximal rule
 (`step_rule="proximal"`; "explicit" is eq. 88 as printed) and M_k (M_eta, M_alpha), M_v, M_q read their own view
 of the input (`inputs="separate"`; "shared" is eq. 94's one x_t): regmem/layers/self_modifying.py says why.
@@ -79,17 +79,22 @@ class SelfModifyingConfig:
     # gamma's initial value in the generating memories (the main memory's starts at 1): their MLP branch then starts
     # small beside x, so k, v, q start near the layer's linear views (regmem/layers/self_modifying.py)
     generator_gain: float = 0.1
-    # False: plain GD with momentum and weight decay, Table 6's "w/o DGD" row; True: eq. 88's DGD term on top of the
-    # l2 gradient, which halves what a memory recalls (fixed point v/2) and learned MQAR slower and at half the speed
-    # (regmem/layers/self_modifying.py)
-    dgd: bool = False
+    # True: eq. 88's DGD term on top of the l2 gradient (Table 6's full model), which halves what a memory recalls
+    # (fixed point v/2, which the normalisations after every read make harmless) and costs about 2x the time; False:
+    # plain GD with momentum and weight decay, Table 6's "w/o DGD" row (regmem/layers/self_modifying.py)
+    dgd: bool = True
     momentum: bool = True  # inner momentum (Table 6's full model; "w/o momentum" is False)
     weight_decay: bool = True  # False: alpha_t = 1 ("w/o weight decay")
     adaptive_q: bool = True  # False: q = x W_q, a static linear projection
     static: frozenset[StaticMemory] = frozenset()  # memories (not the main one) never updated at test time
-    # False: every memory regresses onto v_t (eq. 84); True: onto its own M(v_t) (eq. 87), which on MQAR learned
-    # ~10x slower (regmem/layers/self_modifying.py)
-    self_values: bool = False
+    # True: every memory regresses onto its own M(v_t) (eqs. 87/95, the self-modification); False: onto v_t (eq. 84,
+    # the "stand-in" mixers' choice; regmem/layers/self_modifying.py)
+    self_values: bool = True
+    # With self_values: each target is L2-normalised, vhat_t = M(v_t) / ||M(v_t)|| (the normalisation the paper gives
+    # q and k, on the target). The memories' layer norm already bounds M(v_t) (regmem/layers/self_modifying.py);
+    # without it (layer_norm=False, eq. 89's form) a target grows with its own memory's weights, and MQAR at T 1024
+    # overflowed within one sequence after three outer steps unless this is on
+    normalize_targets: bool = False
     # True: v_t = normalise(M_v(x_t)) like k and q; without it an LM on MQAR diverged (regmem/layers/self_modifying.py)
     normalize_v: bool = True
     read: Read = "updated"  # the main memory after each token's update (TTT's convention); "anchor" is eq. 90
@@ -113,6 +118,11 @@ class SelfModifyingConfig:
     # results to float round-off. It pays where the layer is bound by many small ops: 2.3x a training step on one CPU
     # thread at T 512, after a compile of 3-5 min on a loaded 2-core CPU (benchmarks/README.md, "compile_pieces")
     compile_pieces: bool | CompileBackend = False
+    # Tokens the outer gradient flows back through the memories' states: None, the whole context (Fig. 5's BPTT
+    # length L); a multiple of the mini-batches, truncated BPTT: every `bptt` tokens of a call the states are carried
+    # on detached. The forward is unchanged. At T 1024 the full backward through six self-referential memories with
+    # layer norms grew to 1e25 at initialisation on MQAR (regmem/layers/self_modifying.py)
+    bptt: int | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "static", frozenset(self.static))
@@ -129,6 +139,11 @@ class SelfModifyingConfig:
             if not isinstance(value, int) or value < 1 or value & (value - 1):
                 raise ValueError(f"{name} must be a positive power of two, got {value!r}")
         check_compile_option("compile_pieces", self.compile_pieces)
+        step = max(self.mini_batch, self.mini_batch_memory or self.mini_batch)
+        if self.bptt is not None and (isinstance(self.bptt, bool) or not isinstance(self.bptt, int) or self.bptt < 1
+                                      or self.bptt % step):
+            raise ValueError(f"bptt must be None or a positive multiple of the mini-batches ({step}), "
+                             f"got {self.bptt!r}")
         if not self.eta_max >= 0:
             raise ValueError(f"eta_max must be >= 0, got {self.eta_max!r}")
         if not self.generator_gain >= 0:
@@ -260,8 +275,12 @@ def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: 
     # split, not x[:, start:stop]: the backward of a slice zero-fills all of x once per piece (O(T^2 / step))
     masks = token_mask.split(sizes, dim=1) if token_mask is not None else [None] * len(sizes)
     fused = compiled(_fused_piece, config.compile_pieces) if config.compile_pieces else _fused_piece
+    start = 0
     for index, (piece, piece_mask) in enumerate(zip(x.split(sizes, dim=1), masks, strict=True)):
         aligned = index > 0 or first == step  # the piece starts where a mini-batch of the step grid starts
+        if config.bptt is not None and start > 0 and start % config.bptt == 0:  # truncated BPTT
+            stacked, state = (stacked.detach() if stacked is not None else None), _detach_state(state)
+        start += piece.shape[1]
         if _fusable(config) and mode == "chunk" and piece_mask is None and aligned and piece.shape[1] == step:
             stacked = stacked if stacked is not None else _Stacked.of(config, state, d)
             y, stacked = fused(piece, config, params, stacked, fused_ln)
@@ -274,6 +293,10 @@ def self_modifying_titans(x: torch.Tensor, config: SelfModifyingConfig, params: 
         state = stacked.state(config, d)
     y = torch.cat(ys, dim=1) if ys else x.new_zeros(B, 0, H, d)
     return y, state
+
+
+def _detach_state(state: SelfModifyingState) -> SelfModifyingState:
+    return SelfModifyingState(*(None if s is None else TTTState(*(t.detach() for t in s)) for s in state))
 
 
 def _fusable(config: SelfModifyingConfig) -> bool:
@@ -314,6 +337,11 @@ class _Stacked(NamedTuple):
             offsets.append(stacked.offset)
         return _Stacked(groups, weights, momenta, offsets)
 
+    def detach(self) -> _Stacked:
+        """The same states cut from the graph (truncated BPTT)."""
+        return _Stacked(self.groups, [[w.detach() for w in ws] for ws in self.weights],
+                        [[None if p is None else p.detach() for p in ps] for ps in self.momenta], self.offsets)
+
     def state(self, config: SelfModifyingConfig, d: int) -> SelfModifyingState:
         states = {}
         for names, weights, momenta, offset in zip(self.groups, self.weights, self.momenta, self.offsets,
@@ -353,6 +381,7 @@ def _fused_piece(x, config: SelfModifyingConfig, params: OuterParams, stacked: _
         targets = every(v)  # v_t for every memory (eq. 84), or its own M(v_t) (eq. 87)
         if config.self_values:
             targets, _ = model.forward(W, targets, ln_group)
+            targets = F.normalize(targets, dim=-1) if config.normalize_targets else targets
         reads_memory = "memory" in names  # only the main memory is read, and it is last in its group
         o, W, P = ttt_mini_batch(
             q.flatten(0, 1) if reads_memory else None, every(k), targets, every(eta), every(g), every(log_mu), W, P,
@@ -442,6 +471,8 @@ def _piece(x, config, params, state, mask, mode, step, aligned):
     updated = [name for name in MEMORIES if getattr(state, name) is not None and config.updated(name)]
     targets = (_read_grouped(config, updated, state, lambda name: v, params) if config.self_values
                else dict.fromkeys(updated, v))
+    if config.self_values and config.normalize_targets:
+        targets = {name: F.normalize(t, dim=-1) for name, t in targets.items()}
     new = {name: getattr(state, name) for name in MEMORIES}
     for group in _groups(config, updated, k.shape[-1], by_mini_batch=True):
         G = len(group)

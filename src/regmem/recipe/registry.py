@@ -169,11 +169,11 @@ register(RecipeEntry(
     "not in TTR; Nested Learning arXiv:2512.24695 eq. 88", (), "M(alpha I - eta k k^T) - eta (M k - v) k^T",
 ))
 register(RecipeEntry(
-    "self_modifying_titans", Recipe(Weights("uniform"), Regressor("mlp"), Solver("sgd_momentum")),
+    "self_modifying_titans", Recipe(Weights("uniform"), Regressor("mlp"), Solver("dgd")),
     "regmem.nested.self_modifying_titans(x, config, params) on ttt(...)",
     "not in TTR; Nested Learning arXiv:2512.24695 eqs. 86-91", ("Self-modifying Titans (Hope's core)",),
-    "six residual-MLP memories (k, v, q, eta, alpha, memory), each fitted to v_t by SGD with momentum and weight "
-    "decay (dgd=True: eq. 88's DGD, the point uniform/mlp/dgd)",
+    "six residual-MLP memories (k, v, q, eta, alpha, memory), each fitted to its own M(v_t) by eq. 88's DGD with "
+    "momentum and weight decay (dgd=False: SGD with momentum, the point uniform/mlp/sgd_momentum)",
 ))
 
 _ANALYTIC = Solver("analytic")

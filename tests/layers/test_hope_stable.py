@@ -1,0 +1,103 @@
+"""Hope and self-modifying Titans build the paper's mechanisms by default (Nested Learning, arXiv:2512.24695, eqs.
+84-97: self-generated values, DGD, momentum, weight decay, a CMS whose levels move) and keep every weight bounded from
+initialisation: 2048 tokens of 30 randn inputs at an inner step far above any default cannot blow a memory or a CMS
+level up, where the printed explicit steps go non-finite. The stand-in of before LMConfig format 7 stays reachable.
+"""
+
+import pytest
+import torch
+
+from helpers import one_intra_op_thread  # noqa: F401 -- the fixture, used by pytestmark
+from regmem.layers import build_mixer
+from regmem.models import LM, LMConfig
+from regmem.nested import CMS, CMSConfig
+
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
+MEMORIES = ("k", "v", "q", "eta", "alpha", "memory")
+
+
+def test_defaults_are_the_papers_mechanisms_and_the_stand_in_is_the_old_model():
+    hope = build_mixer("hope", 32, 2)
+    config = hope.config
+    assert config.self_values and config.dgd and config.momentum and config.weight_decay and config.adaptive_q
+    assert not config.static
+    assert hope.cms.config.step_rule == "capped" and hope.cms.config.rates() == (1.0, 1.0, 1.0)
+    standin = build_mixer("hope_standin", 32, 2)
+    assert not standin.config.self_values and not standin.config.dgd
+    assert standin.cms.config.step_rule == "normalized" and standin.cms.config.rates() == (1e-3,) * 3
+    assert build_mixer("hope_standin", 32, 2, dgd=True).config.dgd  # options given override the stand-in's
+    titans = build_mixer("self_modifying_titans_standin", 32, 2)
+    assert not titans.config.self_values and not titans.config.dgd
+
+
+def _largest_weights(name: str, segments: int = 8, **options) -> list[dict]:
+    """The largest |weight| of each memory (and of the CMS) after each of `segments` pieces of 256 tokens of
+    30 randn, the state carried; eta_t = eta_max / 2 for every token (w_eta = 0)."""
+    torch.manual_seed(0)
+    mixer = build_mixer(name, 32, 2, **options)
+    generator = torch.Generator().manual_seed(1)
+    state, largest = None, []
+    with torch.no_grad():
+        mixer.w_eta.zero_()
+        for _ in range(segments):
+            y, state = mixer(30 * torch.randn(1, 256, 32, generator=generator), state)
+            inner = state.inner.memory if hasattr(state, "inner") else state.memory
+            row = {name: getattr(inner, name).params.abs().max() for name in MEMORIES}
+            if getattr(state, "cms", None) is not None:
+                row["cms"] = max(w.abs().max() for level in state.cms.levels for w in level.theta)
+            row["y"] = y.abs().max()
+            largest.append(row)
+    return largest
+
+
+@pytest.mark.parametrize("name", ["hope", "self_modifying_titans"])
+def test_default_weights_stay_bounded_under_large_inputs_at_a_huge_inner_step(name):
+    """eta_t = 500 (eta_max 1000), 500 times the default's largest step, on inputs 30x the unit scale; the CMS at lr
+    1000: every weight and output stays finite and below 10^3 over 2048 tokens."""
+    options = {"eta_max": 1000.0, **({"cms_lr": 1000.0} if name == "hope" else {})}
+    for row in _largest_weights(name, **options):
+        for what, value in row.items():
+            assert torch.isfinite(value) and value < 1e3, (what, row)
+
+
+def test_the_printed_explicit_steps_go_non_finite_on_the_same_input():
+    """Eq. 88 and eq. 71 as printed (step_rule "explicit"), the default eta_max 1 and CMS lr 0.03: the memories'
+    weights overflow within the first 256 tokens."""
+    first = _largest_weights("hope", segments=1, step_rule="explicit", cms_step_rule="explicit", cms_lr=0.03)[0]
+    assert not all(torch.isfinite(value) for value in first.values()), first
+
+
+def test_normalized_targets_keep_self_generated_values_bounded_where_raw_ones_overflow():
+    """Eq. 87's raw targets M(v_t) grow with the memory that makes them; with eq. 89's memories (no layer norm)
+    that feedback overflows at eta 500, and the normalised target M(v) / ||M(v)|| stops it. (The default's layer
+    norm bounds the target by itself: the test above.)"""
+    raw = _largest_weights("self_modifying_titans", segments=4, eta_max=1000.0, layer_norm=False, normalize_v=False)
+    assert not all(torch.isfinite(v) and v < 1e3 for row in raw for v in row.values())
+    normalized = _largest_weights("self_modifying_titans", segments=4, eta_max=1000.0, layer_norm=False,
+                                  normalize_v=False, normalize_targets=True)
+    assert all(torch.isfinite(v) and v < 1e3 for row in normalized for v in row.values())
+
+
+def test_capped_cms_levels_stay_bounded_where_the_explicit_step_overflows():
+    """A 3-level CMS at lr 1000 on 30 randn inputs: the capped step's weights stay near their initial scale, eq. 71's
+    explicit step overflows."""
+    largest = {}
+    for rule in ("capped", "explicit"):
+        torch.manual_seed(0)
+        cms = CMS(16, CMSConfig(chunk_sizes=(4, 16, 64), lr=1000.0, hidden=32, step_rule=rule))
+        with torch.no_grad():
+            _, state = cms(30 * torch.randn(2, 2048, 16, generator=torch.Generator().manual_seed(1)))
+        largest[rule] = max(w.abs().max() for level in state.levels for w in level.theta)
+    assert largest["capped"] < 10, largest
+    assert not largest["explicit"] < 1e6, largest
+
+
+def test_configs_saved_before_format_7_load_as_the_stand_in():
+    """An LM config of format 6 names no mixer option: it loads with the defaults it was trained with."""
+    old = LMConfig(vocab_size=16, d_model=32, n_heads=2, n_layers=1, mixer="hope").to_dict()
+    old["format"] = 6
+    model = LM(LMConfig.from_dict(old))
+    mixer = model.blocks[0].mixer
+    assert not mixer.config.self_values and not mixer.config.dgd
+    assert mixer.cms.config.step_rule == "normalized" and mixer.cms.config.rates() == (1e-3,) * 3
+    assert LMConfig.from_dict(LMConfig.from_dict(old).to_dict()) == LMConfig.from_dict(old)
