@@ -21,6 +21,8 @@ state (the recurrent form). A fixed-size state makes the step cost the same at e
   `hope_compiled`: the same with `compile_pieces=True`, each mini-batch's fused piece through torch.compile (inductor;
   its compilation, minutes on CPU, falls in the untimed first call).
   Since the CMS's chunk compile (`compile_chunks`), that option compiles each whole chunk of the CMS's levels too.
+  `hope_standin`: Hope as it was before LMConfig format 7 (eq. 84's targets, no DGD; regmem/layers/hope.py), so the
+  cost of the paper's mechanisms reads beside it.
   `gated_deltanet_compiled`: the Gated DeltaNet layer whole through torch.compile, the compiled baseline.
 - `titans_mlp_compiled`, `ttt_mlp_compiled`: those layers with `compile_blocks=True`, each block of the engine's
   chunk form through torch.compile (inductor; compiled in the untimed first call), stated against the eager layer.
@@ -94,6 +96,7 @@ LAYER_CASES = {
     "swiglu": _FFN,
     "hope": _regmem("hope", mini_batch=16),
     "hope_compiled": _regmem("hope", mini_batch=16, compile_pieces=True),
+    "hope_standin": _regmem("hope_standin", mini_batch=16),
     "gated_deltanet": _regmem("gated_deltanet"),
     "gated_deltanet_compiled": _compiled(_regmem("gated_deltanet")),
     "titans_pytorch": _titans_pytorch(None),
@@ -103,6 +106,7 @@ EXTERNAL_LAYERS = {"titans_pytorch": "titans_mlp", "titans_pytorch_b16": "titans
 # layer -> the layer its time is stated against
 # (layer, the layer its time is stated against): a compiled layer against the eager baseline and the compiled one
 BASELINES = (("cms", "swiglu"), ("hope", "gated_deltanet"), ("hope_compiled", "gated_deltanet"),
+             ("hope_standin", "gated_deltanet"),
              ("hope_compiled", "gated_deltanet_compiled"), ("gated_deltanet_compiled", "gated_deltanet"),
              ("mamba", "mamba2"), ("titans_mlp_compiled", "titans_mlp"), ("ttt_mlp_compiled", "ttt_mlp"))
 STATELESS = {*EXTERNAL_LAYERS, "swiglu"}  # no decoding state: no step pass

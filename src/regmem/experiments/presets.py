@@ -100,3 +100,30 @@ PRESETS = {
     # Its committed results (S3, S5 word problems) were measured with one lr for the whole model, so it keeps one.
     "quick-mlp": make_preset("quick-mlp", 64, n_layers=2, ffn="swiglu", mlp_lr_scale=1.0),
 }
+
+
+def long_preset(d_model: int = 64, seq_len: int = 1024) -> Preset:
+    """The long-context suite: quick's one-layer model (heads of 16, the short conv, MLPs at 0.1 x the lr) at
+    T = `seq_len`, where each level of Hope's default CMS (chunks 16, 64, 256) updates at least four times per
+    sequence and every memory mini-batch of 16 sixty-four times. Zoology's long-sequence MQAR (arXiv:2312.04927,
+    Sec. 4): the key-value pairs open the sequence and each query comes at a uniformly random later position
+    (`power_a` 1), so the mean key-query gap is ~T / 2; needles at the same length; byte-level text in 1024-byte
+    windows. The budget fits 2 cores: at d_model 64, B 8 and T 1024 a Gated DeltaNet step takes ~0.26 s on one
+    thread and a Hope step ~1.8 s, so a Hope run of 500 steps is ~15 min."""
+    base = make_preset("long", d_model)
+    steps, batch = 500, 8
+    mqar = {"vocab_size": 2 * seq_len, "seq_len": seq_len, "num_kv_pairs": d_model // 2, "power_a": 1.0,
+            "random_non_queries": False}  # MQAR needs V > T
+    # Truncated BPTT for the self-referential memories: their full backward overflows float32 at T 1024
+    # (regmem/layers/self_modifying.py); the forward still carries every memory over the whole sequence.
+    truncated = {"bptt": 128}
+    kwargs = {**base.mixer_kwargs, "hope": truncated, "self_modifying_titans": truncated, "hope_standin": truncated}
+    return dataclasses.replace(
+        base, task=mqar, steps=steps, batch_size=batch, num_train=steps * batch, num_eval=128, eval_every=50,
+        mixer_kwargs=kwargs,
+        task_points={**base.task_points,  # the tasks outside the suite keep quick's points
+                     "niah_single": {"seq_len": seq_len}, "niah_multikey": {"seq_len": seq_len, "num_needles": 2},
+                     "text": {"seq_len": seq_len}})
+
+
+PRESETS["long"] = long_preset()

@@ -13,6 +13,7 @@ from regmem.experiments.repro import (
     am_stress,
     am_swap,
     lecture_lineage,
+    nl_ablations,
     nl_formal,
     nl_mad,
     nl_niah,
@@ -34,6 +35,7 @@ REPROS: dict[str, Repro] = {repro.name: repro for repro in (
     am_dag.REPRO,
     am_heads.REPRO,
     nl_optimizers.REPRO,
+    nl_ablations.REPRO,
 )}
 
 

@@ -7,8 +7,10 @@ holds the training lengths and Bin 1 longer strings. Its claims: Hope, like the 
 language and bin; Transformer and linear attention fail on the three regular languages (Parity B0 46.4 / 78.1, B1 0)
 and DeltaNet fails to length-generalise on them; every model solves the counter languages.
 
-Here: the languages of regmem.tasks.formal_languages (train lengths 1-40, Bin 1 41-80; the papers' are 1-50 /
-51-100), one block of d_model 32 (mixer + SwiGLU), the same steps for every model, every model at each learning
+Here: the languages of regmem.tasks.formal_languages (train lengths 1-20, Bin 1 21-40 by default:
+`train_max_len`; the papers' are 1-50 / 51-100), one block of d_model 32 (mixer + SwiGLU) whose MLPs -- the SwiGLU
+FFN and Hope's CMS -- train at 0.1 x the run's lr (the rule nl-mad found: `mlp_lr_scale`), the same steps for every
+model, every model at each learning
 rate of the grid and seed (the fair protocol of experiments/protocol.py: each cell's best lr by mean Bin-0 string
 accuracy over seeds, with the spread). Models: attention (the Transformer row), linear attention, DeltaNet, the
 LSTM (torch.nn.LSTM), Hope (self-modifying Titans -> CMS with small chunks, as state tracking needs: Sec. 9.5) and
@@ -64,6 +66,8 @@ class FormalSettings:
     mini_batch: int = 4  # Hope's memories: chunk-wise updates every 4 tokens (Sec. 9.5 needs small chunks)
     cms_chunk_sizes: tuple[int, ...] = (4, 16)
     workers: int = 2  # runs trained at once, one process and one torch thread each
+    # every MLP (the SwiGLU FFN, Hope's CMS) at this x the lr: Hope's MLPs need 0.1 x (nl-mad, benchmarks/README.md)
+    mlp_lr_scale: float = 0.1
 
 
 FULL = FormalSettings(steps=1000, lrs=(1e-3, 3e-3, 1e-2), seeds=(0, 1, 2), mini_batch=2, cms_chunk_sizes=(2, 8))
@@ -80,6 +84,7 @@ def formal_preset(settings: FormalSettings) -> Preset:
         batch_size=settings.batch_size, lr=settings.lrs[0], num_train=settings.steps * settings.batch_size,
         num_eval=settings.num_eval, eval_every=max(settings.steps // 4, 1),
         mixer_kwargs={"hope": {**memory, "cms_chunk_sizes": settings.cms_chunk_sizes}, "self_modifying_titans": memory},
+        mlp_lr_scale=settings.mlp_lr_scale,
     )
 
 
@@ -141,7 +146,8 @@ def format_report(result: dict) -> str:
         f"{p['batch_size']}, train lengths 1-{s['train_max_len']}, Bin 1 {s['train_max_len'] + 1}-"
         f"{2 * s['train_max_len']}, lr grid {', '.join(f'{lr:g}' for lr in s['lrs'])} "
         f"(best per model and language by Bin 0), seeds {', '.join(map(str, s['seeds']))}: mean (min-max). Hope: "
-        f"memories' mini-batch {s['mini_batch']}, CMS chunks {tuple(s['cms_chunk_sizes'])}.",
+        f"memories' mini-batch {s['mini_batch']}, CMS chunks {tuple(s['cms_chunk_sizes'])}; every MLP (SwiGLU, "
+        f"Hope's CMS) at {p.get('mlp_lr_scale', 1.0):g} x the lr.",
         "",
         "| model | " + " | ".join(columns) + " |",
         "|---|" + "---:|" * len(columns),
