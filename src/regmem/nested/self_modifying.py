@@ -80,7 +80,8 @@ class SelfModifyingConfig:
     # small beside x, so k, v, q start near the layer's linear views (regmem/layers/self_modifying.py)
     generator_gain: float = 0.1
     # True: eq. 88's DGD term on top of the l2 gradient (Table 6's full model), which halves what a memory recalls
-    # (fixed point v/2, which the normalisations after every read make harmless) and costs about 2x the time; False:
+    # (fixed point v/2, which the normalisations after every read make harmless); with self_values it costs Hope
+    # 1.4x the stand-in's training step (benchmarks/README.md, "Hope with the paper's mechanisms"); False:
     # plain GD with momentum and weight decay, Table 6's "w/o DGD" row (regmem/layers/self_modifying.py)
     dgd: bool = True
     momentum: bool = True  # inner momentum (Table 6's full model; "w/o momentum" is False)
