@@ -130,7 +130,7 @@ def _before_7(name: str, options: dict) -> dict:
 def test_a_cms_dict_without_a_step_rule_loads_with_the_rule_it_was_written_under():
     """ffn_to_dict writes every field, so a "cms" dict without step_rule predates it: eq. 71's explicit step."""
     assert ffn_from_dict({"kind": "cms", "chunk_sizes": [2, 4]}).step_rule == "explicit"
-    assert ffn_from_dict(ffn_to_dict(CMSConfig())) == CMSConfig() and CMSConfig().step_rule == "capped"
+    assert ffn_from_dict(ffn_to_dict(CMSConfig())) == CMSConfig() and CMSConfig().step_rule == "normalized"
 
 
 def test_a_config_written_before_format_2_keeps_the_defaults_it_was_trained_with():
@@ -149,7 +149,7 @@ def test_a_config_written_before_format_2_keeps_the_defaults_it_was_trained_with
     cms = LMConfig(vocab_size=10, d_model=16, n_heads=2, n_layers=1, mixer="attn", ffn="cms").to_dict()
     cms = {**cms, "ffn": {k: v for k, v in cms["ffn"].items() if k not in ("step_rule", "persistent")}}  # as then
     assert LMConfig.from_dict({k: v for k, v in cms.items() if k != "format"}).ffn == CMSConfig(
-        hidden=43, step_rule="explicit", lr=1.0)  # the dict names its lr
+        hidden=43, step_rule="explicit")
     with pytest.raises(ValueError, match="format"):
         LMConfig.from_dict({**d, "format": 8})
 

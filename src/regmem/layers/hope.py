@@ -12,9 +12,9 @@ Hope has the paper's mechanisms (regmem/layers/self_modifying.py names each depa
 `HopeStandIn` (mixer "hope_standin") is the stabilised model it was before LMConfig format 7.
 
 CMS options: `cms_chunk_sizes` (one per level, fast first as in Fig. 5), `cms_lr` (inner learning rate),
-`cms_variant`, `cms_objective`, `cms_hidden` (0: 8/3 d_model), `cms_step_rule` ("capped", eq. 71's lr capped by
-the curvature bound, which cannot expand; "normalized", the divided step of before format 7; or "explicit", eq. 71 as
-printed), `cms_persistent` (levels carried across the sequences of a stream),
+`cms_variant`, `cms_objective`, `cms_hidden` (0: 8/3 d_model), `cms_step_rule` ("normalized", which cannot diverge;
+"capped", eq. 71's lr capped by the curvature bound, which cannot expand either and moves the levels far more at a
+large lr; or "explicit", eq. 71 as printed), `cms_persistent` (levels carried across the sequences of a stream),
 `cms_compile_chunks` (each whole chunk of a level through torch.compile; Hope's `compile_pieces` sets it too): the
 fields of CMSConfig (regmem/nested/cms.py), whose defaults they read; with `cms=False` setting any of them raises
 ValueError.
@@ -99,17 +99,12 @@ class HopeAttention(_ThenCMS, SoftmaxAttention):
         super().__init__(d_model, n_heads, short_conv=short_conv, **options)
 
 
-# The stand-in's CMS (regmem/layers/self_modifying.py): the "normalized" step at lr 1e-3, the defaults before format 7.
-CMS_STAND_IN = {"cms_step_rule": "normalized", "cms_lr": 1e-3}
-
-
 class HopeStandIn(Hope):
     """Hope as regmem built it before LMConfig format 7: self-modifying Titans' stand-in (eq. 84's targets, no DGD)
-    and a CMS whose levels step by the "normalized" rule at lr 1e-3, which barely moves them in context. Options
-    given override these."""
+    followed by Hope's CMS. Options given override these."""
 
     def __init__(self, d_model: int, n_heads: int, **options):
-        super().__init__(d_model, n_heads, **{**STAND_IN, **CMS_STAND_IN, **options})
+        super().__init__(d_model, n_heads, **{**STAND_IN, **options})
 
     @classmethod
     def default_recipe(cls):

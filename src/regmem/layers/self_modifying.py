@@ -54,8 +54,7 @@ ablation is a constructor option (a field of SelfModifyingConfig): `dgd=False`, 
 
 The stand-in (`SelfModifyingTitansStandIn`, mixer "self_modifying_titans_standin"; Hope's: "hope_standin") is the
 stabilised model these mixers defaulted to before LMConfig format 7: every memory regresses onto v_t (eq. 84, no
-self-modification) without DGD's term, and Hope's CMS steps by the "normalized" rule at lr 1e-3. It is kept so the two
-are compared (regmem repro nl-ablations).
+self-modification) without DGD's term. It is kept so the two are compared (regmem repro nl-ablations).
 
 Padding (regmem/ops/common/padding.py): padded inputs are zeroed, each row's real tokens are moved to its front
 ("real tokens first": mini-batches count from a row's first real token), the padded tail changes no memory

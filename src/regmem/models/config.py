@@ -90,7 +90,7 @@ class LMConfig:
         if version < 6:
             d = _mixer_defaults(d, DEFAULTS_BEFORE_6)
         if version < 7:
-            d = _defaults_before_7(d)
+            d = _mixer_defaults(d, DEFAULTS_BEFORE_7)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -121,23 +121,9 @@ DEFAULTS_BEFORE_5 = {"self_modifying_titans": {"dgd": True}, "hope": {"dgd": Tru
 _GENERATORS_MEMORY = {"memory_expand": 0, "memory_activation": None}
 DEFAULTS_BEFORE_6 = {"self_modifying_titans": _GENERATORS_MEMORY, "hope": _GENERATORS_MEMORY}
 # Format 7: the paper's mechanisms by default (regmem/layers/self_modifying.py): every memory regresses onto its own
-# M(v_t) with DGD's term, and a CMS steps by the "capped" rule at lr 1 (regmem/nested/cms.py). Before it, the
-# stand-in's options (regmem/layers/hope.py: HopeStandIn), and an FFN CMS without an lr had 1e-3.
-_CMS_BEFORE_7 = {"step_rule": "normalized", "lr": 1e-3}
-_CMS_OPTIONS_BEFORE_7 = {f"cms_{k}": v for k, v in _CMS_BEFORE_7.items()}
+# M(v_t) with DGD's term. Before it, the stand-in's (regmem/layers/hope.py: HopeStandIn).
 DEFAULTS_BEFORE_7 = {"self_modifying_titans": {"self_values": False, "dgd": False},
-                     "hope": {"self_values": False, "dgd": False, **_CMS_OPTIONS_BEFORE_7},
-                     "hope_attention": _CMS_OPTIONS_BEFORE_7}
-
-
-def _defaults_before_7(d: dict) -> dict:
-    """`DEFAULTS_BEFORE_7` where a format-6-or-older config leaves them out; a CMS FFN without an lr gets 1e-3 (without
-    a step rule it loads with the explicit rule of before format 2: ffn_from_dict)."""
-    d = _mixer_defaults(d, DEFAULTS_BEFORE_7)
-    ffn = d.get("ffn")
-    if isinstance(ffn, dict) and ffn.get("kind") == "cms" and "lr" not in ffn:
-        d = {**d, "ffn": {**ffn, "lr": _CMS_BEFORE_7["lr"]}}
-    return d
+                     "hope": {"self_values": False, "dgd": False}}
 
 
 def _defaults_before_2(d: dict) -> dict:
@@ -213,7 +199,6 @@ def _from_flat(d: dict) -> dict:
         if flat.get("cms_levels", levels) != levels:
             raise ValueError(f"cms_chunk_sizes lists {levels} levels but cms_levels = {flat['cms_levels']}")
         options["step_rule"] = "explicit"  # the only rule before CMSConfig.step_rule
-        options.setdefault("lr", _CMS_BEFORE_7["lr"])  # the default before format 7
     layers = set(layer_mixers(rest.get("mixer", LMConfig.mixer), rest.get("n_layers", LMConfig.n_layers)))
     kwargs = rest.get("mixer_kwargs", {})
     if isinstance(kwargs, dict):  # the flat format kept options of mixers no layer used

@@ -42,14 +42,16 @@ The step eta_l of eq. 71 (`step_rule`):
                    token and a linear level it is the exact proximal step, the normalised LMS step lr / (1 + lr
                    ||x||^2); for a chunk it uses the bound in place of the chunk's curvature (the exact
                    chunk-proximal step needs a solve per chunk). It departs from the printed paper (lr * sum c_t -> 0
-                   recovers "explicit", and a large lr tends to the step 1 / sum c_t). It was the default before
-                   LMConfig format 7, at lr 1e-3, where it divided every step down: the levels of an initial Hope LM
-                   moved by 0.01 % over 1024 tokens.
-    "capped"       eta = min(lr_l, 1 / sum_{t in chunk} c_t), the default (at lr 1): eq. 71's step lr_l wherever the
+                   recovers "explicit", and a large lr tends to the step 1 / sum c_t). It is the default, at lr 1e-3,
+                   where the levels of an initial Hope LM move by 0.01 % over 1024 tokens.
+    "capped"       eta = min(lr_l, 1 / sum_{t in chunk} c_t): eq. 71's step lr_l wherever the
                    curvature bound allows it, and the bound's step where it does not. The bound is a cap, not a
                    divisor: a chunk of small curvature steps by lr_l itself. Still eta * lambda_max(sum_t J_t^T J_t)
                    <= 1, so the linearised step cannot expand and W_down's homogeneous part keeps its spectrum in
-                   [0, 1] (tests/layers/test_hope_stable.py: 2048 tokens of 30 randn at lr 1000 stay bounded).
+                   [0, 1] (tests/layers/test_hope_stable.py: 2048 tokens of 30 randn at lr 1000 stay bounded). At
+                   lr 1 it moves the levels of an initial Hope LM by 17 % over 1024 tokens; it is not the default
+                   because Hope with it learned neither MQAR nor a needle at quick scale (benchmarks/README.md,
+                   "Hope with the paper's mechanisms"), where each of it and the paper's memories alone did.
 All three are exact in both forms: the chunk form sums c_t with the gradients, the token loop token by token, and a
 partial chunk carries its sum in `CMSState`.
 
@@ -139,14 +141,14 @@ class CMSConfig:
 
     kind: ClassVar[Literal["cms"]] = "cms"
     chunk_sizes: tuple[int, ...] = (16, 64, 256)  # tokens per update of each level; Fig. 5 stacks 16 under slower
-    # inner step size: with the "capped" rule the step is min(lr, 1 / the chunk's curvature bound), so lr 1 lets a
-    # level move as far as that bound allows (1e-3 with the "normalized" rule before LMConfig format 7 moved the
-    # levels of an initial Hope LM by 0.01 % over 1024 tokens, lr 1 by 17 %: benchmarks/README.md)
-    lr: float | tuple[float, ...] = 1.0
+    # inner step size. At 1e-3 with the "normalized" rule the levels of an initial Hope LM move by 0.01 % over 1024
+    # tokens; the "capped" rule at lr 1 moves them by 17 %, but with self-modifying Titans' own values and DGD Hope
+    # then learned neither MQAR quick (0.14) nor its needle (0.06), both solved at this default (benchmarks/README.md)
+    lr: float | tuple[float, ...] = 1e-3
     hidden: int = 0  # 0: round(8/3 D / k): the LM's SwiGLU width split over the k levels (the FFN's parameters)
     variant: Variant = "sequential"  # eq. 73, Hope's chain (eq. 97)
     objective: Objective = "value"  # a meta-learned view of the level's own inputs (module docstring)
-    step_rule: StepRule = "capped"  # cannot expand (module docstring); "explicit" is eq. 71 as printed
+    step_rule: StepRule = "normalized"  # cannot diverge (module docstring); "explicit" is eq. 71 as printed
     persistent: bool | tuple[bool, ...] = False  # no level carries its weights from one sequence to the next
     # True: each whole chunk of a level (its outputs, inner gradient and eq. 71 step: `_whole_chunk`) runs through
     # torch.compile (a name: that backend), one graph per level's chunk size, traced once and reused by every chunk;
