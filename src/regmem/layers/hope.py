@@ -8,7 +8,10 @@ are CMS"). Both are mixers, so an LM takes them by name (`mixer="hope"`); with `
 only MLP, as in the paper. Every Table-6 ablation is a constructor flag: self-modifying Titans' own (`momentum=False`,
 `weight_decay=False`, `static=("k",)` ... for "w/o inner-projection k/v", `adaptive_q=False`, `dgd=False` ("w/o
 DGD"), `self_values=False`) and `cms=False` ("w/o CMS", which leaves self-modifying Titans alone). With no options
-Hope has the paper's mechanisms (regmem/layers/self_modifying.py names each departure from the printed equations);
+Hope has the paper's mechanisms (regmem/layers/self_modifying.py names each departure from the printed equations)
+but one: its CMS steps by the "normalized" rule at lr 1e-3, which barely moves the levels in context. The "capped"
+rule at `cms_lr=1` moves them (17 % over 1024 tokens), and with it Hope learned neither MQAR nor a needle at quick
+scale, where either part alone trained (benchmarks/README.md, "Hope with the paper's mechanisms").
 `HopeStandIn` (mixer "hope_standin") is the stabilised model it was before LMConfig format 7.
 
 CMS options: `cms_chunk_sizes` (one per level, fast first as in Fig. 5), `cms_lr` (inner learning rate),
