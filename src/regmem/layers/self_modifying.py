@@ -126,7 +126,7 @@ class SelfModifyingTitans(Mixer):
     def recipe(self):
         """The point of the default, eq. 88's DGD; without `dgd` SGD with momentum and weight decay (Titans-MLP's)."""
         point = super().recipe
-        return point if self.config.dgd else dataclasses.replace(point, solver=Solver("sgd_momentum"))
+        return point if self.config.dgd else stand_in_recipe(point)
 
     def _outer(self) -> OuterParams:
         ln = {name: (self.ln_weight[name], self.ln_bias[name]) for name in self.ln_weight}

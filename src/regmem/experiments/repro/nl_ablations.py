@@ -89,13 +89,16 @@ def position_accuracy(logits: torch.Tensor, targets: torch.Tensor, buckets: int)
     return out
 
 
-def _score(model, task, inputs, targets) -> dict:
+def _score(model, task, inputs, targets, *, curve: bool = False) -> dict:
+    """Loss and the task's metrics; with `curve`, also the accuracy in each eighth of the sequence."""
     with torch.no_grad():
         logits = torch.cat([model(inputs[i:i + 16]) for i in range(0, len(inputs), 16)])
     total, count = token_loss(logits, targets)
-    metrics = {name: float(value) for name, value in task.metric(logits, targets).items()}
-    return {"loss": float(total) / max(int(count), 1), **metrics,
-            "by_position": position_accuracy(logits, targets, POSITION_BUCKETS)}
+    out = {"loss": float(total) / max(int(count), 1),
+           **{name: float(value) for name, value in task.metric(logits, targets).items()}}
+    if curve:
+        out["by_position"] = position_accuracy(logits, targets, POSITION_BUCKETS)
+    return out
 
 
 def _scores(model, run: Run, preset, num_test: int) -> dict:
@@ -104,15 +107,14 @@ def _scores(model, run: Run, preset, num_test: int) -> dict:
     each eighth of the sequence."""
     task = build_task(run.task, preset, {})
     inputs, targets = task.generate(num_test, seed=run.seed + TEST_SEED)
-    out = _score(model, task, inputs, targets)
-    if "depth" in {f.name for f in dataclasses.fields(task.config)}:
-        curve = []
-        for depth in DEPTHS:
-            at = build_task(run.task, preset, {"depth": depth})
-            x, y = at.generate(max(num_test // len(DEPTHS), 1), seed=run.seed + TEST_SEED)
-            curve.append(_score(model, at, x, y)["accuracy"])
-        out["by_position"] = curve
-    return out
+    if not _needle(run.task):
+        return _score(model, task, inputs, targets, curve=True)
+    curve = []
+    for depth in DEPTHS:
+        at = build_task(run.task, preset, {"depth": depth})
+        x, y = at.generate(max(num_test // len(DEPTHS), 1), seed=run.seed + TEST_SEED)
+        curve.append(_score(model, at, x, y)["accuracy"])
+    return {**_score(model, task, inputs, targets), "by_position": curve}
 
 
 def test_scores(run: Run, trained: RunResult, preset, num_test: int) -> dict:
