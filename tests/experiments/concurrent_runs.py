@@ -17,9 +17,9 @@ def fake_train(run: Run, preset) -> dict:
     with open(os.environ["REGMEM_TEST_LOG"], "a") as log:
         log.write(f"{os.getpid()} {run.seed}\n")
     time.sleep(0.3)
-    return {"score": run.seed / 10, "accuracy": run.seed / 10, "parameters": 1, "state_floats": 1,
-            "train_seconds": 0.3, "tokens_per_second": 1.0, "steps": 1, "metrics": {}, "stopped_early": False,
-            "diverged_at_step": None}
+    return {"score": run.seed / 10, "test_score": run.seed / 10, "accuracy": run.seed / 10, "parameters": 1,
+            "state_floats": 1, "train_seconds": 0.3, "tokens_per_second": 1.0, "steps": 1, "metrics": {},
+            "stopped_early": False, "diverged_at_step": None}
 
 
 def sweep(run_dir: str, workers: int) -> None:
@@ -32,7 +32,7 @@ def sweep(run_dir: str, workers: int) -> None:
 def save_many(run_dir: str, times: int) -> None:
     store = RunStore(run_dir, PRESETS["tiny"])
     for i in range(times):
-        store.save(RUNS[0], {"score": i})
+        store.save(RUNS[0], {"score": i, "test_score": i})
 
 
 if __name__ == "__main__":

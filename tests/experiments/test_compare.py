@@ -42,9 +42,13 @@ def test_attention_learns_two_pair_mqar_and_the_leaderboard_holds_the_asked_cell
     result = json.loads((run_dir / "results.json").read_text())
     assert result["meta"]["sweep_field"] == "num_kv_pairs" and result["meta"]["preset"]["steps"] == 384
     assert all(1 <= r["steps"] <= TINY_384.steps for r in result["runs"])
-    # one seed and one lr: a cell's mean is its one run's accuracy
-    assert sorted((r["mixer"], r["setting"]["num_kv_pairs"], r["score"]) for r in result["runs"]) == sorted(
+    # one seed and one lr: a cell's mean is its one run's test accuracy, its validation mean the run's validation
+    assert sorted((r["mixer"], r["setting"]["num_kv_pairs"], r["test_score"]) for r in result["runs"]) == sorted(
         (m, v, a) for (m, v), a in accuracy.items())
+    validation = {(r["mixer"], int(r["setting"].split("=")[1])): float(r["valid_mean"]) for r in rows}
+    assert sorted((r["mixer"], r["setting"]["num_kv_pairs"], r["score"]) for r in result["runs"]) == sorted(
+        (m, v, a) for (m, v), a in validation.items())
+    assert validation != accuracy  # two different held-out sets
     board = (run_dir / "leaderboard.md").read_text().splitlines()
     assert board[0] == ("# mqar: preset tiny (d_model 16, 1 layer(s), ffn none, 384 steps x batch 64, early stop at "
                         "accuracy 0.99)")
@@ -69,8 +73,8 @@ def test_compare_without_sweep_draws_one_bar_per_mixer(tmp_path, monkeypatch):
     result = json.loads((run_dir / "results.json").read_text())
     assert result["meta"]["sweep_field"] is None
     assert [(r["mixer"], r["setting"]) for r in result["runs"]] == [("linear", {}), ("retnet", {})]
-    assert bars == [(["linear", "retnet"], [r["score"] for r in result["runs"]])]
-    assert "| mixer | - | accuracy |" in (run_dir / "leaderboard.md").read_text()
+    assert bars == [(["linear", "retnet"], [r["test_score"] for r in result["runs"]])]
+    assert "| mixer | - | test accuracy |" in (run_dir / "leaderboard.md").read_text()
 
 
 class Interrupted(Exception):
@@ -184,8 +188,8 @@ def test_lr_grid_rejects_a_non_positive_or_non_finite_lr_naming_lrs(lrs):
 
 
 def test_eval_lengths_score_every_run_at_other_lengths(tmp_path):
-    """At the training length the extra score is the run's own (same held-out sequences, same final model); a longer
-    length is scored per run and tabled at each cell's best lr (mean and min-max of those runs' own scores)."""
+    """At the training length the extra score is the run's own test score (same test sequences, same final model); a
+    longer length is scored per run and tabled at each cell's best lr (mean and min-max of those runs' own scores)."""
     short = dataclasses.replace(PRESETS["tiny"], steps=8, num_train=8 * 64, eval_every=4)
     quiet = {"progress": False, "log": lambda *_: None}
     run_dir = compare("s5", ["linear"], short, sweep="degree=3", seeds=[0, 1], lrs=[0.01, 0.3],
@@ -194,7 +198,7 @@ def test_eval_lengths_score_every_run_at_other_lengths(tmp_path):
     assert len(result["runs"]) == 4
     for run in result["runs"]:
         assert run["eval_lengths"] == [16, 48]  # sorted, without the repeat
-        assert run["at_length"]["16"] == run["score"]
+        assert run["at_length"]["16"] == run["test_score"]
         assert 0.0 <= run["at_length"]["48"] <= 1.0
     best_lr = result["cells"][0]["best_lr"]
     at_48 = [r["at_length"]["48"] for r in result["runs"] if r["lr"] == best_lr]

@@ -20,9 +20,10 @@ from regmem.tasks import TASK_GROUPS
 FAST = dataclasses.replace(PRESETS["tiny"], steps=4, num_train=64, num_eval=32, eval_every=2)
 
 
-def record(task, mixer, lr, seed, score, setting=None):
+def record(task, mixer, lr, seed, score, setting=None, test=None):
     return {"task": task, "mixer": mixer, "lr": lr, "seed": seed, "setting": setting or {}, "score": score,
-            "parameters": 10, "state_floats": 4, "train_seconds": 1.0, "tokens_per_second": 5.0}
+            "test_score": score if test is None else test, "parameters": 10, "state_floats": 4, "train_seconds": 1.0,
+            "tokens_per_second": 5.0}
 
 
 def test_best_lr_is_the_argmax_of_the_mean_over_seeds_and_its_spread_is_reported():
@@ -33,6 +34,36 @@ def test_best_lr_is_the_argmax_of_the_mean_over_seeds_and_its_spread_is_reported
     assert cell.best_lr == 1e-2 and cell.mean == pytest.approx(0.65) and (cell.low, cell.high) == (0.6, 0.7)
     assert cell.seeds == 2 and cell.lr_means == pytest.approx({1e-3: 0.5, 1e-2: 0.65, 3e-2: 0.1})
     assert cell.metric == "accuracy"
+
+
+def test_the_lr_is_chosen_on_validation_and_the_test_score_at_it_is_reported():
+    """Test scores that favour another lr change nothing of the choice; what is reported is the test score at the
+    validation's choice, with its spread, and the validation mean beside it."""
+    validation = {(1e-3, 0): 0.5, (1e-3, 1): 0.5, (1e-2, 0): 0.8, (1e-2, 1): 0.6}
+    test = {(1e-3, 0): 0.99, (1e-3, 1): 0.97, (1e-2, 0): 0.3, (1e-2, 1): 0.2}
+    (cell,) = summarize([record("mqar", "gla", lr, seed, validation[lr, seed], test=test[lr, seed])
+                         for lr, seed in validation])
+    assert cell.best_lr == 1e-2 and cell.valid_mean == pytest.approx(0.7)
+    assert cell.mean == pytest.approx(0.25) and (cell.low, cell.high) == (0.2, 0.3)
+    assert cell.lr_means == pytest.approx({1e-3: 0.5, 1e-2: 0.7})  # the grid's validation means
+    for r in [record("mqar", "gla", lr, seed, validation[lr, seed], test=-1.0) for lr, seed in validation]:
+        assert summarize([r])[0].best_lr == r["lr"]  # no test score enters the choice
+
+
+def test_a_train_function_without_a_test_score_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="has no test_score"):
+        execute([Run("mqar", "linear", 1e-2, 0)], FAST, RunStore(tmp_path, FAST), progress=False, log=lambda *_: None,
+                train=lambda run, preset: {"score": 0.5})
+    assert not list(tmp_path.glob("runs/*.json"))
+
+
+def test_a_stored_run_without_a_test_score_is_trained_again(tmp_path):
+    run = Run("mqar", "linear", 1e-2, 0)
+    store = RunStore(tmp_path, FAST)
+    store.save(run, {"score": 0.5})  # stored before runs were scored on a test split
+    assert store.load(run) is None
+    store.save(run, {"score": 0.5, "test_score": 0.4})
+    assert store.load(run)["test_score"] == 0.4
 
 
 def test_bits_per_byte_is_minimised_and_ties_go_to_the_smaller_lr():
@@ -63,8 +94,8 @@ def test_an_interrupted_execution_resumes_without_re_running_finished_runs(tmp_p
         if len(trained) == fail_at:
             raise Interrupted
         trained.append(run)
-        return {"score": run.lr * 10 + run.seed, "parameters": 1, "state_floats": 1, "train_seconds": 0.1,
-                "tokens_per_second": 1.0, "steps": 1}
+        return {"score": run.lr * 10 + run.seed, "test_score": 0.0, "parameters": 1, "state_floats": 1,
+                "train_seconds": 0.1, "tokens_per_second": 1.0, "steps": 1}
 
     store = RunStore(tmp_path, FAST)
     with pytest.raises(Interrupted):
@@ -168,9 +199,10 @@ def test_compare_reports_the_best_lrs_mean_and_spread(tmp_path):
     result = json.loads((run_dir / "results.json").read_text())
     assert len(result["runs"]) == 8 and result["meta"]["learning_rates"] == "best of the grid 0.01, 0.03"
     board = (run_dir / "leaderboard.md").read_text().splitlines()
-    assert board[4].startswith("| mixer | num_kv_pairs | accuracy | min-max | best lr |")
+    assert board[4].startswith("| mixer | num_kv_pairs | test accuracy | min-max | validation | best lr |")
     for cell, line in zip(sorted(result["cells"], key=lambda c: c["setting"]["num_kv_pairs"]), board[6:], strict=True):
-        assert f"| {cell['mean']:.3f} | {cell['low']:.3f}-{cell['high']:.3f} | {cell['best_lr']:g} |" in line
+        assert (f"| {cell['mean']:.3f} | {cell['low']:.3f}-{cell['high']:.3f} | {cell['valid_mean']:.3f} | "
+                f"{cell['best_lr']:g} |") in line
 
 
 def test_cli_suite_and_compare_smoke_on_a_tiny_preset(tmp_path, monkeypatch, capsys):

@@ -27,7 +27,7 @@ DIVERGING_LR = 1e10
 
 def record(task, mixer, lr, seed, score, loss):
     return {"task": task, "mixer": mixer, "lr": lr, "seed": seed, "setting": {}, "score": score,
-            "metrics": {"loss": loss}, "parameters": 10, "state_floats": 4, "train_seconds": 1.0,
+            "test_score": score, "metrics": {"loss": loss}, "parameters": 10, "state_floats": 4, "train_seconds": 1.0,
             "tokens_per_second": 5.0}
 
 
@@ -73,9 +73,9 @@ def test_a_grid_with_a_diverged_cell_shows_it_and_counts_it_as_zero(tmp_path):
     board = (tmp_path / "leaderboard.md").read_text()
     assert "| linear | diverged@2 | 0.000 |" in board  # the row's mean accuracy counts it as 0
     assert "2 runs; 1 of 2 cells at their best learning rate" in board
-    assert "| linear | diverged@2 | 0.000-0.000 | 2 | 1e+10 | 1e+10: 0.000 (2 diverged) |" in board
+    assert "| linear | diverged@2 | 0.000-0.000 | 0.000 | 2 | 1e+10 | 1e+10: 0.000 (2 diverged) |" in board
     csv_header = (tmp_path / "results.csv").read_text().splitlines()[0]
-    assert csv_header.endswith("diverged,diverged_at,lr_diverged")
+    assert csv_header.endswith("diverged,diverged_at,lr_diverged,valid_mean")
 
 
 def test_compare_counts_a_diverged_learning_rate_as_zero_and_picks_the_finite_one(tmp_path):

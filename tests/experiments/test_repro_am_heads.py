@@ -34,7 +34,8 @@ def test_each_run_trains_the_head_count_of_its_setting(tmp_path, monkeypatch):
 
     def fake_train_run(spec, preset):
         seen.append((spec.setting, preset.n_heads))
-        return {"score": 0.5, "parameters": 1, "state_floats": 1, "train_seconds": 0.0, "tokens_per_second": 1.0}
+        return {"score": 0.5, "test_score": 0.5, "parameters": 1, "state_floats": 1, "train_seconds": 0.0,
+                "tokens_per_second": 1.0}
 
     monkeypatch.setattr("regmem.experiments.repro.am_heads.train_run", fake_train_run)
     settings = dataclasses.replace(QUICK, tasks=("mqar",), kernels=("linear",), head_counts=(1, 4), seeds=(0,))

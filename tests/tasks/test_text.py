@@ -22,7 +22,7 @@ from regmem.tasks.text import (
     encode,
     sample_windows,
     shift_windows,
-    split_boundary,
+    split_boundaries,
     split_corpus,
     topics,
 )
@@ -49,39 +49,51 @@ def test_missing_pydoc_data_raises_naming_it(monkeypatch):
     assert corpus_bytes()  # nothing broken was cached
 
 
-@pytest.mark.parametrize("fraction", [0.05, 0.1, 0.3])
-def test_split_is_disjoint_covers_the_corpus_and_cuts_at_a_topic_start(fraction):
+def _starts():
+    return {len(SEPARATOR.join(topics()[n].encode("utf-8") for n in sorted(topics())[:k])) + len(SEPARATOR)
+            for k in range(1, len(topics()))}
+
+
+@pytest.mark.parametrize(("valid", "test"), [(0.04, 0.06), (0.05, 0.05), (0.1, 0.2)])
+def test_splits_are_disjoint_cover_the_corpus_and_cut_at_topic_starts(valid, test):
     corpus = corpus_bytes()
-    train, validation = split_corpus(fraction)
-    assert train.dtype == validation.dtype == torch.uint8
-    boundary = split_boundary(fraction)
-    assert train.numel() == boundary and validation.numel() == len(corpus) - boundary  # [0, b) and [b, len)
-    assert bytes(train.tolist()) + bytes(validation.tolist()) == corpus
-    assert corpus[boundary - len(SEPARATOR):boundary] == SEPARATOR
-    starts = {len(SEPARATOR.join(topics()[n].encode("utf-8") for n in sorted(topics())[:k])) + len(SEPARATOR)
-              for k in range(1, len(topics()))}
-    assert boundary in starts  # no topic straddles the split
-    gaps = [abs(start - (1 - fraction) * len(corpus)) for start in starts]
-    assert abs(boundary - (1 - fraction) * len(corpus)) == min(gaps)  # the nearest topic start
-    assert abs(validation.numel() / len(corpus) - fraction) < 0.05
+    train, validation, held_out = split_corpus(valid, test)
+    assert train.dtype == validation.dtype == held_out.dtype == torch.uint8
+    v, t = split_boundaries(valid, test)
+    assert (train.numel(), validation.numel(), held_out.numel()) == (v, t - v, len(corpus) - t)
+    assert bytes(train.tolist()) + bytes(validation.tolist()) + bytes(held_out.tolist()) == corpus
+    starts = _starts()
+    for boundary, share in ((v, 1 - valid - test), (t, 1 - test)):
+        assert corpus[boundary - len(SEPARATOR):boundary] == SEPARATOR
+        assert boundary in starts  # no topic straddles two splits
+        gaps = [abs(start - share * len(corpus)) for start in starts]
+        assert abs(boundary - share * len(corpus)) == min(gaps)  # the nearest topic start
 
 
-def test_default_split_sizes_are_about_ninety_ten():
-    train, validation = split_corpus()
+def test_default_split_sizes():
+    train, validation, test = split_corpus()
     assert 0.85 < train.numel() / len(corpus_bytes()) < 0.95
-    assert validation.numel() > 20_000
+    assert validation.numel() > 10_000 and test.numel() > 20_000
+
+
+def test_fractions_that_cut_at_one_topic_start_raise():
+    with pytest.raises(ValueError, match="validation split would be empty"):
+        split_boundaries(0.001, 0.06)
 
 
 def test_windows_come_from_their_own_split_and_targets_are_shifted_inputs():
     task = Text(TextConfig(seq_len=64))
-    train, validation = (bytes(split.tolist()) for split in split_corpus())
-    for generate, own in [(task.generate_train, train), (task.generate, validation)]:
+    train, validation, test = (bytes(split.tolist()) for split in split_corpus())
+    for generate, own, others in [(task.generate_train, train, (validation, test)),
+                                  (task.generate, validation, (train, test)),
+                                  (task.generate_test, test, (train, validation))]:
         inputs, targets = generate(8, seed=3)
         assert inputs.dtype == targets.dtype == torch.int64 and inputs.shape == targets.shape == (8, 64)
         assert torch.equal(inputs[:, 1:], targets[:, :-1])  # every position labelled, shifted by one
         for row_inputs, row_targets in zip(inputs.tolist(), targets.tolist(), strict=True):
             window = bytes(row_inputs + row_targets[-1:])
             assert window in own  # brute force: the seq_len + 1 bytes occur in this split
+            assert not any(window in other for other in others)
 
 
 def test_worked_example_and_doctest():
@@ -116,7 +128,8 @@ def test_seeding_is_pure():
     ({"seq_len": 0}, "seq_len"), ({"seq_len": True}, "seq_len"), ({"seq_len": 8.0}, "seq_len"),
     ({"validation_fraction": 0}, "validation_fraction"), ({"validation_fraction": 1.0}, "validation_fraction"),
     ({"validation_fraction": -0.1}, "validation_fraction"), ({"validation_fraction": "0.1"}, "validation_fraction"),
-    ({"validation_fraction": True}, "validation_fraction"),
+    ({"validation_fraction": True}, "validation_fraction"), ({"test_fraction": 0}, "test_fraction"),
+    ({"validation_fraction": 0.5, "test_fraction": 0.5}, "validation_fraction \\+ test_fraction"),
 ])
 def test_bad_config_raises_naming_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
@@ -132,12 +145,14 @@ def test_bad_generate_arguments_raise():
         Text(TextConfig(seq_len=10_000_000)).generate(1, seed=0)
     with pytest.raises(ValueError, match="validation_fraction"):
         split_corpus(1.5)
+    with pytest.raises(ValueError, match="test_fraction"):
+        split_corpus(0.04, -1)
 
 
 def test_task_interface():
     task = Text()
     assert isinstance(task, Task) and task.name == "text"
-    assert task.vocab_size == 256 and task.seq_len == 128 and TextConfig().validation_fraction == 0.1
+    assert task.vocab_size == 256 and task.seq_len == 128 and TextConfig().validation_fraction == 0.04
 
 
 def test_metric_uniform_is_eight_bits_and_perfect_is_zero():

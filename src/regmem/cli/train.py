@@ -147,6 +147,6 @@ def _train(args) -> None:
     except RunDirBusy as err:  # a race the checks before cannot see: another command started in the same directory
         args.parser.error(f"argument --out-dir: {str(err).removeprefix('out_dir: ')}")
     if distributed.is_main():
-        done = f"step {result.steps}: {result.metrics}"
+        done = f"step {result.steps}: validation {result.metrics}; test {result.test_metrics}"
         print(done if result.divergence is None else f"diverged: {result.divergence}")
         print(f"wrote {out_dir}")

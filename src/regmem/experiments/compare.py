@@ -1,9 +1,10 @@
 """`regmem compare`: train several mixers on one task under one preset and budget; write a fair leaderboard.
 
 For each mixer (and each value of an optional sweep over a task field) and each learning rate of its grid and
-each seed, one run is trained by `train_and_evaluate`, the path `regmem train` takes, and evaluated on held-out data.
-The leaderboard gives each mixer its best learning rate's mean over the seeds, the spread (min-max) and the
-learning rate (experiments/protocol.py). The grid is `--lrs`, or `--sweep-lr` for the default grid, or else the
+each seed, one run is trained by `train_and_evaluate`, the path `regmem train` takes, evaluated on the validation
+split and scored on the test split. The leaderboard gives each mixer the learning rate with the best mean
+validation score, and there the mean test score over the seeds, its spread (min-max) and the validation mean
+(experiments/protocol.py). The grid is `--lrs`, or `--sweep-lr` for the default grid, or else the
 mixer's tuned learning rate for the preset (experiments/tuned.py), or else the preset's.
 Outputs go to `<out_dir>/<task>-<timestamp>/` (or `run_dir`, which resumes): leaderboard.md, results.csv,
 results.json (every run and every cell) and plot.png (score against the swept value, or a bar chart).
@@ -179,13 +180,14 @@ def leaderboard(task_name: str, preset: Preset, field: str | None, summaries: li
     lines = [
         f"# {task_name}: {budget_line(preset)}",
         "",
-        f"Learning rate: {source}. Score: {metric}, mean over {'/'.join(map(str, seeds))} seeds at the best learning "
-        f"rate, with the min-max over those seeds.",
+        f"Learning rate: {source}; the best is the one with the best mean validation {metric}. Score: test "
+        f"{metric}, mean over {'/'.join(map(str, seeds))} seeds at that learning rate, with the min-max over those "
+        f"seeds; validation beside it. Test and validation are disjoint held-out splits (tasks/base.py).",
         "",
         *([note, ""] if note else []),
-        f"| mixer | {column} | {metric} | min-max | best lr | lr: mean {metric} | parameters | state floats | "
-        f"train s | tokens/s |",
-        "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+        f"| mixer | {column} | test {metric} | min-max | validation | best lr | lr: mean validation {metric} | "
+        f"parameters | state floats | train s | tokens/s |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     def order(s: CellSummary):
         value = next(iter(s.setting.values()), 0)
@@ -193,7 +195,8 @@ def leaderboard(task_name: str, preset: Preset, field: str | None, summaries: li
     for s in sorted(summaries, key=order):
         value = "" if not s.setting else next(iter(s.setting.values()))
         lines.append(
-            f"| {s.mixer} | {value} | {s.shown()} | {s.low:.3f}-{s.high:.3f} | {s.best_lr:g} | {s.lr_text()} | "
+            f"| {s.mixer} | {value} | {s.shown()} | {s.low:.3f}-{s.high:.3f} | {s.valid_mean:.3f} | {s.best_lr:g} | "
+            f"{s.lr_text()} | "
             f"{s.parameters:,} | {s.state_floats:,} | {s.train_seconds:.1f} | {s.tokens_per_second:,.0f} |"
         )
     return "\n".join(lines) + "\n"

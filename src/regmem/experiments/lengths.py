@@ -15,6 +15,7 @@ import torch
 from regmem.experiments.presets import Preset
 from regmem.experiments.protocol import CellSummary, RunStore, diverged_score, score_of
 from regmem.experiments.runs import Run, RunResult, build_task
+from regmem.tasks.base import split_data
 
 
 def check_eval_lengths(task_name: str, preset: Preset, settings: list[dict], eval_lengths) -> tuple[int, ...]:
@@ -51,9 +52,9 @@ def refuse_stored_elsewhere(runs: list[Run], store: RunStore, lengths: tuple[int
 
 
 def scores_at_lengths(run: Run, trained: RunResult, *, preset: Preset, lengths: tuple[int, ...]) -> dict:
-    """The trained model's score on `preset.num_eval` fresh sequences at each of `lengths` (the run's own held-out
-    seed), in batches of about the training batch's tokens; a run that diverged in training, or whose outputs at a
-    length are not finite, scores the metric's diverged value there."""
+    """The trained model's score on `preset.num_eval` fresh sequences of the test split at each of `lengths` (the run's
+    own test seed, tasks/base.py), in batches of about the training batch's tokens; a run that diverged in training, or
+    whose outputs at a length are not finite, scores the metric's diverged value there."""
     metric, _ = score_of(run.task)
     task = build_task(run.task, preset, run.setting)
     if trained.model is None or trained.diverged_at_step is not None:
@@ -62,7 +63,7 @@ def scores_at_lengths(run: Run, trained: RunResult, *, preset: Preset, lengths: 
     scores = {}
     for n in lengths:
         longer = task.with_seq_len(n)
-        inputs, targets = longer.generate(preset.num_eval, seed=run.seed + 1)
+        inputs, targets = split_data(longer, "test", preset.num_eval, seed=run.seed)
         batch = max(1, preset.batch_size * task.seq_len // n)
         with torch.no_grad():
             logits = torch.cat([trained.model(part) for part in inputs.split(batch)])

@@ -26,6 +26,7 @@ import torch
 from regmem.experiments.presets import Preset
 from regmem.experiments.protocol import SEEDS, CellSummary, RunStore, execute, run_grid, summarize, train_run
 from regmem.experiments.runs import Run, RunResult, build_task
+from regmem.tasks.base import split_seed
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -96,7 +97,8 @@ def niah_table(mixer: str, cell: CellSummary, grid: torch.Tensor, seed_means: to
     """Markdown lines of one mixer's grid (the mean over seeds at its best lr): rows depth (%), columns length,
     a mean row and the min-max over seeds of each length's mean. seed_means: `[seeds, len(lengths)]`."""
     lines = [f"## {mixer}", "", f"lr {cell.best_lr:g} (best of {', '.join(f'{lr:g}' for lr in cell.lr_means)} by "
-             f"accuracy at the training length: {cell.lr_text()}), mean over {cell.seeds} seeds", "",
+             f"validation accuracy at the training length: {cell.lr_text()}), test grid, mean over {cell.seeds} seeds",
+             "",
              "| depth \\ length | " + " | ".join(str(length) for length in lengths) + " |",
              "|---|" + "---:|" * len(lengths)]
     for j, depth in enumerate(depths):
@@ -115,21 +117,22 @@ def run_niah(
 ) -> Path:
     """Trains every (mixer, lr, seed) on `task_name` (a NIAH task in `regmem.tasks.TASKS`) at `train_len` under
     the fair protocol (experiments/protocol.py), scores each trained model with `niah_grid` at lengths
-    `train_len` x `multiples` and at `depths` on `num_examples` fresh sequences per cell (seed + 2: training
-    uses seed, its evaluation seed + 1), and writes the report, niah.json and niah.png into
-    `<out_dir>/<task_name>/`; returns that directory.
+    `train_len` x `multiples` and at `depths` on `num_examples` fresh sequences per cell of the test split (the
+    run's test seed, tasks/base.py: training and validation read their own), and writes the report, niah.json and
+    niah.png into `<out_dir>/<task_name>/`; returns that directory.
 
-    Each mixer is shown at its best learning rate (by mean accuracy over the seeds at `train_len`); its heat map
-    is the mean over those seeds' grids, and the report gives the min-max over seeds beside each length's mean.
-    Every run is stored under `<out_dir>/<task_name>/runs/`, so the call repeated after an interruption trains
-    only what is missing; runs scored on another grid of lengths, depths or examples raise ValueError."""
+    Each mixer is shown at its best learning rate (by mean validation accuracy over the seeds at `train_len`); its heat
+    map is the mean over those seeds' test grids, and the report gives the min-max over seeds beside each length's mean.
+    Every run is stored under `<out_dir>/<task_name>/runs/`, so the call repeated after an interruption trains only what
+    is missing; runs scored on another grid of lengths, depths or examples raise ValueError."""
     lengths = [train_len * multiple for multiple in multiples]
     depths = [float(depth) for depth in depths]
     setting = {"seq_len": train_len}
     task = build_task(task_name, preset, setting)  # the task the cells train on
 
     def evaluate(run: Run, trained: RunResult) -> dict:
-        grid = niah_grid(trained.model, task, lengths, depths, num_examples=num_examples, seed=run.seed + 2)
+        grid = niah_grid(trained.model, task, lengths, depths, num_examples=num_examples,
+                         seed=split_seed(run.seed, "test"))
         return {"lengths": lengths, "depths": depths, "num_examples": num_examples, "grid": grid.tolist()}
 
     run_dir = Path(out_dir) / task_name

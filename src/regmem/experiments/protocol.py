@@ -4,8 +4,12 @@ learning rate from a grid, and at least two seeds.
 Zoology (Arora et al. 2023, arXiv:2312.04927, Sec. 3 and App. E) and MAD (Poli et al. 2024, arXiv:2403.17844,
 Sec. 3) tune the learning rate per model and report the best run: a single learning rate favours the mixers it
 happens to suit. Here a *run* is one (task, mixer, setting, lr, seed) (`Run`, experiments/runs.py); runs with the
-same (task, mixer, setting) form a *cell*; a cell's reported score is that of the learning rate with the best mean
-over seeds, shown with the spread over those seeds (min and max) and the learning rate itself.
+same (task, mixer, setting) form a *cell*. Each run trains on the task's training split, is evaluated (and stops
+early) on its validation split and, once trained, is scored on its test split (tasks/base.py, `split_data`): a
+record's "score" is its validation score, "test_score" its test score. A cell's learning rate is the one with the
+best mean *validation* score over seeds; what the cell reports is the mean *test* score at that learning rate, with
+its spread over the seeds (min and max), the learning rate and the validation mean beside it. No choice reads the
+test split, so the reported number is not biased by the choice (`summarize`).
 
 Runs are stored one JSON file each under `<run_dir>/runs/`, keyed by everything that fixes them (task, mixer,
 setting, lr, seed and the preset's fields), so a command repeated after an interruption skips what finished. A
@@ -76,8 +80,19 @@ def run_diverged(record: dict) -> bool:
 
 
 def run_score(record: dict, metric: str) -> float:
-    """A stored run's score: its "score", or `diverged_score` where it diverged."""
+    """A stored run's validation score: its "score", or `diverged_score` where it diverged."""
     return diverged_score(metric) if run_diverged(record) else record["score"]
+
+
+def run_test_score(record: dict, metric: str) -> float:
+    """A stored run's test score: its "test_score", or `diverged_score` where it diverged."""
+    return diverged_score(metric) if run_diverged(record) else record["test_score"]
+
+
+def has_test_score(record: dict) -> bool:
+    """Whether a stored run was scored on the test split; one stored before the splits were three holds only its
+    validation score, and is trained again (`RunStore.load`)."""
+    return "test_score" in record
 
 
 def run_grid(tasks: Iterable[str], mixers: Iterable[str], settings: Iterable[dict], lrs: Callable | Iterable[float],
@@ -116,10 +131,14 @@ class RunStore:
         return self.dir / f"{run.key(self.preset)}.json"
 
     def load(self, run: Run) -> dict | None:
+        """The run's stored result, None when it is not finished; a result without a test score counts as not
+        finished (`has_test_score`), so its run trains again and is then stored whole."""
         name = self.path(run).name
         for directory in (self.dir, *self.reuse):
             if (directory / name).exists():
-                return json.loads((directory / name).read_text())["result"]
+                result = json.loads((directory / name).read_text())["result"]
+                if has_test_score(result):
+                    return result
         return None
 
     def save(self, run: Run, result: dict) -> None:
@@ -180,16 +199,19 @@ def claim_sweep_dir(run_dir: str | Path, settings: dict) -> None:
 def train_run(run: Run, preset: Preset, progress: bool = False,
               evaluate: Callable[[Run, RunResult], dict] | None = None, device: str = "cpu",
               cuda_graphs: bool = False) -> dict:
-    """Trains one run on `device` (`cuda_graphs`: TrainConfig's option); returns its numbers: score, every eval
-    metric, size, time, and whatever `evaluate` (given the run and its result, the trained model included, moved
-    back to the CPU) adds, e.g. NIAH's length x depth grid. A run's key does not name the device: the same run on
-    another device gives the same numbers to float round-off."""
+    """Trains one run on `device` (`cuda_graphs`: TrainConfig's option); returns its numbers: score (validation),
+    test_score, every metric of both splits, size, time, and whatever `evaluate` (given the run and its result, the
+    trained model included, moved back to the CPU) adds, e.g. NIAH's length x depth grid. A run's key does not name the
+    device: the same run on another device gives the same numbers to float round-off."""
     trained = train_and_evaluate(run, preset, progress=progress, device=device, cuda_graphs=cuda_graphs)
     trained.model.cpu()
     metric, _ = score_of(run.task)
     extra = {} if evaluate is None else evaluate(run, trained)
-    score = diverged_score(metric) if trained.diverged_at_step is not None else trained.metrics[metric]
-    return {"score": score, **trained.row(), "metrics": trained.metrics, "stopped_early": trained.stopped_early,
+    diverged = trained.diverged_at_step is not None
+    score = diverged_score(metric) if diverged else trained.metrics[metric]
+    test_score = diverged_score(metric) if diverged else trained.test_metrics[metric]
+    return {"score": score, "test_score": test_score, **trained.row(), "metrics": trained.metrics,
+            "test_metrics": trained.test_metrics, "stopped_early": trained.stopped_early,
             "diverged_at_step": trained.diverged_at_step, **extra}
 
 
@@ -211,10 +233,14 @@ def execute(runs: list[Run], preset: Preset, store: RunStore, *, progress: bool 
     pending = list(todo)
 
     def finished(run, result, seconds):
+        if not has_test_score(result):  # stored, it would count as unfinished and train again on every call
+            raise ValueError(f"train: the result of {run.mixer} lr={run.lr:g} seed={run.seed} has no test_score (the "
+                             "test split's score, beside the validation \"score\"); got keys " + ", ".join(result))
         store.save(run, result)
         diverged = f", diverged at step {result.get('diverged_at_step')}" if run_diverged(result) else ""
         log(f"[protocol] {run.task} {run.mixer} {_setting_text(run.setting)}lr={run.lr:g} seed={run.seed}: "
-            f"{score_of(run.task)[0]} {result['score']:.4f}{diverged} ({seconds:.1f}s)")
+            f"{score_of(run.task)[0]} validation {result['score']:.4f} test {result['test_score']:.4f}{diverged} "
+            f"({seconds:.1f}s)")
         bar.update(1)
 
     def claim_next(block: bool) -> tuple[Run, RunLock] | None:
@@ -303,18 +329,19 @@ def _setting_text(setting: dict) -> str:
 
 @dataclass(frozen=True)
 class CellSummary:
-    """A (task, mixer, setting) cell: the best learning rate by mean score over seeds, and its spread."""
+    """A (task, mixer, setting) cell: the learning rate with the best mean validation score over seeds, and the test
+    score there with its spread."""
 
     task: str
     mixer: str
     setting: dict
     metric: str
     best_lr: float
-    mean: float  # over the seeds at best_lr
-    low: float  # min over those seeds
-    high: float  # max over those seeds
+    mean: float  # the test score, mean over the seeds at best_lr
+    low: float  # min over those seeds (test)
+    high: float  # max over those seeds (test)
     seeds: int
-    lr_means: dict  # every lr of the grid -> its mean score
+    lr_means: dict  # every lr of the grid -> its mean validation score (what chose best_lr)
     parameters: int
     state_floats: int
     train_seconds: float  # mean over the best lr's seeds
@@ -322,6 +349,7 @@ class CellSummary:
     diverged: int = 0  # runs among the best lr's seeds that diverged (each counted at `diverged_score`)
     diverged_at: int | None = None  # the earliest step at which one of those diverged (None: none, or not known)
     lr_diverged: dict = field(default_factory=dict)  # every lr of the grid with diverged runs -> how many
+    valid_mean: float = math.nan  # the validation score at best_lr, mean over its seeds (lr_means[best_lr])
 
     def row(self) -> dict:
         flat = dataclasses.asdict(self)
@@ -339,7 +367,7 @@ class CellSummary:
         return mean if not self.diverged else f"{mean} ({self.diverged}/{self.seeds} diverged)"
 
     def lr_text(self) -> str:
-        """Every lr of the grid with its mean, and how many of its runs diverged where any did."""
+        """Every lr of the grid with its mean validation score, and how many of its runs diverged where any did."""
         diverged = {lr: f" ({n} diverged)" for lr, n in self.lr_diverged.items()}
         return ", ".join(f"{lr:g}: {m:.3f}{diverged.get(lr, '')}" for lr, m in self.lr_means.items())
 
@@ -357,7 +385,8 @@ def divergence_note(summaries: list[CellSummary]) -> str:
 
 
 def summarize(records: list[dict]) -> list[CellSummary]:
-    """Groups runs into cells and picks each cell's best learning rate (ties: the smaller lr)."""
+    """Groups runs into cells and picks each cell's best learning rate by its mean validation score (ties: the
+    smaller lr); reports the test score at that learning rate. The pick reads no test score."""
     cells: dict[tuple, list[dict]] = {}
     for r in records:
         cells.setdefault((r["task"], r["mixer"], json.dumps(r["setting"], sort_keys=True)), []).append(r)
@@ -374,7 +403,7 @@ def summarize(records: list[dict]) -> list[CellSummary]:
         else:
             best_lr = min(lr_means, key=lambda lr: (lr_means[lr], lr))
         best = by_lr[best_lr]
-        scores = [run_score(r, metric) for r in best]
+        scores = [run_test_score(r, metric) for r in best]
         steps = [r["diverged_at_step"] for r in best if r.get("diverged_at_step") is not None]
         summaries.append(CellSummary(
             task=task, mixer=mixer, setting=runs[0]["setting"], metric=metric, best_lr=best_lr,
@@ -383,5 +412,6 @@ def summarize(records: list[dict]) -> list[CellSummary]:
             train_seconds=statistics.fmean(r["train_seconds"] for r in best),
             tokens_per_second=statistics.fmean(r["tokens_per_second"] for r in best),
             diverged=lr_diverged.get(best_lr, 0), diverged_at=min(steps, default=None), lr_diverged=lr_diverged,
+            valid_mean=lr_means[best_lr],
         ))
     return summaries

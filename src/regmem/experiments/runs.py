@@ -34,6 +34,7 @@ from regmem.models import LM, LMConfig
 from regmem.ops import value_checks
 from regmem.storage import RunLock, read_json, write_atomic
 from regmem.tasks import TASKS
+from regmem.tasks.base import split_data
 from regmem.train import TrainConfig, Trainer, distributed, latest_checkpoint
 from regmem.train.checkpoint import verify_checkpoint
 from regmem.train.config import TRAJECTORY_FIELDS, OptimizerName
@@ -55,14 +56,6 @@ def build_task(task_name: str, preset: Preset, overrides: dict):
     else:
         shared = {k: v for k, v in preset.task.items() if k in config_fields}
     return task_class(task_class.config_class(**{**shared, **overrides}))
-
-
-def training_data(task, num_examples: int, *, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The training set: the task's optional `generate_train` where its training data differs from what it is
-    scored on (MAD's recall tasks train on every next token; text trains on the training split), else
-    `generate`. Evaluation data always comes from `generate`."""
-    generate = getattr(task, "generate_train", task.generate)
-    return generate(num_examples, seed=seed)
 
 
 def model_config(mixer: str, preset: Preset, vocab_size: int) -> LMConfig:
@@ -148,14 +141,15 @@ class Run:
 
 @dataclass(frozen=True)
 class RunResult:
-    accuracy: float  # of the last evaluation, at the final or early-stop step; 0 when the run diverged
+    accuracy: float  # on validation, at the final or early-stop step; 0 when the run diverged
     parameters: int
     state_floats: int  # decoding state per sequence at the task's seq_len (KV cache for attention)
     train_seconds: float  # of this call's training, evaluations included
     tokens_per_second: float  # input tokens of the steps trained in this call, all ranks together
     steps: int  # steps completed, counting those before a resume
-    metrics: dict[str, float]  # the last evaluation: loss and the task's metric; {} when the run diverged
+    metrics: dict[str, float]  # the last validation evaluation: loss and the task's metrics; {} when it diverged
     stopped_early: bool
+    test_metrics: dict[str, float] = field(default_factory=dict)  # the final model on the test split; {} likewise
     model: LM | None = field(default=None, repr=False, compare=False)  # the trained model, for further evals
     diverged_at_step: int | None = None  # the step whose loss became non-finite (the Trainer stopped there)
     divergence: str | None = None  # the Trainer's message naming that step and the checkpoint kept
@@ -295,7 +289,9 @@ def train_and_evaluate(
     checks are off while it trains (`regmem.ops.value_checks`): a NaN gate inside a diverging model is the
     Trainer's to skip, not bad input to refuse (they run on CPU tensors by default). `log`, if given, receives the
     resolved task, model and train configs as JSON before training; it, the checks of out_dir and the writing happen
-    on rank 0 only. device: where the model trains ("cuda": cuda:LOCAL_RANK under torchrun); cuda_graphs:
+    on rank 0 only. The run trains on the task's training split, evaluates (and stops early) on its validation split
+    and, once training ends, scores the final model on its test split (`test_metrics`; tasks/base.py, `split_data`),
+    all three from the run's seed. device: where the model trains ("cuda": cuda:LOCAL_RANK under torchrun); cuda_graphs:
     TrainConfig's option.
     """
     writes = out_dir is not None and distributed.is_main()
@@ -312,8 +308,8 @@ def train_and_evaluate(
         resolved = {"task": dataclasses.asdict(task.config), "model": model.config.to_dict(),
                     "train": config.to_dict()}
         log(json.dumps(resolved, indent=1))
-    trainer = Trainer(model, config, train_data=training_data(task, preset.num_train, seed=run.seed),
-                      eval_data=task.generate(preset.num_eval, seed=run.seed + 1), metric=task.metric)
+    trainer = Trainer(model, config, train_data=split_data(task, "train", preset.num_train, seed=run.seed),
+                      eval_data=split_data(task, "valid", preset.num_eval, seed=run.seed), metric=task.metric)
     start = time.perf_counter()
     with claimed_run_dir(out_dir if writes else None), value_checks(False):
         if writes:  # under the lock, the directory is checked again: another process may have run in it meanwhile
@@ -322,6 +318,8 @@ def train_and_evaluate(
                 start_run_dir(out_dir, description, overwrite=overwrite)
         summary = trainer.fit(resume=resume)
         diverged = summary["diverged_at_step"] is not None
+        # the test split is read once, by the model training ended with; nothing before this line sees it
+        test_metrics = {} if diverged else trainer.evaluate(split_data(task, "test", preset.num_eval, seed=run.seed))
         if writes and not diverged:
             model.save_pretrained(Path(out_dir) / "model")
     seconds = time.perf_counter() - start
@@ -330,6 +328,6 @@ def train_and_evaluate(
         accuracy=0.0 if diverged else summary["metrics"]["accuracy"], parameters=model.num_parameters(),
         state_floats=model.state_floats(task.seq_len), train_seconds=seconds,
         tokens_per_second=trained * config.batch_size * task.seq_len / seconds, steps=summary["step"],
-        metrics=summary["metrics"], stopped_early=summary["stopped_early"], model=model,
+        metrics=summary["metrics"], test_metrics=test_metrics, stopped_early=summary["stopped_early"], model=model,
         diverged_at_step=summary["diverged_at_step"], divergence=summary["divergence"],
     )

@@ -102,9 +102,12 @@ def write_suite(run_dir: Path, preset: Preset, tasks: list[str], mixers: list[st
 
 
 def suite_table(preset: Preset, tasks: list[str], mixers: list[str], cell: dict, sources: dict[str, str]) -> str:
-    """The mixers x tasks table (mean over seeds at the best lr) and, per task, min-max and the best lr."""
+    """The mixers x tasks table (mean test score over seeds at the best lr by validation) and, per task, min-max,
+    the validation mean and the best lr."""
     lines = [f"# Suite: {budget_line(preset)}", "",
-             "Each cell: the mean over seeds at the mixer's best learning rate for the task; details below.", ""]
+             "Each cell: the mean test score over seeds at the mixer's learning rate with the best mean validation "
+             "score for the task (test and validation are disjoint held-out splits, tasks/base.py); details below.",
+             ""]
     note = divergence_note(list(cell.values()))
     lines += [note, ""] if note else []
     header = [f"{t} ({cell[(t, mixers[0])].metric})" if cell[(t, mixers[0])].metric != "accuracy" else t
@@ -119,10 +122,11 @@ def suite_table(preset: Preset, tasks: list[str], mixers: list[str], cell: dict,
     for t in tasks:
         metric = cell[(t, mixers[0])].metric
         lines += ["", f"## {t}", "", f"Learning rate: {sources[t]}.", "",
-                  f"| mixer | {metric} | min-max | seeds | best lr | lr: mean | train s |",
-                  "|---|---:|---:|---:|---:|---|---:|"]
+                  f"| mixer | test {metric} | min-max | validation | seeds | best lr | lr: mean validation | "
+                  "train s |",
+                  "|---|---:|---:|---:|---:|---:|---|---:|"]
         for m in mixers:
             c = cell[(t, m)]
-            lines.append(f"| {m} | {c.shown()} | {c.low:.3f}-{c.high:.3f} | {c.seeds} | {c.best_lr:g} | "
-                         f"{c.lr_text()} | {c.train_seconds:.1f} |")
+            lines.append(f"| {m} | {c.shown()} | {c.low:.3f}-{c.high:.3f} | {c.valid_mean:.3f} | {c.seeds} | "
+                         f"{c.best_lr:g} | {c.lr_text()} | {c.train_seconds:.1f} |")
     return "\n".join(lines) + "\n"

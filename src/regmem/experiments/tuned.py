@@ -40,8 +40,8 @@ def tuned_lr(preset_name: str, task: str, mixer: str, path: str | Path = TUNED_F
 
 
 def best_lrs(summaries) -> dict[str, dict[str, float]]:
-    """{task: {mixer: lr}} from protocol summaries: the lr whose mean score, averaged over the cell's settings,
-    is best (ties: the smaller lr)."""
+    """{task: {mixer: lr}} from protocol summaries: the lr whose mean validation score, averaged over the cell's
+    settings, is best (ties: the smaller lr)."""
     grouped: dict[tuple[str, str], list] = {}
     for s in summaries:
         grouped.setdefault((s.task, s.mixer), []).append(s)

@@ -5,16 +5,27 @@ Dimension legend: N sequences (examples), T time (sequence length), V vocabulary
 Every task generator takes exactly one of an integer `seed` or a `torch.Generator` and never reads or advances
 global RNG state (CONTRIBUTING.md, "Style"). Targets use `IGNORE_INDEX` (-100, the default
 `ignore_index` of `torch.nn.functional.cross_entropy`) wherever no loss applies.
+
+Three disjoint splits (`split_data`): a run of seed s trains on `generate_train` (or `generate`) with seed s, chooses
+(learning rate, early stop) on `generate` with seed s + 1, and reports `generate_test` (or `generate`) with seed
+s + `TEST_SEED_OFFSET`. The training and validation streams are those runs always had, so a choice made before the
+test split existed was already a validation choice. A task whose examples are windows of one fixed dataset (text)
+splits the data itself by range instead: its three generators read three disjoint byte ranges.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import torch
 
 IGNORE_INDEX = -100
+Split = Literal["train", "valid", "test"]
+SPLITS: tuple[Split, ...] = ("train", "valid", "test")
+# The test stream's seed offset: a prime above any seed a sweep uses, so seed s + TEST_SEED_OFFSET is never another
+# run's training (s') or validation (s' + 1) seed for s' < TEST_SEED_OFFSET - 1
+TEST_SEED_OFFSET = 1_000_003
 
 
 @runtime_checkable
@@ -40,6 +51,25 @@ class Task(Protocol):
     def metric(self, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
         """Scores `logits` `[N, T, V]` against `targets` `[N, T]`; returns metric name -> value."""
         ...
+
+
+def split_seed(seed: int, split: Split) -> int:
+    """The generator seed of `split` for a run of seed `seed`: train s, valid s + 1, test s + TEST_SEED_OFFSET."""
+    check_split(split)
+    return seed + {"train": 0, "valid": 1, "test": TEST_SEED_OFFSET}[split]
+
+
+def check_split(split) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+
+
+def split_data(task, split: Split, num_examples: int, *, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`num_examples` examples of `split` for a run of seed `seed` (module docstring): the task's `generate_train`
+    (train) or `generate_test` (test) where it has one, else `generate`, at `split_seed(seed, split)`."""
+    check_split(split)
+    method = {"train": "generate_train", "valid": "generate", "test": "generate_test"}[split]
+    return getattr(task, method, task.generate)(num_examples, seed=split_seed(seed, split))
 
 
 def check_int(field: str, value, minimum: int) -> None:

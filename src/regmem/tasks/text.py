@@ -10,15 +10,17 @@ The corpus is CPython's own documentation, `pydoc_data.topics.topics`: the ~79 t
 CPython installation under the Python Software Foundation License 2.0, so the task needs no download. It is built
 deterministically: topics in sorted key order, UTF-8 encoded, joined with b"\\n\\n".
 
-The split is by byte range: the training split is the first bytes, the validation split the rest, cut at the
-start of the topic nearest to `(1 - validation_fraction)` of the corpus, so no topic straddles the two. With
-Python 3.11.7 and the default fraction 0.1 the corpus is 466,273 bytes: training 415,882 bytes (70 topics,
-"assert" to "typesfunctions"), validation 50,391 bytes (9 topics, "typesmapping" to "yield"). The topics are
-regenerated with each CPython release, so the sizes move slightly with the Python version.
+The splits are byte ranges: training the first bytes, then validation, then test, each cut at the start of the
+topic nearest to `1 - validation_fraction - test_fraction` and `1 - test_fraction` of the corpus, so no topic
+straddles two splits. With Python 3.11.7 and the defaults (0.04, 0.06) the corpus is 466,273 bytes: training
+415,882 bytes (70 topics, "assert" to "typesfunctions"), validation 15,092 bytes (3 topics, "typesmapping" to
+"typesmodules"), test 35,299 bytes (6 topics, "typesseq" to "yield"). The topics are regenerated with each CPython
+release, so the sizes move slightly with the Python version.
 
 An example is a window of `seq_len + 1` consecutive bytes at a uniform random offset of one split: `inputs` are its
 first `seq_len` bytes and `targets` its last `seq_len` (inputs shifted by one), every position labelled.
-`generate` draws windows from the validation split (what is scored), `generate_train` from the training split.
+`generate_train` draws windows from the training split, `generate` from the validation split (what chooses the
+learning rate and stops early), `generate_test` from the test split (what is reported; tasks/base.py, `split_data`).
 
 Dimension legend: N sequences, T = seq_len, V = 256 (bytes).
 
@@ -68,32 +70,51 @@ def corpus_bytes() -> bytes:
     return SEPARATOR.join(documents[name].encode("utf-8") for name in sorted(documents))
 
 
-def check_validation_fraction(value) -> None:
-    """Raises ValueError naming validation_fraction unless it is a real number strictly between 0 and 1."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
-        raise ValueError(f"validation_fraction must be a number in (0, 1), got {value!r}")
+def check_fractions(validation_fraction, test_fraction) -> None:
+    """Raises ValueError naming the field unless each is a real number in (0, 1) and together they are below 1."""
+    for name, value in (("validation_fraction", validation_fraction), ("test_fraction", test_fraction)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+            raise ValueError(f"{name} must be a number in (0, 1), got {value!r}")
+    if validation_fraction + test_fraction >= 1:
+        raise ValueError(f"validation_fraction + test_fraction must be below 1, got {validation_fraction} + "
+                         f"{test_fraction}")
+
+
+def _topic_starts() -> list[int]:
+    """The byte offset of every topic's start but the first (after the separator that ends the one before)."""
+    documents, starts, offset = topics(), [], 0
+    for name in sorted(documents)[:-1]:
+        offset += len(documents[name].encode("utf-8")) + len(SEPARATOR)
+        starts.append(offset)
+    return starts
+
+
+def _nearest_start(target: float) -> int:
+    return min(_topic_starts(), key=lambda start: (abs(start - target), start))  # the earlier start wins a tie
 
 
 @functools.cache
-def split_boundary(validation_fraction: float) -> int:
-    """The byte offset where the validation split starts: the start of the topic (not the first) nearest to
-    `(1 - validation_fraction) * len(corpus_bytes())`; the earlier start wins a tie."""
-    check_validation_fraction(validation_fraction)
-    corpus, documents = corpus_bytes(), topics()
-    starts, offset = [], 0
-    for name in sorted(documents)[:-1]:
-        offset += len(documents[name].encode("utf-8")) + len(SEPARATOR)
-        starts.append(offset)  # the start of the next topic; training ends with the separator before it
-    target = (1 - validation_fraction) * len(corpus)
-    return min(starts, key=lambda start: (abs(start - target), start))
+def split_boundaries(validation_fraction: float = 0.04, test_fraction: float = 0.06) -> tuple[int, int]:
+    """`(v, t)`: the byte offsets where the validation and the test split start, the topic starts nearest to
+    `(1 - validation_fraction - test_fraction)` and `(1 - test_fraction)` of the corpus (the earlier wins a tie).
+    ValueError when both land on one topic start (a split would be empty)."""
+    check_fractions(validation_fraction, test_fraction)
+    size = len(corpus_bytes())
+    valid_start = _nearest_start((1 - validation_fraction - test_fraction) * size)
+    test_start = _nearest_start((1 - test_fraction) * size)
+    if test_start <= valid_start:
+        raise ValueError(f"validation_fraction {validation_fraction} and test_fraction {test_fraction} cut the corpus "
+                         f"at one topic start ({valid_start}): the validation split would be empty")
+    return valid_start, test_start
 
 
-def split_corpus(validation_fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(train, validation)`, uint8 1-D tensors of corpus bytes `[0, b)` and `[b, len)`, b = `split_boundary`:
-    disjoint, and together the whole corpus. Fresh tensors on every call."""
-    boundary = split_boundary(validation_fraction)
+def split_corpus(validation_fraction: float = 0.04, test_fraction: float = 0.06
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`(train, validation, test)`, uint8 1-D tensors of corpus bytes `[0, v)`, `[v, t)` and `[t, len)` for
+    `(v, t) = split_boundaries(...)`: disjoint, and together the whole corpus. Fresh tensors on every call."""
+    valid_start, test_start = split_boundaries(validation_fraction, test_fraction)
     data = torch.frombuffer(bytearray(corpus_bytes()), dtype=torch.uint8)  # a copy: the caller may write to it
-    return data[:boundary], data[boundary:]
+    return data[:valid_start], data[valid_start:test_start], data[test_start:]
 
 
 def encode(text: str) -> torch.Tensor:
@@ -140,14 +161,17 @@ def sample_windows(
 
 @dataclass(frozen=True)
 class TextConfig:
-    """The text task: window length and the share of the corpus held out (defaults: T = 128, 10 %)."""
+    """The text task: window length and the shares of the corpus held out (defaults: T = 128, 4 % validation and
+    6 % test, after the 90 % of training)."""
 
     seq_len: int = 128  # T, bytes per input sequence (each position labelled)
-    validation_fraction: float = 0.1  # share of the corpus bytes held out for scoring, cut at a topic start
+    validation_fraction: float = 0.04  # share of the corpus bytes that chooses the lr, cut at a topic start
+    test_fraction: float = 0.06  # share of the corpus bytes that is reported, the last ones, cut at a topic start
 
     def __post_init__(self):
         check_int("seq_len", self.seq_len, 1)
-        check_validation_fraction(self.validation_fraction)
+        check_fractions(self.validation_fraction, self.test_fraction)
+        split_boundaries(self.validation_fraction, self.test_fraction)  # both splits non-empty
 
     @property
     def vocab_size(self) -> int:
@@ -166,16 +190,24 @@ class Text(ConfigTask):
     def generate(
         self, num_examples: int, *, seed: int | None = None, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Windows of the validation split, the scored data: `(inputs, targets)`, int64 `[N, T]`."""
-        _, validation = split_corpus(self.config.validation_fraction)
-        return sample_windows(validation, num_examples, self.config.seq_len, seed=seed, generator=generator)
+        """Windows of the validation split: `(inputs, targets)`, int64 `[N, T]`."""
+        return self._windows(1, num_examples, seed, generator)
 
     def generate_train(
         self, num_examples: int, *, seed: int | None = None, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Windows of the training split: `(inputs, targets)`, int64 `[N, T]`."""
-        train, _ = split_corpus(self.config.validation_fraction)
-        return sample_windows(train, num_examples, self.config.seq_len, seed=seed, generator=generator)
+        return self._windows(0, num_examples, seed, generator)
+
+    def generate_test(
+        self, num_examples: int, *, seed: int | None = None, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Windows of the test split, the reported data: `(inputs, targets)`, int64 `[N, T]`."""
+        return self._windows(2, num_examples, seed, generator)
+
+    def _windows(self, split: int, num_examples, seed, generator):
+        data = split_corpus(self.config.validation_fraction, self.config.test_fraction)[split]
+        return sample_windows(data, num_examples, self.config.seq_len, seed=seed, generator=generator)
 
     def metric(self, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
         """logits `[N, T, V]`, targets `[N, T]` -> {"bits_per_byte", "accuracy"} (see `bits_per_byte`)."""

@@ -357,15 +357,18 @@ class Trainer:
             torch.where(skip, before, p.detach(), out=p.detach())
 
     @torch.no_grad()
-    def evaluate(self) -> dict[str, float]:
-        """{"loss": mean token loss, **metric(logits, targets)} on all of eval_data, in eval mode, without grad.
+    def evaluate(self, data: Data | None = None) -> dict[str, float]:
+        """{"loss": mean token loss, **metric(logits, targets)} on all of `data` (default eval_data, the set that
+        stops early; a test set is passed here once training ends), in eval mode, without grad.
 
         Every rank evaluates the full set with the bare model, so all ranks agree on early stopping without a
         collective. The logits of the whole set, [N, T, V], are held at once for the metric.
         """
-        if self.eval_data is None:
-            raise ValueError("evaluate needs eval_data")
-        inputs, targets = self.eval_data
+        if data is None and self.eval_data is None:
+            raise ValueError("evaluate needs eval_data or data")
+        if data is not None:
+            _check_data("data", data, 1)
+        inputs, targets = self.eval_data if data is None else data
         was_training = self.module.training
         self.module.eval()
         loss_sum, count, all_logits = 0.0, 0, []

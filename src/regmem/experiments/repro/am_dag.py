@@ -33,6 +33,7 @@ from regmem.experiments.protocol import RunStore, execute, run_grid, summarize
 from regmem.experiments.repro.am_dag_handset import handset_token_accuracy
 from regmem.experiments.repro.am_toys import ToyBudget, arm, arm_bars, toy_preset, train_toy
 from regmem.experiments.repro.record import Repro
+from regmem.tasks.base import split_seed
 from regmem.tasks.dag import DAGReachabilityConfig, sample_graphs
 
 _DF = {"rotary": False, "read_kernel": "softmax"}
@@ -69,12 +70,12 @@ QUICK = DAGSettings(num_nodes=8, depths=(1,), steps=3, batch_size=8, d_model=16,
 
 
 def handset_accuracy(settings: DAGSettings, seed: int) -> float:
-    """The hand-set construction's accuracy on the evaluation split of `seed` (the sequences train_toy scores on):
+    """The hand-set construction's accuracy on the test split of `seed` (the sequences train_toy reports):
     on the task's tokens with one parent per node, on the graph structure with more (module docstring)."""
     config = DAGReachabilityConfig(num_nodes=settings.num_nodes, parents_per_node=settings.parents_per_node)
     if settings.parents_per_node == 1:
-        return handset_token_accuracy(config, settings.num_eval, seed=10_000 + seed)
-    graphs = sample_graphs(config, settings.num_eval, seed=10_000 + seed)  # the graphs train_toy evaluates on
+        return handset_token_accuracy(config, settings.num_eval, seed=split_seed(seed, "test"))
+    graphs = sample_graphs(config, settings.num_eval, seed=split_seed(seed, "test"))  # the graphs train_toy reports
     correct = sum(int((reachability_construction(parents, node_ids=ids) == reachable).sum())
                   for parents, ids, reachable in zip(graphs.parent_lists(), graphs.node_ids, graphs.reachable,
                                                      strict=True))

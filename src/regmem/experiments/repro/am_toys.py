@@ -23,6 +23,7 @@ from regmem.experiments.presets import Preset
 from regmem.experiments.runs import Run
 from regmem.models import LM, LMConfig
 from regmem.tasks import TASKS
+from regmem.tasks.base import split_seed
 from regmem.tasks.swap import DoublingCurriculum
 
 
@@ -77,11 +78,13 @@ def linear_schedule(warmup: int, steps: int):
 
 def train_toy(run: Run, preset: Preset, *, budget: ToyBudget) -> dict:
     """Trains one arm on fresh batches (Listing 2's loop) with the task fields `preset.task["train"]`, and scores it
-    on fresh sequences of `preset.task["eval"]` and of each length in `preset.task["eval_lengths"]` (if any).
+    on fresh sequences of `preset.task["eval"]` of the validation split (which chooses the lr: "score") and of the
+    test split (what is reported: "test_score", "test_metrics"), and on the test split at each length in
+    `preset.task["eval_lengths"]` (if any); tasks/base.py, `split_seed`.
 
-    Returns the evaluation metrics, the accuracy at each extra length ({str(length): accuracy}, empty without
-    `eval_lengths`), the final training length, the first step whose batch accuracy reached 0.999 (None if never)
-    and the last batch's loss and accuracy."""
+    Returns the validation metrics, the test metrics, the test accuracy at each extra length ({str(length): accuracy},
+    empty without `eval_lengths`), the final training length, the first step whose batch accuracy reached 0.999 (None if
+    never) and the last batch's loss and accuracy."""
     torch.manual_seed(run.seed)
     task_cls = TASKS[run.task]
     task = task_cls(task_cls.config_class(**preset.task["train"]))
@@ -111,11 +114,14 @@ def train_toy(run: Run, preset: Preset, *, budget: ToyBudget) -> dict:
     seconds = time.perf_counter() - start
     model.eval()
     eval_task = task_cls(task_cls.config_class(**preset.task["eval"]))
-    metrics = _evaluate(model, eval_task, budget.num_eval, run.seed)
-    at_length = {str(n): _evaluate(model, eval_task.with_seq_len(n), budget.num_eval, run.seed)["accuracy"]
+    metrics = _evaluate(model, eval_task, budget.num_eval, split_seed(run.seed, "valid"))
+    test = _evaluate(model, eval_task, budget.num_eval, split_seed(run.seed, "test"))
+    at_length = {str(n): _evaluate(model, eval_task.with_seq_len(n), budget.num_eval,
+                                   split_seed(run.seed, "test"))["accuracy"]
                  for n in preset.task.get("eval_lengths", ())}
     final_len = task.config.seq_len if hasattr(task.config, "seq_len") else None
-    return {"score": metrics["accuracy"], **metrics, "accuracy_at_length": at_length, "train_len": final_len,
+    return {"score": metrics["accuracy"], **metrics, "test_score": test["accuracy"], "test_metrics": test,
+            "accuracy_at_length": at_length, "train_len": final_len,
             "solved_at": solved_at,
             "final_loss": loss, "final_batch_accuracy": acc, "parameters": sum(p.numel() for p in model.parameters()),
             "state_floats": model.state_floats(eval_task.config.seq_len), "train_seconds": seconds,
@@ -123,8 +129,9 @@ def train_toy(run: Run, preset: Preset, *, budget: ToyBudget) -> dict:
 
 
 def _evaluate(model: LM, task, num_eval: int, seed: int) -> dict:
-    """The task's metrics of `model` on `num_eval` fresh sequences (seeded apart from training)."""
-    inputs, targets = task.generate(num_eval, seed=10_000 + seed)
+    """The task's metrics of `model` on `num_eval` fresh sequences of generator seed `seed` (a split's seed; the
+    training batches come from a generator of the run's seed, another stream)."""
+    inputs, targets = task.generate(num_eval, seed=seed)
     with torch.no_grad():
         return task.metric(model(inputs), targets)
 

@@ -26,6 +26,7 @@ from regmem.experiments.presets import PRESETS
 from regmem.experiments.protocol import RunStore, execute, train_run
 from regmem.experiments.repro.record import Repro
 from regmem.experiments.runs import Run, RunResult, build_task
+from regmem.tasks.base import split_seed
 from regmem.train.trainer import token_loss
 
 # Table 6: (LM perplexity, reasoning accuracy) of each row the paper has; the others are regmem's.
@@ -50,7 +51,6 @@ ROWS = {
     "w/o CMS": ("hope", {"cms": False}),
     "stand-in": ("hope_standin", {}),
 }
-TEST_SEED = 1_000_003  # the test set's seed offset: apart from every run's training (seed) and evaluation (seed + 1)
 POSITION_BUCKETS = 8
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)  # a needle task's curve: the needle's relative position in the haystack
 
@@ -106,19 +106,19 @@ def _scores(model, run: Run, preset, num_test: int) -> dict:
     needle at each of DEPTHS (num_test // len(DEPTHS) sequences each), else the accuracy of the scored tokens in
     each eighth of the sequence."""
     task = build_task(run.task, preset, {})
-    inputs, targets = task.generate(num_test, seed=run.seed + TEST_SEED)
+    inputs, targets = task.generate(num_test, seed=split_seed(run.seed, "test"))
     if not _needle(run.task):
         return _score(model, task, inputs, targets, curve=True)
     curve = []
     for depth in DEPTHS:
         at = build_task(run.task, preset, {"depth": depth})
-        x, y = at.generate(max(num_test // len(DEPTHS), 1), seed=run.seed + TEST_SEED)
+        x, y = at.generate(max(num_test // len(DEPTHS), 1), seed=split_seed(run.seed, "test"))
         curve.append(_score(model, at, x, y)["accuracy"])
     return {**_score(model, task, inputs, targets), "by_position": curve}
 
 
 def test_scores(run: Run, trained: RunResult, preset, num_test: int) -> dict:
-    """The trained model on a test set of `num_test` sequences (seed + TEST_SEED): as trained and, for a model with a
+    """The trained model on `num_test` sequences of the test split (tasks/base.py): as trained and, for a model with a
     CMS, with every CMS level's in-context updates off ("cms_frozen")."""
     model = trained.model.eval()
     out = {"test": _scores(model, run, preset, num_test)}
@@ -156,7 +156,7 @@ def run(settings: AblationSettings, out_dir: Path, *, log=print, progress: bool 
 
 
 def summarize_rows(records: list[dict]) -> dict:
-    """Per row: the best lr by the mean evaluation score over seeds (the run's own held-out set; ties: the smaller
+    """Per row: the best lr by the mean validation score over seeds (the run's own validation split; ties: the smaller
     lr), and at it the test accuracy per seed, CMS frozen per seed, the per-position accuracy (mean over seeds)."""
     rows: dict = {}
     for r in records:

@@ -32,6 +32,7 @@ from regmem.experiments.presets import Preset
 from regmem.experiments.protocol import RunStore, execute, run_grid, summarize, train_run
 from regmem.experiments.repro.record import Repro
 from regmem.tasks import TASKS
+from regmem.tasks.base import split_seed
 from regmem.tasks.formal_languages import FormalLanguageConfig
 
 LANGUAGES = ("lang_parity", "lang_aa", "lang_abab", "lang_anbn", "lang_anbncn", "lang_shuffle2")
@@ -90,7 +91,7 @@ def formal_preset(settings: FormalSettings) -> Preset:
 
 @dataclass(frozen=True)
 class BinScores:
-    """String accuracy of a trained run on Bin 0 and Bin 1 (fresh strings, seeded apart from training's)."""
+    """String accuracy of a trained run on Bin 0 and Bin 1 (fresh strings of the test split's seed)."""
 
     num_eval: int
     train_max_len: int
@@ -100,7 +101,7 @@ class BinScores:
         scores = {}
         trained.model.eval()
         for index in (0, 1):
-            inputs, targets = task.bin(index).generate(self.num_eval, seed=10_000 + run.seed)
+            inputs, targets = task.bin(index).generate(self.num_eval, seed=split_seed(run.seed, "test"))
             with torch.no_grad():
                 scores[f"bin{index}"] = task.metric(trained.model(inputs), targets)["string_accuracy"]
         return scores

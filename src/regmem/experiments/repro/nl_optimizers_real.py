@@ -185,7 +185,7 @@ def train_digits(name: str, lr: float, adamw_lr: float | None, seed: int, settin
 
 def train_text(name: str, lr: float, adamw_lr: float | None, seed: int, settings) -> dict:
     s = settings
-    train_bytes, val_bytes = split_corpus()
+    train_bytes, val_bytes, _ = split_corpus()  # the test range is not read here
     val_x, val_y = sample_windows(val_bytes, s.lm_eval_windows, s.lm_seq_len, seed=12345)
     torch.manual_seed(seed)
     model = text_model(s)
