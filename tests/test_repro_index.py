@@ -19,7 +19,8 @@ from regmem.experiments.repro import REPROS
 
 ROOT = Path(__file__).resolve().parents[1]
 INDEX = ROOT / "docs" / "repro" / "README.md"
-VERDICTS = ("holds in part", "holds", "does not hold at this scale", "erratum", "not testable here", "not run")
+VERDICTS = ("holds in part", "holds", "does not hold at this scale", "not resolved at this scale", "erratum",
+            "not testable here", "not run")
 ROW = re.compile(r"^\| (?P<id>[A-Z]+-\d+) \|")
 CODE = re.compile(r"`([^`]+)`")
 TEST_REF = re.compile(r"^(?P<path>tests/[\w/]+\.py)(?:::(?P<name>\w+))?$")

@@ -8,8 +8,9 @@ solution, eq. 57 as the one-input case and the paper's erratum are derived in op
 `regmem.ops.dgd_step`, the one implementation, shared with the test-time-training engine; it takes the row layout
 W = weight^T.
 
-The batch decay C is a mean over the input rows by default (`reduction="mean"`), balanced with the gradient of a mean
-loss; `reduction="sum"` keeps the sum of eq. 56 as printed, whose decay grows with the number of rows
+Eq. 56 is the objective of one input. Over a batch the decay C is a mean over the input rows by default
+(`reduction="mean"`), balanced with the gradient of a mean loss; `reduction="sum"` sums the per-input objective over
+the rows, this library's first batch extension (not the paper's), whose decay grows with the number of rows
 (`regmem.optim.input_moments`).
 """
 
@@ -72,7 +73,8 @@ class DGD(InputMomentsOptimizer):
         lr: eta > 0 (the proximal step size).
         delta: strength of the delta term, >= 0 (0: SGD; 1: eq. 56).
         reduction: "mean" (default; balanced with a mean loss's gradient: one step's decay does not depend on the
-            number of rows) or "sum" (eq. 56's sum as printed, balanced with a summed loss) of x x^T over the rows.
+            number of rows) or "sum" (eq. 56's per-input objective summed over the rows, balanced with a summed
+            loss) of x x^T over the rows.
     """
 
     def __init__(
