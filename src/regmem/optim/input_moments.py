@@ -2,11 +2,11 @@
 whose objective regresses on them (DGD's eq. 56 and the l2 objective of generalised gradient descent; *Nested
 Learning*, arXiv:2512.24695, Sec. 4.5), with the number of input rows N it sums over.
 
-Reduction. A training loss is usually a mean over its N rows (B x T tokens in an LM), so its weight gradient is
-(1/N) sum_n x_n (dL/dy_n)^T. The quadratic term of eq. 56 written over the same rows is balanced with it only as a
-mean, (1/N) sum_n x_n x_n^T: reduction "mean" (the default of the optimisers that use it). Eq. 56 is printed for one
-input; reduction "sum" adds it up over the rows, as for a summed loss; against a mean loss its decay grows with N (one DGD step at lr
-0.01 on unit Gaussian inputs of width 16 shrinks ||W|| by ~0.86 with 16 rows and by ~0.09 with 1024 rows).
+Reduction. A training loss is usually a mean over its N rows (B x T tokens in an LM), so its weight gradient is (1/N)
+sum_n x_n (dL/dy_n)^T. The quadratic term of eq. 56 written over the same rows is balanced with it only as a mean, (1/N)
+sum_n x_n x_n^T: reduction "mean" (the default of the optimisers that use it). Eq. 56 is printed for one input;
+reduction "sum" adds it up over the rows, as for a summed loss; against a mean loss its decay grows with N (one DGD step
+at lr 0.01 on unit Gaussian inputs of width 16 shrinks ||W|| by ~0.86 with 16 rows and by ~0.09 with 1024 rows).
 """
 
 from __future__ import annotations
