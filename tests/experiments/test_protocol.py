@@ -118,10 +118,13 @@ def test_a_run_key_changes_with_anything_that_fixes_the_run():
             run.key(dataclasses.replace(FAST, steps=5)),
             run.key(dataclasses.replace(FAST, task_points={**FAST.task_points, "mqar": {"seq_len": 8}})),
             dataclasses.replace(run, steps=5).key(FAST), dataclasses.replace(run, batch_size=8).key(FAST),
-            dataclasses.replace(run, optimizer="muon").key(FAST)}
-    assert len(keys) == 9 and run.key(FAST) == Run("mqar", "attn", 1e-2, 0).key(FAST)
+            dataclasses.replace(run, optimizer="muon").key(FAST),
+            run.key(dataclasses.replace(FAST, mixer_kwargs={**FAST.mixer_kwargs, "attn": {"short_conv": 2}}))}
+    assert len(keys) == 10 and run.key(FAST) == Run("mqar", "attn", 1e-2, 0).key(FAST)
     other_task = dataclasses.replace(FAST, task_points={**FAST.task_points, "parity": {"seq_len": 8}})
     assert run.key(other_task) == run.key(FAST)  # another task's point does not change an mqar run
+    other_mixer = dataclasses.replace(FAST, mixer_kwargs={**FAST.mixer_kwargs, "moba": {"block_size": 4}})
+    assert run.key(other_mixer) == run.key(FAST)  # nor another mixer's options
 
 
 def test_tuned_table_round_trips_and_feeds_the_default_grid(tmp_path, monkeypatch):

@@ -91,3 +91,22 @@ def test_bad_options_raise_value_error_naming_them(options, match):
             build_mixer(name, D_MODEL, HEADS, **options)
     with pytest.raises(ValueError, match="top_k"):
         MoBA(D_MODEL, HEADS, top_k=None)
+
+
+@pytest.mark.parametrize("name", ["moe_attn", "moba"])
+def test_at_the_quick_preset_a_block_attention_is_not_attention(name):
+    """The presets give blocks of T / 4 and attention's short conv: at quick (T 64) the layer differs from itself
+    with one block (which is softmax attention, `test_limits_are_softmax_attention`)."""
+    from regmem.experiments.presets import PRESETS  # the preset is what is checked; layers do not import it
+
+    quick = PRESETS["quick"]
+    options = quick.mixer_kwargs[name]
+    assert options["short_conv"] == quick.mixer_kwargs["attn"]["short_conv"]
+    torch.manual_seed(0)
+    layer = build_mixer(name, quick.d_model, quick.n_heads, **options).double()
+    x = torch.randn(2, quick.task["seq_len"], quick.d_model, dtype=torch.float64)
+    blocked, _ = layer(x)
+    layer.block_size = quick.task["seq_len"]  # one block: attention
+    whole, _ = layer(x)
+    assert options["block_size"] * 4 == quick.task["seq_len"]
+    assert (blocked - whole).abs().max() > 1e-3

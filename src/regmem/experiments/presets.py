@@ -53,8 +53,12 @@ def make_preset(name: str, d_model: int, *, n_layers: int = 1, ffn: str = "none"
         num_eval=256,
         eval_every=max(steps // 10, 1),
         # Every mixer gets the short conv (memory mixers have it by default); Mamba-2's state N x P per head is
-        # cut to 16 x 2 head_dim so its recurrent state is close to the d_model x 16 of the other memories.
-        mixer_kwargs={"attn": {"short_conv": 4}, "local_linear": {"short_conv": 4}, "mamba2": {"state_size": 16}},
+        # cut to 16 x 2 head_dim so its recurrent state is close to the d_model x 16 of the other memories. The
+        # block attentions get blocks of T / 4 (16 at quick), so that a query chooses among several (at their
+        # default 64 a quick sequence is one block, and both are exactly `attn`).
+        mixer_kwargs={"attn": {"short_conv": 4}, "local_linear": {"short_conv": 4}, "mamba2": {"state_size": 16},
+                      "moe_attn": {"short_conv": 4, "block_size": max(d_model // 4, 1)},
+                      "moba": {"short_conv": 4, "block_size": max(d_model // 4, 1)}},
         task_points=task_points(d_model),
         # The lr grid is set by MLP-free mixers whose projections feed normalisations; an MLP after one (Hope's CMS)
         # at that lr outgrew it and stalled recall (Gated DeltaNet + SwiGLU on MQAR: 0.116 at one lr, 0.992 with
@@ -117,7 +121,9 @@ def long_preset(d_model: int = 64, seq_len: int = 1024) -> Preset:
     # Truncated BPTT for the self-referential memories: their full backward overflows float32 at T 1024
     # (regmem/layers/self_modifying.py); the forward still carries every memory over the whole sequence.
     truncated = {"bptt": 128}
-    kwargs = {**base.mixer_kwargs, "hope": truncated, "self_modifying_titans": truncated, "hope_standin": truncated}
+    kwargs = {**base.mixer_kwargs, "hope": truncated, "self_modifying_titans": truncated, "hope_standin": truncated,
+              # blocks of 128: eight per sequence, of which MoBA reads its top 3
+              "moe_attn": {"short_conv": 4, "block_size": 128}, "moba": {"short_conv": 4, "block_size": 128}}
     return dataclasses.replace(
         base, task=mqar, steps=steps, batch_size=batch, num_train=steps * batch, num_eval=128, eval_every=50,
         mixer_kwargs=kwargs,

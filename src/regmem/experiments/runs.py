@@ -129,9 +129,11 @@ class Run:
                 **self.budget_overrides()}
 
     def key(self, preset: Preset) -> str:
-        """A stable name for the run's file: a hash of everything that fixes the run. Budget overrides enter only
-        where given, so the key of a run without them is the one stored runs were saved under."""
+        """A stable name for the run's file: a hash of everything that fixes the run, and nothing else (other tasks'
+        points and other mixers' options are left out). Budget overrides enter only where given, so the key of a run
+        without them is the one stored runs were saved under."""
         budget = {k: v for k, v in preset.to_dict().items() if k != "task_points"}  # other tasks' points do not count
+        budget["mixer_kwargs"] = {k: v for k, v in preset.mixer_kwargs.items() if k == self.mixer}  # nor other mixers'
         if preset.mlp_lr_scale == 1 or not has_mlp(self.mixer, preset):  # then it changes nothing in the run
             budget.pop("mlp_lr_scale")
         fixed = {"task": self.task, "mixer": self.mixer, "lr": self.lr, "seed": self.seed, "setting": self.setting,
