@@ -45,16 +45,18 @@ def test_nl_mad_runs_are_found_under_the_preset_the_repro_builds():
 
 
 # Computed with `RunSpec(task, mixer, lr, seed, setting).key(preset)` on main 32743a8, before RunSpec and Cell
-# were merged into Run.
+# were merged into Run, and recomputed once when the key stopped hashing other mixers' preset options (2026-11-28;
+# the committed runs were renamed by benchmarks/scripts/rekey_runs.py). The toy preset has no mixer options: its key
+# did not move.
 KNOWN_KEYS = [
-    (Run("mqar", "attn", 0.01, 0, {}), PRESETS["quick"], "7c5001d41bef6d1bfad8"),
-    (Run("mqar", "gla", 0.003, 1, {"num_kv_pairs": 16}), PRESETS["tiny"], "36351a976325895922b6"),
-    (Run("s5", "recipe:uniform/linear/dgd", 0.1, 2, {"seq_len": 32}), PRESETS["quick-mlp"], "dfa481838d842c4b7acb"),
-    (Run("text", "linear", 0.03, 0, {}), PRESETS["small"], "4774f1c40549d638e57c"),
+    (Run("mqar", "attn", 0.01, 0, {}), PRESETS["quick"], "b8704caa3d171b565874"),
+    (Run("mqar", "gla", 0.003, 1, {"num_kv_pairs": 16}), PRESETS["tiny"], "772a0a1c12956427abf9"),
+    (Run("s5", "recipe:uniform/linear/dgd", 0.1, 2, {"seq_len": 32}), PRESETS["quick-mlp"], "c694fb917b60c00ad983"),
+    (Run("text", "linear", 0.03, 0, {}), PRESETS["small"], "735b0e8258added6cbc7"),
     (Run("swap", "attn", 0.01, 0, am_toys.arm("a", curriculum=(4, 0.0, 16), rotary=False)),
      am_toys.toy_preset("am-swap-fig4-h4", am_toys.ToyBudget(steps=100), {"seq_len": 16}, {"seq_len": 16}),
      "8d20e35820b900d916f4"),
-    (Run("icr", "titans", 3e-4, 1), nl_mad.mad_preset(nl_mad.MADSettings()), "4d5527aa8e98c21bd8dd"),
+    (Run("icr", "titans", 3e-4, 1), nl_mad.mad_preset(nl_mad.MADSettings()), "e8a8b85e2d160b653aa8"),
 ]
 
 
