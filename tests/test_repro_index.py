@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
 import shlex
 from collections import Counter
@@ -161,6 +162,61 @@ def test_not_run_rows_name_who_runs_them(text):
     bad = [row[0] for row in claim_rows(text) if verdict_of(row[-1]) == "not run"
            and not re.search(r"issue \d+ item \d+|no issue \d+ item", row[-1])]
     assert not bad, f"`not run` rows that name no issue item: {bad}"
+
+
+NEGATIVE = ("does not hold at this scale", "holds in part")
+
+
+def lr_cells(result) -> list[dict]:
+    """Every cell of a report's JSON that chose a learning rate (a dict with "best_lr" and "lr_means")."""
+    if isinstance(result, dict):
+        own = [result] if "best_lr" in result and "lr_means" in result else []
+        return own + [cell for value in result.values() for cell in lr_cells(value)]
+    if isinstance(result, list):
+        return [cell for value in result for cell in lr_cells(value)]
+    return []
+
+
+def unbracketed(cell: dict) -> str | None:
+    """Why a cell's choice cannot carry a negative verdict, or None: its best lr must be interior to its grid of >= 2
+    learning rates (after any extension past an edge) and its score a mean over >= 2 seeds."""
+    grid = sorted(float(lr) for lr in cell["lr_means"])
+    if len(grid) < 2 or not grid[0] < float(cell["best_lr"]) < grid[-1]:
+        return f"best lr {cell['best_lr']:g} not interior to {', '.join(f'{lr:g}' for lr in grid)}"
+    if cell.get("seeds", 2) < 2:
+        return f"{cell['seeds']} seed"
+    return None
+
+
+def bracket_problems(text: str) -> list[str]:
+    """Every negative verdict (does not hold, holds in part) whose `regmem repro` report chose a learning rate that
+    its grid does not bracket, or on fewer than two seeds, with the reason."""
+    problems = []
+    for row in claim_rows(text):
+        if verdict_of(row[-1]) not in NEGATIVE:
+            continue
+        for span in code_spans(row[3]):
+            if not span.startswith("regmem repro "):
+                continue
+            report = INDEX.parent / f"{shlex.split(span)[2]}.json"
+            for cell in lr_cells(json.loads(report.read_text())) if report.is_file() else []:
+                why = unbracketed(cell)
+                if why:
+                    label = cell.get("arm") or cell.get("mixer") or cell.get("task")
+                    problems.append(f"{row[0]} ({report.name}, {label}): {why}")
+    return problems
+
+
+def test_negative_verdicts_rest_on_bracketed_grids_and_two_seeds(text):
+    problems = bracket_problems(text)
+    assert not problems, "negative verdicts on unbracketed learning-rate choices:\n" + "\n".join(problems)
+
+
+def test_an_unbracketed_negative_verdict_is_caught():
+    edge = {"best_lr": 0.03, "lr_means": {"0.01": 0.5, "0.03": 0.6}, "seeds": 2}
+    inside = {"best_lr": 0.03, "lr_means": {"0.01": 0.5, "0.03": 0.6, "0.1": 0.4}, "seeds": 2}
+    assert unbracketed(edge) and unbracketed({**inside, "seeds": 1}) and unbracketed(inside) is None
+    assert lr_cells({"rows": [edge, {"x": inside}]}) == [edge, inside]
 
 
 def test_the_counts_table_matches_the_rows(text):

@@ -4,6 +4,7 @@ round-trips; the suite writes its mixers x tasks table; the CLI on a tiny preset
 
 import dataclasses
 import json
+import math
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ import torch
 from regmem.cli import main
 from regmem.experiments.compare import compare, lr_grid
 from regmem.experiments.presets import PRESETS
-from regmem.experiments.protocol import RunStore, execute, run_grid, summarize
+from regmem.experiments.protocol import RunStore, bracket, execute, execute_bracketed, next_lr, run_grid, summarize
 from regmem.experiments.runs import Run
 from regmem.experiments.suite import resolve_tasks, suite
 from regmem.experiments.tuned import best_lrs, best_lrs_by_setting, load_tuned, save_tuned, tuned_lr
@@ -243,3 +244,38 @@ def test_runs_in_worker_processes_give_the_records_of_one_process(tmp_path):
     assert [r["seed"] for r in parallel] == [0, 1]
     for a, b in zip(serial, parallel, strict=True):
         assert a["score"] == b["score"] and a["metrics"] == b["metrics"]
+
+
+def test_bracket_and_the_next_point_past_an_edge():
+    assert bracket([0.01], 0.01) == "single"
+    assert bracket([0.01, 0.03, 0.1], 0.03) == "interior"
+    assert bracket([0.01, 0.03, 0.1], 0.01) == "low edge" and bracket([0.01, 0.03, 0.1], 0.1) == "high edge"
+    assert next_lr([0.01, 0.03, 0.1], "high edge") == 0.333 and next_lr([0.01, 0.03, 0.1], "low edge") == 0.00333
+    (cell,) = summarize([record("mqar", "gla", lr, 0, s) for lr, s in [(1e-2, 0.2), (3e-2, 0.4), (1e-1, 0.3)]])
+    assert cell.grid == [1e-2, 3e-2, 1e-1] and cell.bracket == "interior"
+
+
+def test_a_grid_is_extended_past_the_edge_until_it_brackets(tmp_path):
+    """A made-up score that peaks at lr 0.3: the grid 0.01, 0.03 grows by its own ratio (x3) to 0.09, 0.27, 0.81,
+    where 0.27 is interior; a cell that peaks inside the grid trains nothing more."""
+    trained = []
+
+    def fake_train(run, preset):
+        trained.append((run.mixer, run.lr, run.seed))
+        peak = 0.3 if run.mixer == "linear" else 0.02
+        score = 1.0 - abs(math.log(run.lr / peak))
+        return {"score": score, "test_score": score, "parameters": 1, "state_floats": 1, "train_seconds": 0.0,
+                "tokens_per_second": 1.0, "steps": 1}
+
+    runs = run_grid(["mqar"], ["linear", "attn"], [{}], [0.01, 0.03], [0, 1])
+    runs += [dataclasses.replace(r, lr=0.02) for r in runs if r.mixer == "attn" and r.lr == 0.01]
+    records = execute_bracketed(runs, FAST, RunStore(tmp_path, FAST), extend=5, train=fake_train, progress=False,
+                                log=lambda *_: None)
+    cells = {c.mixer: c for c in summarize(records)}
+    assert cells["linear"].grid == [0.01, 0.03, 0.09, 0.27, 0.81] and cells["linear"].best_lr == 0.27
+    assert cells["linear"].bracket == "interior" and cells["attn"].bracket == "interior"
+    assert sorted({lr for mixer, lr, _ in trained if mixer == "attn"}) == [0.01, 0.02, 0.03]
+    assert sorted(seed for mixer, lr, seed in trained if lr == 0.81) == [0, 1]
+    limited = execute_bracketed(runs, FAST, RunStore(tmp_path / "one", FAST), extend=1, train=fake_train,
+                                progress=False, log=lambda *_: None)
+    assert {c.mixer: c.bracket for c in summarize(limited)}["linear"] == "high edge"  # 0.09: one point was allowed

@@ -75,7 +75,7 @@ def test_a_grid_with_a_diverged_cell_shows_it_and_counts_it_as_zero(tmp_path):
     assert "2 runs; 1 of 2 cells at their best learning rate" in board
     assert "| linear | diverged@2 | 0.000-0.000 | 0.000 | 2 | 1e+10 | 1e+10: 0.000 (2 diverged) |" in board
     csv_header = (tmp_path / "results.csv").read_text().splitlines()[0]
-    assert csv_header.endswith("diverged,diverged_at,lr_diverged,valid_mean")
+    assert csv_header.endswith("diverged,diverged_at,lr_diverged,valid_mean,grid,bracket")
 
 
 def test_compare_counts_a_diverged_learning_rate_as_zero_and_picks_the_finite_one(tmp_path):

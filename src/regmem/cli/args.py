@@ -76,6 +76,10 @@ def positive_int(text: str) -> int:
     return _number(text, int, minimum=0, strict=True)
 
 
+def non_negative_int(text: str) -> int:
+    return _number(text, int, minimum=0, strict=False)
+
+
 def positive_float(text: str) -> float:
     return _number(text, float, minimum=0.0, strict=True)
 

@@ -14,6 +14,7 @@ from regmem.cli.args import (
     mixers_help,
     name_list,
     names_among,
+    non_negative_int,
     output_dir,
     output_json,
     positive_float_list,
@@ -58,6 +59,10 @@ def _add_protocol_options(parser: argparse.ArgumentParser) -> None:
                           "(default: its tuned lr for the preset, else the preset's)")
     lrs.add_argument("--sweep-lr", action="store_true",
                      help=f"re-run the lr sweep over the grid {','.join(map(str, LR_GRID))} (--lrs with that grid)")
+    parser.add_argument("--extend-grid", type=non_negative_int, default=0, metavar="N",
+                        help="where a mixer's best lr is an edge of the grid (of >= 2 lrs), train up to N more points "
+                             "past it at the grid's own spacing, one at a time, until the grid brackets the best "
+                             "(default 0: the grid as given)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--workers", type=positive_int, default=1,
                         help="runs trained at once, each in its own process with one torch thread (e.g. 2 on a "
@@ -141,7 +146,8 @@ def _compare(args) -> None:
             args.parser.error(f"argument {flag}: {str(err).removeprefix('eval_lengths: ')}")
     compare(args.task, args.mixers, preset, sweep=args.sweep, seeds=args.seeds, lrs=lrs, out_dir=args.out_dir,
             run_dir=args.run_dir, progress=not args.no_progress, workers=args.workers, save_tuned_to=args.save_tuned,
-            eval_lengths=args.eval_lengths, device=args.device, cuda_graphs=args.cuda_graphs)
+            eval_lengths=args.eval_lengths, device=args.device, cuda_graphs=args.cuda_graphs,
+            extend_grid=args.extend_grid)
 
 
 def add_suite(commands) -> None:
@@ -182,4 +188,4 @@ def _suite(args) -> None:
     _check_run_dir(args, suite_settings(preset), args.run_dir or default_run_dir(preset))
     suite(args.tasks, args.mixers, preset, seeds=args.seeds, lrs=lrs, run_dir=args.run_dir,
           save_tuned_to=args.save_tuned, reuse=args.reuse_runs, progress=not args.no_progress, workers=args.workers,
-          device=args.device, cuda_graphs=args.cuda_graphs)
+          device=args.device, cuda_graphs=args.cuda_graphs, extend_grid=args.extend_grid)

@@ -32,7 +32,7 @@ from regmem.experiments.protocol import (
     check_sweep_dir,
     claim_sweep_dir,
     divergence_note,
-    execute,
+    execute_bracketed,
     higher_is_better,
     run_grid,
     summarize,
@@ -118,11 +118,12 @@ def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | N
             seeds: list[int] = SEEDS, lrs: list[float] | None = None, out_dir: str | Path = "results",
             run_dir: str | Path | None = None, progress: bool = True, log=print, workers: int = 1,
             save_tuned_to: str | Path | None = None, eval_lengths: tuple[int, ...] = (), device: str = "cpu",
-            cuda_graphs: bool = False) -> Path:
+            cuda_graphs: bool = False, extend_grid: int = 0) -> Path:
     """Trains every (mixer, sweep value, lr, seed) not yet in `run_dir`; writes the leaderboard, CSV, JSON and
     plot; with `save_tuned_to`, also each mixer's best lr at each swept setting (tuned.py); with `eval_lengths`,
     scores every run at those lengths too (module docstring); device, cuda_graphs: where and how each run trains
-    (`train_run`); returns the run directory."""
+    (`train_run`); extend_grid: points a cell's grid may grow past the edge its best lr is at
+    (`protocol.execute_bracketed`); returns the run directory."""
     if task_name not in TASKS:
         raise ValueError(f"task must be one of {sorted(TASKS)}, got {task_name!r}")
     if not seeds:
@@ -140,7 +141,8 @@ def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | N
     if eval_lengths:
         train = functools.partial(train, evaluate=functools.partial(scores_at_lengths, preset=preset,
                                                                     lengths=eval_lengths))
-    records = execute(runs, preset, store, progress=progress, log=log, workers=workers, train=train)
+    records = execute_bracketed(runs, preset, store, extend=extend_grid, progress=progress, log=log, workers=workers,
+                                train=train)
     summaries = summarize(records)
     source = lr_source(preset, lrs, task_name, mixers, settings)
     if save_tuned_to is not None:

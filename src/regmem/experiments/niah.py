@@ -24,7 +24,15 @@ import matplotlib
 import torch
 
 from regmem.experiments.presets import Preset
-from regmem.experiments.protocol import SEEDS, CellSummary, RunStore, execute, run_grid, summarize, train_run
+from regmem.experiments.protocol import (
+    SEEDS,
+    CellSummary,
+    RunStore,
+    execute_bracketed,
+    run_grid,
+    summarize,
+    train_run,
+)
 from regmem.experiments.runs import Run, RunResult, build_task
 from regmem.tasks.base import split_seed
 
@@ -113,7 +121,7 @@ def run_niah(
     task_name: str, mixers: Sequence[str], preset: Preset, *, train_len: int, multiples: Sequence[int] = (1, 2, 4),
     depths: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0), lrs: Sequence[float] = (1e-2,),
     seeds: Sequence[int] = SEEDS, num_examples: int = 256, out_dir: str | Path = "results", progress: bool = True,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = print, extend_grid: int = 0,
 ) -> Path:
     """Trains every (mixer, lr, seed) on `task_name` (a NIAH task in `regmem.tasks.TASKS`) at `train_len` under
     the fair protocol (experiments/protocol.py), scores each trained model with `niah_grid` at lengths
@@ -139,8 +147,8 @@ def run_niah(
     runs = run_grid([task_name], mixers, [setting], list(lrs), list(seeds))
     log(f"[niah] {task_name}: {len(mixers)} mixers x {len(lrs)} lrs x {len(seeds)} seeds, trained at {train_len}, "
         f"scored at {lengths}")
-    records = execute(runs, preset, RunStore(run_dir, preset), progress=progress, log=log,
-                      train=functools.partial(train_run, evaluate=evaluate))
+    records = execute_bracketed(runs, preset, RunStore(run_dir, preset), extend=extend_grid, progress=progress,
+                                log=log, train=functools.partial(train_run, evaluate=evaluate))
     stale = [r for r in records if (r["lengths"], r["depths"], r["num_examples"]) != (lengths, depths, num_examples)]
     if stale:
         raise ValueError(f"{run_dir}: {len(stale)} stored runs were scored at lengths {stale[0]['lengths']}, depths "

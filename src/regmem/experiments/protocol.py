@@ -18,6 +18,11 @@ process dies), so two commands on one run directory share its runs: each is trai
 the runs the other is training. `<run_dir>/sweep.json` records what the directory's sweep compares (command, task,
 preset, swept field; `claim_sweep_dir`): a command of other such settings is refused.
 
+A grid *brackets* a cell when the cell's best learning rate is interior to it (`bracket`): a best at an edge says
+only that the optimum may lie beyond. `execute_bracketed` extends the grid past such an edge, one point at a time
+by the grid's own spacing there (`next_lr`), until the best is interior or `extend` points were added; a report may
+call a comparison negative only for cells so bracketed (tests/test_repro_index.py).
+
 A run whose loss became non-finite has *diverged*: the Trainer stopped it (regmem/train/trainer.py), and it scores
 the worst value (`diverged_score`: 0 for an accuracy), which enters the means like any other score. The tables
 show a cell whose runs all diverged as "diverged@<step>" and say how many runs and cells diverged. A run stored
@@ -350,12 +355,15 @@ class CellSummary:
     diverged_at: int | None = None  # the earliest step at which one of those diverged (None: none, or not known)
     lr_diverged: dict = field(default_factory=dict)  # every lr of the grid with diverged runs -> how many
     valid_mean: float = math.nan  # the validation score at best_lr, mean over its seeds (lr_means[best_lr])
+    grid: list = field(default_factory=list)  # the learning rates trained, ascending
+    bracket: str = "single"  # where best_lr lies in grid: "interior", "low edge", "high edge" or "single" (one lr)
 
     def row(self) -> dict:
         flat = dataclasses.asdict(self)
         flat["setting"] = _setting_text(self.setting).strip()
         flat["lr_means"] = " ".join(f"{lr:g}:{m:.4f}" for lr, m in self.lr_means.items())
         flat["lr_diverged"] = " ".join(f"{lr:g}:{n}" for lr, n in self.lr_diverged.items())
+        flat["grid"] = " ".join(f"{lr:g}" for lr in self.grid)
         return flat
 
     def shown(self, digits: int = 3) -> str:
@@ -412,6 +420,47 @@ def summarize(records: list[dict]) -> list[CellSummary]:
             train_seconds=statistics.fmean(r["train_seconds"] for r in best),
             tokens_per_second=statistics.fmean(r["tokens_per_second"] for r in best),
             diverged=lr_diverged.get(best_lr, 0), diverged_at=min(steps, default=None), lr_diverged=lr_diverged,
-            valid_mean=lr_means[best_lr],
+            valid_mean=lr_means[best_lr], grid=sorted(lr_means), bracket=bracket(sorted(lr_means), best_lr),
         ))
     return summaries
+
+
+def bracket(grid: list[float], best_lr: float) -> str:
+    """Where `best_lr` lies in the ascending `grid`: "interior", "low edge", "high edge", or "single" (one point)."""
+    if len(grid) < 2:
+        return "single"
+    if best_lr == grid[0]:
+        return "low edge"
+    return "high edge" if best_lr == grid[-1] else "interior"
+
+
+def next_lr(grid: list[float], edge: str) -> float:
+    """The point past `edge` ("low edge" or "high edge") of the ascending `grid` (>= 2 points), at the ratio of the
+    two points at that edge, rounded to 3 significant digits: 0.01, 0.03 -> 0.09 above and 0.00333 below."""
+    ratio = grid[1] / grid[0] if edge == "low edge" else grid[-1] / grid[-2]
+    point = grid[0] / ratio if edge == "low edge" else grid[-1] * ratio
+    return float(f"{point:.3g}")
+
+
+def execute_bracketed(runs: list[Run], preset: Preset, store: RunStore, *, extend: int, log: Callable = print,
+                      **kwargs) -> list[dict]:
+    """`execute`, then up to `extend` rounds: every cell (task, mixer, setting) whose best learning rate is at an
+    edge of its grid of >= 2 points trains the next point past that edge (`next_lr`) with the seeds of its best
+    lr, so that the grid brackets it; a cell whose next point is no better ends interior. Returns every record."""
+    records = execute(runs, preset, store, log=log, **kwargs)
+    for _ in range(extend):
+        extra = []
+        for cell in summarize(records):
+            if cell.bracket not in ("low edge", "high edge"):
+                continue
+            lr = next_lr(cell.grid, cell.bracket)
+            chosen = [r for r in runs if (r.task, r.mixer, r.setting, r.lr) ==
+                      (cell.task, cell.mixer, cell.setting, cell.best_lr)]  # every record comes from `runs`
+            log(f"[protocol] {cell.task} {cell.mixer} {_setting_text(cell.setting)}best lr {cell.best_lr:g} is the "
+                f"{cell.bracket} of {', '.join(f'{x:g}' for x in cell.grid)}: extending to {lr:g}")
+            extra += [dataclasses.replace(r, lr=lr) for r in chosen]
+        if not extra:
+            break
+        runs = runs + extra
+        records += execute(extra, preset, store, log=log, **kwargs)
+    return records

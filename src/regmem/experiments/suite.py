@@ -28,7 +28,7 @@ from regmem.experiments.protocol import (
     RunStore,
     claim_sweep_dir,
     divergence_note,
-    execute,
+    execute_bracketed,
     run_grid,
     summarize,
     train_run,
@@ -64,10 +64,11 @@ def default_run_dir(preset: Preset) -> Path:
 def suite(task_names: list[str], mixers: list[str], preset: Preset, *, seeds: list[int] = SEEDS,
           lrs: list[float] | None = None, run_dir: str | Path | None = None, save_tuned_to: str | Path | None = None,
           reuse: list[str | Path] = (), progress: bool = True, log=print, workers: int = 1, device: str = "cpu",
-          cuda_graphs: bool = False) -> Path:
+          cuda_graphs: bool = False, extend_grid: int = 0) -> Path:
     """Trains every (task, mixer, lr, seed) not yet in `run_dir` (or in a `reuse` directory, read only); writes
     the mixers x tasks leaderboard, CSV, JSON and heat map; with `save_tuned_to`, also each mixer's best lr per
-    task into that tuned-lr table. device, cuda_graphs: where and how each run trains (`train_run`)."""
+    task into that tuned-lr table. device, cuda_graphs: where and how each run trains (`train_run`); extend_grid:
+    points a cell's grid may grow past the edge its best lr is at (`protocol.execute_bracketed`)."""
     tasks = resolve_tasks(task_names)
     if not mixers:
         raise ValueError("mixers must name at least one mixer")
@@ -78,8 +79,8 @@ def suite(task_names: list[str], mixers: list[str], preset: Preset, *, seeds: li
     runs = run_grid(tasks, mixers, [{}], lr_grid(preset, lrs), seeds)
     log(f"[suite] {len(tasks)} tasks x {len(mixers)} mixers: {len(runs)} runs into {run_dir}")
     train = functools.partial(train_run, device=device, cuda_graphs=cuda_graphs)
-    records = execute(runs, preset, RunStore(run_dir, preset, reuse), progress=progress, log=log, workers=workers,
-                      train=train)
+    records = execute_bracketed(runs, preset, RunStore(run_dir, preset, reuse), extend=extend_grid, progress=progress,
+                                log=log, workers=workers, train=train)
     summaries = summarize(records)
     sources = {task: lr_source(preset, lrs, task, mixers) for task in tasks}
     write_suite(run_dir, preset, tasks, mixers, records, summaries, sources)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from regmem.analysis import reachability_construction
 from regmem.experiments.plots import plt, save_figure
-from regmem.experiments.protocol import RunStore, execute, run_grid, summarize
+from regmem.experiments.protocol import RunStore, execute_bracketed, run_grid, summarize
 from regmem.experiments.repro.am_dag_handset import handset_token_accuracy
 from regmem.experiments.repro.am_swap import KAPPA_1
 from regmem.experiments.repro.am_toys import ToyBudget, arm, arm_bars, toy_preset, train_toy
@@ -61,6 +61,7 @@ class DAGSettings:
     d_model: int = 32
     n_heads: int = 4
     lrs: tuple[float, ...] = (0.003, 0.01, 0.03)  # with (0.003, 0.01) every arm's best was an edge
+    extend_grid: int = 2  # points added past a grid edge where a cell's best lr lies (protocol.execute_bracketed)
     seeds: tuple[int, ...] = (0, 1)
     num_eval: int = 512
     workers: int = 2
@@ -94,7 +95,8 @@ def run(settings: DAGSettings, out_dir: Path, *, log=print, progress: bool = Tru
     arms = dag_arms(settings.depths, settings.short_conv)
     runs = [run for mixer, setting in arms.values()
              for run in run_grid(["dag"], [mixer], [setting], settings.lrs, settings.seeds)]
-    records = execute(runs, preset, RunStore(out_dir / "am-dag-runs", preset), progress=progress, log=log,
+    records = execute_bracketed(runs, preset, RunStore(out_dir / "am-dag-runs", preset), extend=settings.extend_grid,
+                                progress=progress, log=log,
                       train=functools.partial(train_toy, budget=budget), workers=settings.workers)
     rows = []
     for summary in summarize(records):

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from regmem.experiments.presets import Preset
-from regmem.experiments.protocol import RunStore, execute, higher_is_better, run_grid, summarize, train_run
+from regmem.experiments.protocol import RunStore, execute_bracketed, higher_is_better, run_grid, summarize, train_run
 from regmem.experiments.repro.record import Repro
 from regmem.experiments.runs import Run
 
@@ -52,6 +52,7 @@ class HeadsSettings:
     short_conv: int = 2  # causal conv length (module docstring): the only source of order, no positions
     linear_chunk_size: int = 16  # linear attention's chunk length: speed only (the chunk form is exact)
     workers: int = 2  # runs trained at once, one process and one torch thread each
+    extend_grid: int = 2  # points added past a grid edge where a cell's best lr lies (protocol.execute_bracketed)
     # (a) MQAR: pairs N = 8 against head dims 32 / 16 / 8 / 4, so N / d_k = 0.25 ... 2
     mqar_d_model: int = 32
     mqar_pairs: int = 8
@@ -130,7 +131,8 @@ def run(settings: HeadsSettings, out_dir: Path, *, log=print, progress: bool = T
         presets[task] = task_preset(settings, task)
         grid = run_grid([task], settings.kernels, [{"n_heads": h} for h in settings.head_counts], lrs[task],
                           settings.seeds)
-        runs = execute(grid, presets[task], RunStore(out_dir / "am-heads-runs", presets[task]), progress=progress,
+        runs = execute_bracketed(grid, presets[task], RunStore(out_dir / "am-heads-runs", presets[task]),
+                                 extend=settings.extend_grid, progress=progress,
                        log=log, train=train_heads_run, workers=settings.workers)
         records += runs
         cells += [dataclasses.asdict(c) for c in summarize(runs)]

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Literal
 
 from regmem.experiments.plots import plt, save_figure
-from regmem.experiments.protocol import RunStore, execute, run_grid, summarize
+from regmem.experiments.protocol import RunStore, execute_bracketed, run_grid, summarize
 from regmem.experiments.repro.am_toys import ToyBudget, arm, arm_bars, toy_preset, train_toy
 from regmem.experiments.repro.record import Repro
 
@@ -110,6 +110,7 @@ class SwapSettings:
     positions: tuple[Positions, ...] = ("none", "rope")  # Figs. 4 and 6: Listing 2's none, the text's RoPE, or both
     steps: int = 1000  # per run; the listing's 4000 take about four times as long
     lrs: tuple[float, ...] = (0.01, 0.03, 0.1)  # with (0.01, 0.03), 12 of 14 arms were best at the top
+    extend_grid: int = 2  # points added past a grid edge where a cell's best lr lies (protocol.execute_bracketed)
     seeds: tuple[int, ...] = (42, 0)
     seq_len: int = 16  # Listing 2's length (Figs. 4 and 8)
     eval_lengths: tuple[int, ...] = (16, 32, 64)  # every run is also scored at these lengths (Fig. 6's 2x, 4x)
@@ -184,7 +185,8 @@ def run(settings: SwapSettings, out_dir: Path, *, log=print, progress: bool = Tr
                                 {"seq_len": length}, settings.eval_lengths)
             runs = [run for mixer, setting in group.values()
                     for run in run_grid(["swap"], [mixer], [setting], settings.lrs, settings.seeds)]
-            records = execute(runs, preset, RunStore(out_dir / "am-swap-runs", preset), progress=progress, log=log,
+            records = execute_bracketed(runs, preset, RunStore(out_dir / "am-swap-runs", preset),
+                                        extend=settings.extend_grid, progress=progress, log=log,
                               train=functools.partial(train_toy, budget=budget), workers=settings.workers)
             figures.setdefault(figure, []).extend(_cells(group, records))
         figures[figure].sort(key=lambda row, order=list(arms): order.index(row["arm"]))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from regmem.experiments.presets import PRESETS
-from regmem.experiments.protocol import RunStore, execute, run_grid, summarize
+from regmem.experiments.protocol import RunStore, execute_bracketed, run_grid, summarize
 from regmem.experiments.repro.record import Repro
 
 ROWS = {  # mixer -> (the method, state representation and update logic as the lecture's table gives them)
@@ -38,6 +38,7 @@ class LineageSettings:
     mixers: tuple[str, ...] = ("mamba", "deltanet", "ttt_linear")
     preset: str = "quick"
     lrs: tuple[float, ...] = (0.03, 0.1)
+    extend_grid: int = 2  # points added past a grid edge where a cell's best lr lies (protocol.execute_bracketed)
     seeds: tuple[int, ...] = (0, 1)
     steps: int | None = None  # None: the preset's
 
@@ -63,7 +64,8 @@ def run(settings: LineageSettings, out_dir: Path, *, log=print, progress: bool =
         raise ValueError(f"mixers: the lineage table has rows for {sorted(ROWS)}, got {unknown}")
     preset = lineage_preset(settings)
     runs = run_grid(["mqar"], settings.mixers, [{}], settings.lrs, settings.seeds)
-    records = execute(runs, preset, RunStore(out_dir / "lecture-lineage-runs", preset), progress=progress, log=log)
+    records = execute_bracketed(runs, preset, RunStore(out_dir / "lecture-lineage-runs", preset),
+                                extend=settings.extend_grid, progress=progress, log=log)
     cells = [dataclasses.asdict(c) for c in summarize(records)]
     return {"settings": dataclasses.asdict(settings), "preset": preset.to_dict(), "cells": cells, "runs": records}
 

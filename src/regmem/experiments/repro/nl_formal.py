@@ -29,7 +29,7 @@ import torch
 
 from regmem.experiments.plots import HeatCell, plot_heatmap
 from regmem.experiments.presets import Preset
-from regmem.experiments.protocol import RunStore, execute, run_grid, summarize, train_run
+from regmem.experiments.protocol import RunStore, execute_bracketed, run_grid, summarize, train_run
 from regmem.experiments.repro.record import Repro
 from regmem.tasks import TASKS
 from regmem.tasks.base import split_seed
@@ -61,6 +61,7 @@ class FormalSettings:
     steps: int = 300
     batch_size: int = 16
     lrs: tuple[float, ...] = (3e-3, 1e-2)  # the default run: two lrs, one seed (about 15 min on 2 cores)
+    extend_grid: int = 2  # points added past a grid edge where a cell's best lr lies (protocol.execute_bracketed)
     seeds: tuple[int, ...] = (0,)
     num_eval: int = 256  # strings per bin
     train_max_len: int = 20  # train lengths 1..train_max_len; Bin 1 is train_max_len + 1 .. 2 train_max_len
@@ -113,7 +114,8 @@ def run(settings: FormalSettings, out_dir: Path, *, log=print, progress: bool = 
     preset = formal_preset(settings)
     runs = run_grid(settings.languages, settings.mixers, [{}], settings.lrs, settings.seeds)
     train = functools.partial(train_run, evaluate=BinScores(settings.num_eval, settings.train_max_len))
-    records = execute(runs, preset, RunStore(out_dir / "nl-formal-runs", preset), progress=progress, log=log,
+    records = execute_bracketed(runs, preset, RunStore(out_dir / "nl-formal-runs", preset),
+                                extend=settings.extend_grid, progress=progress, log=log,
                       train=train, workers=settings.workers)
     cells = [dataclasses.asdict(c) for c in summarize(records)]
     for cell in cells:  # the bins of the best lr's runs

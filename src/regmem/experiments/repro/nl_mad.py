@@ -24,7 +24,7 @@ from pathlib import Path
 
 from regmem.experiments.plots import HeatCell, plot_heatmap
 from regmem.experiments.presets import Preset
-from regmem.experiments.protocol import RunStore, execute, run_grid, summarize
+from regmem.experiments.protocol import RunStore, execute_bracketed, run_grid, summarize
 from regmem.experiments.repro.record import Repro
 
 # Table 4 of the paper (accuracy %), columns in TASK_ORDER minus noisy recall.
@@ -63,6 +63,7 @@ class MADSettings:
     # grid is 1e-4 to 1e-3 for 200 epochs). Measured here: with 3e-3 and 1e-2 alone, 1e-2 trailed on every recall
     # task and mixer, and with 1e-3 added 15 of 30 cells (ties included) were best at the bottom, so it extends to 3e-4.
     lrs: tuple[float, ...] = (3e-4, 1e-3, 3e-3, 1e-2)
+    extend_grid: int = 2  # points added past a grid edge where a cell's best lr lies (protocol.execute_bracketed)
     seeds: tuple[int, ...] = (0, 1)
     num_eval: int = 256
     task_points: dict = field(default_factory=lambda: dict(MAD_POINTS))  # each task's config fields
@@ -99,7 +100,8 @@ def run(settings: MADSettings, out_dir: Path, *, log=print, progress: bool = Tru
     "runs"}."""
     preset = mad_preset(settings)
     runs = run_grid(settings.tasks, settings.mixers, [{}], settings.lrs, settings.seeds)
-    records = execute(runs, preset, RunStore(out_dir / "nl-mad-runs", preset), progress=progress, log=log)
+    records = execute_bracketed(runs, preset, RunStore(out_dir / "nl-mad-runs", preset), extend=settings.extend_grid,
+                                progress=progress, log=log)
     cells = [dataclasses.asdict(c) for c in summarize(records)]
     return {"settings": dataclasses.asdict(settings), "preset": preset.to_dict(), "cells": cells, "runs": records}
 

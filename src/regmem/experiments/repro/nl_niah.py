@@ -41,6 +41,7 @@ class NIAHSettings:
     # Each mixer at the better of two learning rates by accuracy at the training length: the grid spans the
     # best MQAR learning rates of these mixers at the quick preset (src/regmem/experiments/tuned_lr.json).
     lrs: tuple[float, ...] = (1e-2, 3e-2)
+    extend_grid: int = 2  # points added past a grid edge where a cell's best lr lies (protocol.execute_bracketed)
     seeds: tuple[int, ...] = (0, 1)
     num_examples: int = 128
 
@@ -61,7 +62,7 @@ def run(settings: NIAHSettings, out_dir: Path, *, log=print, progress: bool = Tr
         run_dir = run_niah(variant, settings.mixers, preset, train_len=settings.train_len,
                            multiples=settings.multiples, depths=settings.depths, lrs=settings.lrs,
                            seeds=settings.seeds, num_examples=settings.num_examples, out_dir=out_dir / "nl-niah-runs",
-                           progress=progress, log=log)
+                           progress=progress, log=log, extend_grid=settings.extend_grid)
         result = json.loads((run_dir / "niah.json").read_text())
         runs[variant] = {"dir": str(run_dir), **{k: result[k] for k in ("meta", "grids", "seed_means", "cells")}}
     return {"settings": dataclasses.asdict(settings), "runs": runs}
