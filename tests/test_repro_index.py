@@ -168,9 +168,10 @@ NEGATIVE = ("does not hold at this scale", "holds in part")
 
 
 def lr_cells(result) -> list[dict]:
-    """Every cell of a report's JSON that chose a learning rate (a dict with "best_lr" and "lr_means")."""
+    """Every cell of a report's JSON that chose a learning rate: a protocol cell (a dict with "best_lr" and
+    "lr_means") or an nl-optimizers row (with "brackets", one per half of its lr pair)."""
     if isinstance(result, dict):
-        own = [result] if "best_lr" in result and "lr_means" in result else []
+        own = [result] if ("best_lr" in result and "lr_means" in result) or "brackets" in result else []
         return own + [cell for value in result.values() for cell in lr_cells(value)]
     if isinstance(result, list):
         return [cell for value in result for cell in lr_cells(value)]
@@ -180,6 +181,11 @@ def lr_cells(result) -> list[dict]:
 def unbracketed(cell: dict) -> str | None:
     """Why a cell's choice cannot carry a negative verdict, or None: its best lr must be interior to its grid of >= 2
     learning rates (after any extension past an edge) and its score a mean over >= 2 seeds."""
+    if "brackets" in cell:
+        edges = {half: where for half, where in cell["brackets"].items() if where != "interior"}
+        if edges:
+            return "best " + ", ".join(f"{half} at {where}" for half, where in edges.items())
+        return f"{cell['seeds']} seed" if cell["seeds"] < 2 else None
     grid = sorted(float(lr) for lr in cell["lr_means"])
     if len(grid) < 2 or not grid[0] < float(cell["best_lr"]) < grid[-1]:
         return f"best lr {cell['best_lr']:g} not interior to {', '.join(f'{lr:g}' for lr in grid)}"
@@ -217,6 +223,9 @@ def test_an_unbracketed_negative_verdict_is_caught():
     inside = {"best_lr": 0.03, "lr_means": {"0.01": 0.5, "0.03": 0.6, "0.1": 0.4}, "seeds": 2}
     assert unbracketed(edge) and unbracketed({**inside, "seeds": 1}) and unbracketed(inside) is None
     assert lr_cells({"rows": [edge, {"x": inside}]}) == [edge, inside]
+    pair = {"brackets": {"lr": "interior", "adamw_lr": "high edge"}, "seeds": 2}
+    assert unbracketed(pair) and unbracketed({**pair, "brackets": {"lr": "interior"}}) is None
+    assert unbracketed({"brackets": {"lr": "interior"}, "seeds": 1}) and lr_cells([pair]) == [pair]
 
 
 def test_the_counts_table_matches_the_rows(text):

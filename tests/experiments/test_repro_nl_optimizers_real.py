@@ -13,14 +13,16 @@ from regmem.optim import M3, Combined, MuonMemory
 
 
 def test_digits_split_is_fixed_disjoint_and_scaled():
-    x_train, y_train, x_test, y_test = real.load_digits()
-    assert x_train.shape == (1438, 64) and x_test.shape == (359, 64)
-    assert y_train.dtype == torch.long and set(y_test.tolist()) == set(range(10))
+    x_train, y_train, x_valid, y_valid, x_test, y_test = real.load_digits()
+    assert x_train.shape == (1079, 64) and x_valid.shape == x_test.shape == (359, 64)
+    assert y_train.dtype == torch.long and set(y_test.tolist()) == set(range(10)) == set(y_valid.tolist())
     assert 0.0 <= float(x_train.min()) and float(x_train.max()) == 1.0
     again = real.load_digits()
-    assert torch.equal(again[0], x_train) and torch.equal(again[3], y_test)
-    rows = {tuple(r) for r in x_train.tolist()}
-    assert sum(tuple(r) in rows for r in x_test.tolist()) < 10  # a few duplicate images exist in the data itself
+    assert torch.equal(again[0], x_train) and torch.equal(again[5], y_test)
+    for held_out in (x_valid, x_test):  # a few duplicate images exist in the data itself
+        for other in (x_train, x_valid if held_out is x_test else x_test):
+            rows = {tuple(r) for r in other.tolist()}
+            assert sum(tuple(r) in rows for r in held_out.tolist()) < 10
     other = real.load_digits(split_seed=1)
     assert not torch.equal(other[0], x_train)
 
@@ -76,10 +78,12 @@ def test_muon_in_float32_tracks_torch_muon_on_digits():
     assert math.isclose(ours["final_loss"], theirs["final_loss"], rel_tol=0.05)
 
 
-def _run(task, name, lr, seed, final, step_ms=1.0, adamw_lr=None):
+def _run(task, name, lr, seed, final, step_ms=1.0, adamw_lr=None, test=None, train=None):
+    test = final if test is None else test
     return {"task": task, "optimizer": name, "lr": lr, "adamw_lr": adamw_lr, "seed": seed, "final_loss": final,
-            "step_ms": step_ms,
-            "total_ms": 2 * step_ms, "final": {"loss": final, "accuracy": 0.5}, "eval_curve": [], "train_curve": []}
+            "test_loss": test, "train_loss": final if train is None else train, "step_ms": step_ms,
+            "total_ms": 2 * step_ms, "final": {"loss": final, "accuracy": 0.5}, "test": {"loss": test, "accuracy": 0.4},
+            "eval_curve": [], "train_curve": []}
 
 
 def test_summary_takes_the_lr_with_the_lowest_mean_over_seeds_and_flags_the_grid_edge():
@@ -94,8 +98,19 @@ def test_summary_takes_the_lr_with_the_lowest_mean_over_seeds_and_flags_the_grid
     assert m3["final_min"] == 0.05 and m3["final_max"] == 0.07 and m3["run_step_ms"] == 3.0  # the seed-0 run
     adamw["step_ms"], m3["step_ms"] = 1.0, 3.0  # run_real's timing pass
     claims = report.real_claims([adamw, m3])
-    assert claims == [{"claim": claims[0]["claim"], "holds": True,
-                       "measured": "lowest: m3 0.0600 [0.0500, 0.0700]; m3 0.0600 [0.0500, 0.0700]"}]
+    assert [c["holds"] for c in claims] == [True, True] and "test loss" in claims[0]["claim"]
+    assert claims[0]["measured"] == "lowest: m3 0.0600 [0.0500, 0.0700]; m3 0.0600 [0.0500, 0.0700]"
+    assert "training loss" in claims[1]["claim"] and adamw["accuracy"] == 0.4  # the test set's
+
+
+def test_the_lr_is_chosen_on_validation_and_test_and_training_loss_are_reported_there():
+    settings = toys.OptimizerToySettings(real_tasks=("digits",), real_optimizers=("adamw",), seeds=(0,))
+    runs = [_run("digits", "adamw", 1e-3, 0, 0.5, test=0.1, train=0.2),  # best on test, not on validation
+            _run("digits", "adamw", 3e-3, 0, 0.3, test=0.4, train=0.25),
+            _run("digits", "adamw", 1e-2, 0, 0.4, test=0.05, train=0.3)]
+    (row,) = real.summarize_real(runs, settings)
+    assert row["lr"] == 3e-3 and (row["test_loss"], row["train_loss"]) == (0.4, 0.25)
+    assert row["brackets"] == {"lr": "interior"} and row["seeds"] == 1
 
 
 def _fake_runs(monkeypatch, best_lr, best_adamw_lr):
@@ -115,7 +130,7 @@ def test_torch_muon_runs_at_muons_best_pair_after_muons_grids(monkeypatch):
     top, low_half = 3 * real.BASE_LRS["text"]["muon"], real.BASE_LRS["text"]["adamw"] / 3
     calls = _fake_runs(monkeypatch, top, low_half)
     settings = toys.OptimizerToySettings(real_tasks=("text",), real_optimizers=("torch_muon", "muon"), seeds=(0, 1),
-                                         lr_multipliers=(1 / 3, 1.0, 3.0), workers=1)
+                                         lr_multipliers=(1 / 3, 1.0, 3.0), workers=1, extend_grid=0)
     torch_row, muon_row = real.run_real(settings, log=lambda line: None)
     # coordinate search: the Muon half's grid (AdamW half at its middle), the AdamW half's other two points, then
     # the follower at the best pair
@@ -134,7 +149,7 @@ def test_product_search_runs_every_pair_of_the_two_grids(monkeypatch):
     calls = _fake_runs(monkeypatch, centre, half)
     settings = toys.OptimizerToySettings(real_tasks=("digits",), real_optimizers=("m3", "adamw"), seeds=(0,),
                                          lr_multipliers=(1 / 3, 1.0, 3.0), adamw_half_multipliers=(1.0, 3.0),
-                                         pair_search="product", workers=1)
+                                         pair_search="product", workers=1, extend_grid=0)
     m3_row, adamw_row = real.run_real(settings, log=lambda line: None)
     assert len([c for c in calls if c[0] == "m3"]) == 6 and len([c for c in calls if c[0] == "adamw"]) == 3
     assert (m3_row["lr"], m3_row["adamw_lr"]) == (centre, half) and m3_row["edge"]  # the AdamW half's low end
@@ -158,3 +173,17 @@ def test_timing_pass_times_every_optimiser_and_leaves_the_thread_count(task):
     times = real.time_steps(task, {"adamw": (1e-3, None), "muon": (1e-2, 1e-3), "dmgd": (0.1, None)}, settings)
     assert list(times) == ["adamw", "muon", "dmgd"] and all(t > 0 for t in times.values())
     assert torch.get_num_threads() == threads
+
+
+def test_each_half_grows_past_the_edge_its_best_lies_at(monkeypatch):
+    """The fake loss is lowest at 9x the Muon half's centre and at the AdamW half's lowest point: from grids of x1/3,
+    1, 3 each half grows by x3 past the edge its best is at (the other half at its best) until it is interior."""
+    centre, half = real.BASE_LRS["digits"]["m3"], real.BASE_LRS["digits"]["adamw"]
+    calls = _fake_runs(monkeypatch, 9 * centre, half / 3)
+    settings = toys.OptimizerToySettings(real_tasks=("digits",), real_optimizers=("m3",), seeds=(0,),
+                                         lr_multipliers=(1 / 3, 1.0, 3.0), workers=1, extend_grid=4)
+    (row,) = real.run_real(settings, log=lambda line: None)
+    assert math.isclose(row["lr"], 9 * centre, rel_tol=1e-2) and math.isclose(row["adamw_lr"], half / 3, rel_tol=1e-2)
+    assert row["brackets"] == {"lr": "interior", "adamw_lr": "interior"} and not row["edge"]
+    assert any(math.isclose(c[1], 27 * centre, rel_tol=1e-2) for c in calls)  # the point past the best, worse
+    assert any(c[2] is not None and math.isclose(c[2], half / 9, rel_tol=1e-2) for c in calls)

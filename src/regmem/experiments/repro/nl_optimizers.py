@@ -78,6 +78,7 @@ class OptimizerToySettings:
     lr_multipliers: tuple[float, ...] = (1 / 3, 1.0, 3.0)  # each optimiser's grid: its BASE_LRS centre x these
     adamw_half_multipliers: tuple[float, ...] = (1 / 3, 1.0, 3.0)  # the Muon family's AdamW half: AdamW's centre x
     pair_search: Literal["coordinate", "product"] = "coordinate"  # how the Muon family's lr pair is searched
+    extend_grid: int = 2  # points a half's grid may grow past an edge its best lies at (nl_optimizers_real)
     digits_hidden: int = 128
     digits_steps: int = 250
     digits_batch_size: int = 64

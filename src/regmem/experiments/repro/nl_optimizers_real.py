@@ -3,9 +3,12 @@
 11-12, scaled down to a CPU).
 
 * digits: an MLP 64 -> hidden -> hidden -> 10 on scikit-learn's handwritten digits (1,797 8x8 images shipped inside
-  the scikit-learn wheel, no download), a fixed 80/20 split, cross-entropy; scored by test loss and accuracy.
+  the scikit-learn wheel, no download), a fixed 60/20/20 split into training, validation and test, cross-entropy.
 * text: a regmem LM (softmax attention + SwiGLU, bytes) on the byte-level text task (CPython's documentation,
-  `regmem.tasks.text`); scored by validation bits per byte.
+  `regmem.tasks.text`, its training, validation and test byte ranges), in bits per byte.
+Each run is evaluated on validation along training and, once trained, on test; its training loss is the mean of
+the last tenth of its batch losses. The learning rate is chosen on validation; the report gives test and training
+loss (Fig. 11's claim is about both).
 
 Optimisers (`OPTIMIZERS`), every one over the whole model:
 * "adamw"; "sgd_momentum" (`torch.optim.SGD`, the baseline delta momentum changes); "dmgd"
@@ -23,7 +26,9 @@ Learning rates. Each optimiser gets the same steps and batches and two seeds. A 
 `BASE_LRS[task][name]` x `lr_multipliers`. The Muon family takes the Muon half's grid the same way and the AdamW
 half's grid `BASE_LRS[task]["adamw"]` x `adamw_half_multipliers`; with pair_search="coordinate" (default) the Muon
 half's grid runs with the AdamW half at its grid's middle, then the AdamW half's grid at the best Muon-half lr;
-"product" runs every pair. The best lr (pair) has the lowest mean final validation loss over seeds. "torch_muon"
+"product" runs every pair. The best lr (pair) has the lowest mean final validation loss over seeds. Where it lies at
+an edge of either half's grid, the grid grows past that edge by its own spacing (`protocol.next_lr`, the other half
+at its best), up to `extend_grid` points, so that every reported choice is bracketed. "torch_muon"
 alone takes "muon"'s best pair (their updates differ only in the precision of Newton-Schulz, and torch's bfloat16
 one is 10-20x slower on a CPU); it is there for its curve beside "muon"'s and for Fig. 12's timing. No weight decay
 and no schedule, so the comparison is of the optimisers alone.
@@ -46,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from regmem.experiments.protocol import worker_pool
+from regmem.experiments.protocol import bracket, next_lr, worker_pool
 from regmem.models import LM, LMConfig
 from regmem.optim import M3, Combined, DeepMomentum, DeltaMomentum, MuonMemory, param_groups
 from regmem.tasks.text import sample_windows, split_corpus
@@ -74,9 +79,9 @@ PAPER_CLAIM_REAL = ("Sec. 9.7, Figs. 11-12 (ViT on ImageNet-21K; 140M and 1.3B T
                     "(its extra momenta), on par with AdaMuon. No numbers are given.")
 
 
-def load_digits(split_seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """scikit-learn's digits as (x_train [1438, 64] float32 in [0, 1], y_train [1438] int64, x_test [359, 64],
-    y_test [359]): one random 80/20 split fixed by `split_seed`."""
+def load_digits(split_seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """scikit-learn's digits as (x_train [1079, 64] float32 in [0, 1], y_train [1079] int64, x_valid [359, 64],
+    y_valid, x_test [359, 64], y_test): one random 60/20/20 split fixed by `split_seed`."""
     try:
         from sklearn.datasets import load_digits as sklearn_digits
     except ImportError as error:
@@ -86,9 +91,9 @@ def load_digits(split_seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.
     x = torch.tensor(data.data, dtype=torch.float32) / 16.0  # pixel values 0..16
     y = torch.tensor(data.target, dtype=torch.long)
     order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(split_seed))
-    n_test = x.shape[0] // 5
-    test, train = order[:n_test], order[n_test:]
-    return x[train], y[train], x[test], y[test]
+    n_held = x.shape[0] // 5
+    test, valid, train = order[:n_held], order[n_held:2 * n_held], order[2 * n_held:]
+    return x[train], y[train], x[valid], y[valid], x[test], y[test]
 
 
 def digits_model(hidden: int) -> nn.Sequential:
@@ -133,9 +138,10 @@ def build_optimizer(name: str, model: nn.Module, lr: float, *, adamw_lr: float |
     return Combined([first, torch.optim.AdamW(rest["params"], lr=adamw_lr, weight_decay=0.0)])
 
 
-def _train(model: nn.Module, optimizer, steps: int, batch, loss_of, evaluate, eval_every: int) -> dict:
+def _train(model: nn.Module, optimizer, steps: int, batch, loss_of, evaluate, eval_every: int, test) -> dict:
     """The shared loop: `batch(step)` -> inputs, targets; `loss_of(model, inputs, targets)`; `evaluate(model)` ->
-    {"loss", ...} every `eval_every` steps and at the end. Records the train loss, the evaluations and the times."""
+    {"loss", ...} on validation every `eval_every` steps and at the end; `test(model)` -> {"loss", ...} on test
+    once, at the end. Records the train loss, the evaluations and the times."""
     train_curve, eval_curve, step_ms, total_ms = [], [], [], []
     for step in range(steps):
         inputs, targets = batch(step)
@@ -151,12 +157,17 @@ def _train(model: nn.Module, optimizer, steps: int, batch, loss_of, evaluate, ev
         train_curve.append(float(loss.detach()))
         if (step + 1) % eval_every == 0 or step + 1 == steps:
             eval_curve.append({"step": step + 1, **evaluate(model)})
-    final = eval_curve[-1]
-    finite = math.isfinite(final["loss"])
+    final, tested = eval_curve[-1], test(model)
+    tail = train_curve[-max(steps // 10, 1):]
     return {"train_curve": [_sig(v) for v in train_curve], "eval_curve": eval_curve,
-            "final_loss": final["loss"] if finite else math.inf, "final": final,
+            "final_loss": _finite(final["loss"]), "final": final, "test_loss": _finite(tested["loss"]), "test": tested,
+            "train_loss": _finite(statistics.fmean(tail)),
             "step_ms": statistics.median(step_ms[WARMUP_STEPS:] or step_ms),
             "total_ms": statistics.median(total_ms[WARMUP_STEPS:] or total_ms)}
+
+
+def _finite(v: float) -> float:
+    return v if math.isfinite(v) else math.inf
 
 
 def _sig(v: float) -> float:
@@ -165,7 +176,7 @@ def _sig(v: float) -> float:
 
 def train_digits(name: str, lr: float, adamw_lr: float | None, seed: int, settings) -> dict:
     s = settings
-    x_train, y_train, x_test, y_test = load_digits()
+    x_train, y_train, x_valid, y_valid, x_test, y_test = load_digits()
     torch.manual_seed(seed)
     model = digits_model(s.digits_hidden)
     optimizer = build_optimizer(name, model, lr, adamw_lr=adamw_lr, m3_frequency=s.m3_frequency,
@@ -173,20 +184,24 @@ def train_digits(name: str, lr: float, adamw_lr: float | None, seed: int, settin
     g = torch.Generator().manual_seed(seed)
     order = [torch.randint(0, x_train.shape[0], (s.digits_batch_size,), generator=g) for _ in range(s.digits_steps)]
 
-    def evaluate(m):
-        with torch.no_grad():
-            logits = m(x_test)
-            return {"loss": float(F.cross_entropy(logits, y_test)),
-                    "accuracy": float((logits.argmax(-1) == y_test).float().mean())}
+    def scored(x, y):
+        def evaluate(m):
+            with torch.no_grad():
+                logits = m(x)
+                return {"loss": float(F.cross_entropy(logits, y)),
+                        "accuracy": float((logits.argmax(-1) == y).float().mean())}
+        return evaluate
 
     return _train(model, optimizer, s.digits_steps, lambda i: (x_train[order[i]], y_train[order[i]]),
-                  lambda m, x, y: F.cross_entropy(m(x), y), evaluate, s.digits_eval_every)
+                  lambda m, x, y: F.cross_entropy(m(x), y), scored(x_valid, y_valid), s.digits_eval_every,
+                  scored(x_test, y_test))
 
 
 def train_text(name: str, lr: float, adamw_lr: float | None, seed: int, settings) -> dict:
     s = settings
-    train_bytes, val_bytes, _ = split_corpus()  # the test range is not read here
-    val_x, val_y = sample_windows(val_bytes, s.lm_eval_windows, s.lm_seq_len, seed=12345)
+    train_bytes, val_bytes, test_bytes = split_corpus()
+    held_out = {name: sample_windows(data, s.lm_eval_windows, s.lm_seq_len, seed=12345)
+                for name, data in (("valid", val_bytes), ("test", test_bytes))}
     torch.manual_seed(seed)
     model = text_model(s)
     optimizer = build_optimizer(name, model, lr, adamw_lr=adamw_lr, m3_frequency=s.m3_frequency)
@@ -195,14 +210,15 @@ def train_text(name: str, lr: float, adamw_lr: float | None, seed: int, settings
     def loss_of(m, x, y):
         return F.cross_entropy(m(x).flatten(0, 1), y.flatten())
 
-    def evaluate(m):
-        with torch.no_grad():
-            bits = float(loss_of(m, val_x, val_y)) / math.log(2.0)
-        return {"loss": bits}  # bits per byte
+    def scored(split):
+        def evaluate(m):
+            with torch.no_grad():
+                return {"loss": float(loss_of(m, *held_out[split])) / math.log(2.0)}  # bits per byte
+        return evaluate
 
     return _train(model, optimizer, s.lm_steps,
                   lambda i: sample_windows(train_bytes, s.lm_batch_size, s.lm_seq_len, generator=g),
-                  loss_of, evaluate, s.lm_eval_every)
+                  loss_of, scored("valid"), s.lm_eval_every, scored("test"))
 
 
 def _one_run(task: str, name: str, lr: float, adamw_lr: float | None, seed: int, settings) -> dict:
@@ -260,6 +276,11 @@ def run_real(settings, log=print) -> list[dict]:
         best = _best_pairs(runs, s, family)
         runs += _map([(task, name, lr, a, seed) for (task, name), (lr, first) in best.items()
                       for a in adamw_half_grid(task, s) if a != first for seed in s.seeds], s, log)
+    for _ in range(s.extend_grid):  # grow each half's grid past an edge its best lies at
+        jobs = _extension_jobs(runs, s, leaders)
+        if not jobs:
+            break
+        runs += _map(jobs, s, log)
     best = _best_pairs(runs, s, follows.values())
     runs += _map([(task, name, *best[task, leader], seed) for task in s.real_tasks
                   for name, leader in follows.items() for seed in s.seeds], s, log)
@@ -271,6 +292,36 @@ def run_real(settings, log=print) -> list[dict]:
             r["step_ms"] = times[r["optimizer"]]
         log(f"(c) {task} optimizer.step() ms: " + ", ".join(f"{n} {t:.2f}" for n, t in times.items()))
     return rows
+
+
+def _extension_jobs(runs: list[dict], settings, names) -> list[tuple]:
+    """For each (task, optimiser in `names`) whose best pair is at an edge of a half's grid (`_edges`): that half's
+    next point past the edge, the other half at its best, with every seed."""
+    jobs = []
+    for row in summarize_real(runs, settings, names=names):
+        best = (row["lr"], row["adamw_lr"])
+        pairs = {(r["lr"], r["adamw_lr"]) for r in runs
+                 if (r["task"], r["optimizer"]) == (row["task"], row["optimizer"])}
+        for axis, where in _edges(best, sorted(pairs, key=lambda p: (p[0], p[1] or 0.0))).items():
+            point = next_lr(_axis_values(pairs, axis), where)
+            pair = (point, best[1]) if axis == 0 else (best[0], point)
+            jobs += [(row["task"], row["optimizer"], *pair, seed) for seed in settings.seeds]
+    return jobs
+
+
+def _axis_values(pairs, axis: int) -> list[float]:
+    return sorted({p[axis] for p in pairs if p[axis] is not None})
+
+
+def _edges(best: tuple[float, float | None], pairs) -> dict[int, str]:
+    """{axis: "low edge" or "high edge"} for each half (0: lr, 1: AdamW-half lr) whose grid of >= 2 points has the
+    best at an end (`protocol.bracket`)."""
+    out = {}
+    for axis in (0, 1):
+        where = bracket(_axis_values(pairs, axis), best[axis]) if best[axis] is not None else "single"
+        if where in ("low edge", "high edge"):
+            out[axis] = where
+    return out
 
 
 def _best_pairs(runs: list[dict], settings, names) -> dict[tuple[str, str], tuple[float, float | None]]:
@@ -286,7 +337,7 @@ def time_steps(task: str, lrs: dict[str, tuple[float, float | None]], settings) 
     torch.manual_seed(0)
     if task == "digits":
         model, exclude = digits_model(settings.digits_hidden), DIGITS_EXCLUDE
-        x, y, _, _ = load_digits()
+        x, y, *_ = load_digits()
         loss = F.cross_entropy(model(x[:settings.digits_batch_size]), y[:settings.digits_batch_size])
     else:
         model, exclude = text_model(settings), ()
@@ -337,8 +388,9 @@ def pair_text(lr: float, adamw_lr: float | None) -> str:
 
 
 def summarize_real(runs: list[dict], settings, names=None) -> list[dict]:
-    """One row per (task, optimiser in `names`, default all): the best lr (pair) by mean final loss over seeds.
-    "edge": the best is at an end of a grid that has more than one point (either half's, for the Muon family)."""
+    """One row per (task, optimiser in `names`, default all): the best lr (pair) by mean final validation loss over
+    seeds, and there the test and training losses. "brackets": where the best lies in each half's grid
+    (`protocol.bracket`); "edge": at an end of a grid of more than one point (either half's, for the Muon family)."""
     rows = []
     names = settings.real_optimizers if names is None else tuple(names)
     for task in settings.real_tasks:
@@ -350,20 +402,19 @@ def summarize_real(runs: list[dict], settings, names=None) -> list[dict]:
             best = min(pairs, key=lambda p: grid[p])
             at_best = [r for r in mine if (r["lr"], r["adamw_lr"]) == best]
             finals = [r["final_loss"] for r in at_best]
+            tests = [r.get("test_loss", math.nan) for r in at_best]
             timed = min(at_best, key=lambda r: r["seed"])
+            edges = _edges(best, pairs)
             row = {"task": task, "optimizer": name, "lr": best[0], "adamw_lr": best[1],
-                   "grid": {pair_text(*p): grid[p] for p in pairs}, "edge": _at_edge(best, pairs),
-                   "final_loss": statistics.fmean(finals), "final_min": min(finals), "final_max": max(finals),
+                   "grid": {pair_text(*p): grid[p] for p in pairs}, "edge": bool(edges),
+                   "brackets": {half: edges.get(axis, "interior" if len(_axis_values(pairs, axis)) > 1 else "single")
+                                for axis, half in enumerate(("lr", "adamw_lr")) if best[axis] is not None},
+                   "seeds": len(at_best), "final_loss": statistics.fmean(finals), "final_min": min(finals),
+                   "final_max": max(finals), "test_loss": statistics.fmean(tests), "test_min": min(tests),
+                   "test_max": max(tests),
+                   "train_loss": statistics.fmean(r.get("train_loss", math.nan) for r in at_best),
                    "run_step_ms": timed["step_ms"], "total_ms": timed["total_ms"], "runs": at_best}
             if task == "digits":
-                row["accuracy"] = statistics.fmean(r["final"]["accuracy"] for r in at_best)
+                row["accuracy"] = statistics.fmean(r["test"]["accuracy"] for r in at_best)
             rows.append(row)
     return rows
-
-
-def _at_edge(best: tuple[float, float | None], pairs: list[tuple[float, float | None]]) -> bool:
-    for axis in (0, 1):
-        values = sorted({p[axis] for p in pairs if p[axis] is not None})
-        if len(values) > 1 and best[axis] in (values[0], values[-1]):
-            return True
-    return False
