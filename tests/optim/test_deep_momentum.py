@@ -55,6 +55,24 @@ def test_constant_output_memory_is_heavy_ball(objective, hb_momentum):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
 
 
+def test_the_printed_objective_with_a_constant_memory_ignores_the_gradient():
+    """Sec. 4.4's example <m(u^T), 1>: dL2/dm = 1, so with depth 0 every step moves each weight by the same
+    -lr * sum_k alpha^k whatever the gradient; "dot" (<m(u), u>) steps along the gradient."""
+    moves = {}
+    for objective in ("printed", "dot"):
+        for scale in (1.0, 10.0):
+            weight = torch.nn.Parameter(torch.zeros(3, 2, dtype=torch.float64))
+            opt = DeepMomentum([weight], lr=0.1, momentum=0.5, objective=objective, memory_depth=0)
+            for _ in range(2):
+                weight.grad = scale * torch.arange(6, dtype=torch.float64).reshape(3, 2)
+                opt.step()
+            moves[objective, scale] = weight.detach().clone()
+    expected = torch.full((3, 2), -0.1 * (1 + (1 + 0.5)), dtype=torch.float64)  # b_1 = -lr, b_2 = -lr (1 + alpha)
+    torch.testing.assert_close(moves["printed", 1.0], expected, rtol=0, atol=1e-15)
+    torch.testing.assert_close(moves["printed", 10.0], expected, rtol=0, atol=1e-15)
+    assert not torch.allclose(moves["dot", 1.0], moves["dot", 10.0])
+
+
 def test_constant_output_memory_state_is_momentum_memory():
     model, x, y = _problem()
     opt = DeepMomentum(model.parameters(), lr=0.05, momentum=0.8, objective="dot", memory_depth=0)

@@ -19,7 +19,13 @@ zero, so with `memory_lr = 0` DMGD is heavy ball at any depth; with `memory_lr >
 `h` learns, from the first step on (the read uses the already-updated memory). `memory_depth = 0` removes `h`.
 
 Inner objective L2 (configurable, `objective=`), summed over elements, with the gradient as key:
-  * `"dot"`: `L2 = sum_j m(u)_j u_j`, the dot-product memory of eqs. (12)–(13), (34): dL2/dm_j = u_j;
+  * `"dot"`: `L2 = sum_j m(u)_j u_j` = <m(u), u>, the dot-product memory of eqs. (12)–(13), (34), whose value is the
+    key itself: dL2/dm_j = u_j. This is not Sec. 4.4's printed example: see `"printed"`;
+  * `"printed"`: `L2 = <m(u^T), 1> = sum_j m(u)_j`, the example Sec. 4.4 gives beside eq. (50) ("dot product
+    similarity <m(u^T), 1>"): dL2/dm_j = 1, the same for every element and every step. The gradient then reaches the
+    update only as the key of `h`; with a constant-output memory (`memory_depth = 0`) the update ignores it and the
+    weights drift by a fixed step (tested). `"dot"` reads the example's inner product with the key in place of the
+    all-ones vector, the reading under which the constant-output memory is heavy ball;
   * `"l2"` (default): `L2 = 1/2 sum_j (m(u)_j + u_j)^2`, delta/l2 regression of the key onto the target `-u`
     (eq. 48's objective with value `-u`): dL2/dm_j = m(u)_j + u_j.
 The per-element bias steps with `lr` on this sum; the shared MLP weights step with `memory_lr` on its mean over the
@@ -53,7 +59,7 @@ from .stepping import checked_grad, closure_loss
 
 __all__ = ["DeepMomentum"]
 
-OBJECTIVES = ("dot", "l2")
+OBJECTIVES = ("dot", "l2", "printed")
 
 
 def _mlp_read(weights: list[torch.Tensor], keys: torch.Tensor) -> torch.Tensor:
@@ -71,7 +77,8 @@ class DeepMomentum(torch.optim.Optimizer):
         params: iterable of parameters or param-group dicts.
         lr: eta, inner step of the per-element (constant-output) part of the memory; the heavy-ball lr. >= 0.
         momentum: alpha in [0, 1], retention multiplying every memory parameter each step.
-        objective: inner objective L2, `"dot"` (dot-product memory) or `"l2"` (regression onto `-u`).
+        objective: inner objective L2, `"dot"` (dot-product memory <m(u), u>), `"l2"` (regression onto `-u`) or
+            `"printed"` (Sec. 4.4's example <m(u^T), 1>; module docstring).
         memory_depth: hidden layers of the shared MLP h; 0 means a constant-output memory (heavy ball). int >= 0.
         memory_width: hidden width of h. int >= 1.
         memory_lr: inner step of h's weights (on the mean objective). >= 0.
@@ -83,7 +90,7 @@ class DeepMomentum(torch.optim.Optimizer):
         params,
         lr: float = 1e-2,
         momentum: float = 0.9,
-        objective: Literal["dot", "l2"] = "l2",
+        objective: Literal["dot", "l2", "printed"] = "l2",
         memory_depth: int = 1,
         memory_width: int = 8,
         memory_lr: float = 1e-2,
@@ -156,7 +163,8 @@ class DeepMomentum(torch.optim.Optimizer):
                 h_old = _mlp_read(leaves, keys)  # [n, 1]
             read_old = bias + h_old.detach().reshape_as(p)
         # dL2/dm per element, evaluated at the old memory m_i (eq. 50).
-        dldm = u if group["objective"] == "dot" else read_old + u
+        objective = group["objective"]
+        dldm = u if objective == "dot" else torch.ones_like(u) if objective == "printed" else read_old + u
         if depth > 0:
             grads = torch.autograd.grad(h_old, leaves, grad_outputs=dldm.reshape(-1, 1) / keys.shape[0])
             for w, g in zip(weights, grads, strict=True):

@@ -45,6 +45,11 @@ def omega_rule(q, k, v, g, beta, gamma, *, window, scale=None, initial_state=Non
     In regmem's layout S = M^T:
         S_t = exp(g_t) S_{t-1} + beta_t sum_{i=t-c+1}^{t} gamma_i k_i (v_i - S_{t-1}^T k_i)^T,  o_t = scale * S_t^T q_t.
     window = 1 is the decoupled gated delta rule with step beta_t gamma_t.
+    The papers weight each cached token by gamma_{t,i}, one weight per step t and token i (Atlas Sec. 3; *Nested
+    Learning* Sec. 5: M_t = alpha_t M_{t-1} - sum_i gamma_{t,i} grad l(M; k_i, v_i)). regmem factors it as
+    gamma_{t,i} = beta_t gamma_i: a step size per step times a weight per token, the same in every window that holds
+    the token. That is Atlas's own parametrisation (its eta_t and input-dependent gates gamma_i) and what keeps the
+    chunk form a solve of one system per chunk; a weight that depends on both (e.g. on t - i) is not expressible here.
 
     Args:
         q, k: [B, T, H, K]; v: [B, T, H, V], all one floating dtype (bf16/fp16 compute in float32).
