@@ -60,6 +60,53 @@ def test_rms_normalizer_is_app_d2s_formula():
     assert (layer(x)[0] - y).abs().max() > 1e-3
 
 
+def _literal_rms_layer(layer, x, erase_eps, read_eps):
+    """App. D.2's formula token by token (as above) with eps a function of the row: erase_eps(scores of the row's
+    erase sum, [G, t]) and read_eps(scores of the row's read, [t + 1])."""
+    q, k, v, w, _ = layer._project(x, None, None)
+    B, T, D = x.shape[0], x.shape[1], 3
+    w = w.reshape(B, T, 2, 2, D)
+    u = torch.zeros(B, T, 2, D, dtype=torch.float64)
+    o = torch.zeros(B, T, 4, D, dtype=torch.float64)
+    with torch.no_grad():
+        for b in range(B):
+            for t in range(T):
+                for h in range(2):
+                    e = torch.zeros(D, dtype=torch.float64)
+                    if t:
+                        scores = torch.stack([torch.stack([w[b, t, h, j] @ k[b, i, h] / D ** 0.5 for i in range(t)])
+                                              for j in range(2)])  # [G, t]
+                        e = sum(layer.erase_weights[h, j] * torch.exp(scores[j, i]) * u[b, i, h]
+                                for j in range(2) for i in range(t))
+                    eps = erase_eps(scores) if t else layer.erase_norm.eps
+                    u[b, t, h] = layer.alpha[h] * v[b, t, h] - layer.beta[h] * _rms(e, layer.erase_norm.weight, eps)
+                for hq in range(4):
+                    scores = torch.stack([q[b, t, hq] @ k[b, i, hq // 2] / D ** 0.5 for i in range(t + 1)])
+                    r = sum(torch.exp(scores[i]) * u[b, i, hq // 2] for i in range(t + 1))
+                    o[b, t, hq] = _rms(r, layer.read_norm.weight, read_eps(scores))
+        return layer.o_proj(o.flatten(-2))
+
+
+def test_rms_normalizer_eps_is_scaled_by_each_rows_normaliser():
+    """The layer normalises each sum by a positive number of its row before the RMSNorm (the erase sum by its largest
+    exp, the read by its softmax denominator Z), so its eps acts on the scaled sum: at eps 1e-5 it is App. D.2's
+    literal formula with eps x (largest exp)^2 in the erase pass and eps x Z^2 in the read, to round-off, and not the
+    formula with eps itself (the documented meaning of norm_eps; identical as eps -> 0, as above)."""
+    torch.manual_seed(2)
+    eps = 1e-5
+    layer = DeltaFormer(12, 4, n_kv_heads=2, rotary=False, normalizer="rms", norm_eps=eps).double()
+    with torch.no_grad():
+        for p in (layer.erase_norm.weight, layer.read_norm.weight, layer.alpha, layer.beta, layer.erase_weights):
+            p.normal_()
+    x = _x(T=9)
+    y, _ = layer(x)
+    scaled = _literal_rms_layer(layer, x, lambda s: eps * torch.exp(2 * s.max()),
+                                lambda s: eps * torch.exp(s).sum() ** 2)
+    torch.testing.assert_close(y, scaled, rtol=1e-10, atol=1e-12)
+    literal = _literal_rms_layer(layer, x, lambda s: eps, lambda s: eps)
+    assert (y - literal).abs().max() > 1e-5
+
+
 def test_listing2_softmax_uses_zero_filled_denominators():
     """Row t of the listing's kappa_1 divides by sum_{i<t} exp(s_ti) + (T - t): the masked scores count as exp(0)."""
     torch.manual_seed(1)

@@ -34,7 +34,9 @@ Our reading (the paper gives no formula): each norm acts on the whole unnormalis
 divide it. RMSNorm is scale invariant, so each sum may be computed divided by a positive number of its row, which
 keeps exp from overflowing and equals the formula with eps scaled by that number squared (identical as eps -> 0):
 the read is the op's softmax read (divided by Z^(2) itself) followed by RMSNorm_2, the erase sum is divided by the
-largest exp of its row. The value pass is no longer linear in u (the norm of row t depends on the earlier u),
+largest exp of its row. So `norm_eps` is the eps of the scaled sums: App. D.2's literal formula with eps x Z^2 in the
+read and eps x (largest exp)^2 in the erase pass (at eps 1e-5 the literal eps moves outputs by ~1e-3; both are
+checked in tests/layers/test_deltaformer_layer.py). The value pass is no longer linear in u (the norm of row t depends on the earlier u),
 so no triangular solve or chunk form computes it: the layer runs it token by token (`_rms_values`, O(T^2 D) work in
 T sequential steps) and hands the u to the op with beta = 0, which then only reads. Both kernels must be "softmax",
 the normalised kernels whose Z the norm replaces.
@@ -102,7 +104,7 @@ class DeltaFormer(Mixer):
         chunk_size: int = 64,  # rows per block of the chunk form
         listing2_softmax: bool = False,  # Listing 2's zero-filled softmax for kappa_1 (module docstring)
         normalizer: Normalizer = "z",  # "rms": RMSNorm in place of Z^(1), Z^(2) (App. D.2, module docstring)
-        norm_eps: float = 1e-5,  # eps of those norms
+        norm_eps: float = 1e-5,  # eps of those norms, on each row's scaled sum (module docstring)
     ):
         super().__init__()
         n_kv_heads = n_kv_heads or n_heads
