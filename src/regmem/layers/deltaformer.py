@@ -30,17 +30,16 @@ learnable gains (initialised at 1),
     u_t = alpha v_t - beta_t RMSNorm_1( sum_{i<t} sum_j a_j exp(w_t^j . k_i / sqrt(D)) u_i )
     o_t = RMSNorm_2( sum_{i<=t} exp(q_t . k_i / sqrt(D)) u_i )
 
-Our reading (the paper gives no formula): each norm acts on the whole unnormalised sum of its pass, where Z would
-divide it. RMSNorm is scale invariant, so each sum may be computed divided by a positive number of its row, which
-keeps exp from overflowing and equals the formula with eps scaled by that number squared (identical as eps -> 0):
-the read is the op's softmax read (divided by Z^(2) itself) followed by RMSNorm_2, the erase sum is divided by the
-largest exp of its row. So `norm_eps` is the eps of the scaled sums: App. D.2's literal formula with eps x Z^2 in the
-read and eps x (largest exp)^2 in the erase pass (at eps 1e-5 the literal eps moves outputs by ~1e-3; both are
-checked in tests/layers/test_deltaformer_layer.py). The value pass is no longer linear in u (the norm of row t depends on the earlier u),
-so no triangular solve or chunk form computes it: the layer runs it token by token (`_rms_values`, O(T^2 D) work in
-T sequential steps) and hands the u to the op with beta = 0, which then only reads. Both kernels must be "softmax",
-the normalised kernels whose Z the norm replaces.
-"""
+Our reading (the paper gives no formula): each norm acts on the whole unnormalised sum of its pass, where Z would divide
+it. RMSNorm is scale invariant, so each sum may be computed divided by a positive number of its row, which keeps exp
+from overflowing and equals the formula with eps scaled by that number squared (identical as eps -> 0): the read is the
+op's softmax read (divided by Z^(2) itself) followed by RMSNorm_2, the erase sum is divided by the largest exp of its
+row. So `norm_eps` is the eps of the scaled sums: App. D.2's literal formula with eps x Z^2 in the read and eps x
+(largest exp)^2 in the erase pass (at eps 1e-5 the literal eps moves outputs by ~1e-3; both are checked in
+tests/layers/test_deltaformer_layer.py). The value pass is no longer linear in u (the norm of row t depends on the
+earlier u), so no triangular solve or chunk form computes it: the layer runs it token by token (`_rms_values`, O(T^2 D)
+work in T sequential steps) and hands the u to the op with beta = 0, which then only reads. Both kernels must be
+"softmax", the normalised kernels whose Z the norm replaces. """
 
 from __future__ import annotations
 
