@@ -39,7 +39,8 @@ row. So `norm_eps` is the eps of the scaled sums: App. D.2's literal formula wit
 tests/layers/test_deltaformer_layer.py). The value pass is no longer linear in u (the norm of row t depends on the
 earlier u), so no triangular solve or chunk form computes it: the layer runs it token by token (`_rms_values`, O(T^2 D)
 work in T sequential steps) and hands the u to the op with beta = 0, which then only reads. Both kernels must be
-"softmax", the normalised kernels whose Z the norm replaces. """
+"softmax", the normalised kernels whose Z the norm replaces.
+"""
 
 from __future__ import annotations
 
