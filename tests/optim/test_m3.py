@@ -45,7 +45,7 @@ def _m3_reference(w0, grads, *, lr, betas, alpha, eps, f, ns_steps, coefficients
 
 
 def _run(w, grads, **kw):
-    opt = M3([w], **kw)
+    opt = M3([w], **{"ns_dtype": None, **kw})  # float64 Newton-Schulz, as the reference's
     trajectory, states = [], []
     for g in grads:
         w.grad = g.clone()
@@ -164,7 +164,7 @@ def test_m3_state_dict_round_trip_resumes_bit_exactly():
     opt, _, _ = _run(first, grads[:4], **kw)  # stop mid-chunk: chunk_grad_sum holds one gradient
     saved = copy.deepcopy(opt.state_dict())
     resumed = first.detach().clone().requires_grad_()
-    opt2 = M3([resumed], **kw)
+    opt2 = M3([resumed], **{"ns_dtype": None, **kw})
     opt2.load_state_dict(saved)
     for g in grads[4:]:
         resumed.grad = g.clone()
@@ -193,9 +193,38 @@ def test_m3_closure_returns_loss():
     (dict(alpha=-0.5), "alpha"), (dict(eps=0.0), "eps"), (dict(frequency=0), "frequency"),
     (dict(frequency=2.5), "frequency"), (dict(ns_steps=-1), "ns_steps"),
     (dict(ns_coefficients=(1.0,)), "ns_coefficients"), (dict(accumulate="mean"), "accumulate"),
-    (dict(weight_decay=-1.0), "weight_decay"), (dict(ns_eps=0.0), "ns_eps"),
+    (dict(weight_decay=-1.0), "weight_decay"), (dict(ns_eps=0.0), "ns_eps"), (dict(ns_dtype=torch.int32), "ns_dtype"),
 ], ids=["lr", "beta2", "betas-len", "alpha", "eps", "frequency", "frequency-float", "ns_steps", "ns_coefficients",
-        "accumulate", "weight_decay", "ns_eps"])
+        "accumulate", "weight_decay", "ns_eps", "ns_dtype"])
 def test_m3_rejects_bad_hyperparameters(kwargs, name):
     with pytest.raises(ValueError, match=name):
         M3([torch.zeros(2, 2, requires_grad=True)], **kwargs)
+
+
+def test_newton_schulz_runs_in_bfloat16_by_default_and_returns_to_the_params_dtype():
+    """A bfloat16 read-out (torch.optim.Muon's iteration, the "auto" choice where bfloat16 is native) is cast back:
+    the state stays float32, and the step is within bfloat16 round-off of the float32 one."""
+    grads = [g.float() for g in _grads(4, seed=3)]
+    runs = {}
+    for ns_dtype in (torch.bfloat16, None):
+        w = torch.zeros(SHAPE, requires_grad=True)
+        opt, trajectory, states = _run(w, grads, lr=0.01, frequency=2, ns_dtype=ns_dtype)
+        assert all(v.dtype == torch.float32 for v in states[-1].values() if torch.is_tensor(v))
+        runs[ns_dtype] = trajectory[-1]
+    assert M3([torch.zeros(2, 2, requires_grad=True)]).defaults["ns_dtype"] == "auto"
+    assert not torch.equal(runs[torch.bfloat16], runs[None])
+    torch.testing.assert_close(runs[torch.bfloat16], runs[None], rtol=0.05, atol=1e-3)
+
+
+def test_auto_precision_follows_the_device(monkeypatch):
+    """"auto" is bfloat16 where bfloat16 is native and the param's dtype where it is not (module docstring)."""
+    import regmem.optim.m3 as m3_module
+
+    grads = [g.float() for g in _grads(2, seed=4)]
+    ends = {}
+    for native in (True, False):
+        monkeypatch.setattr(m3_module, "fast_bfloat16", lambda device, native=native: native)
+        ends[native] = _run(torch.zeros(SHAPE, requires_grad=True), grads, lr=0.01, ns_dtype="auto")[1][-1]
+    for dtype in (torch.bfloat16, None):
+        end = _run(torch.zeros(SHAPE, requires_grad=True), grads, lr=0.01, ns_dtype=dtype)[1][-1]
+        assert torch.equal(end, ends[dtype is torch.bfloat16])

@@ -1,7 +1,8 @@
 """`regmem bench optim`: the time of one optimiser step on the same model and gradients, for Nested Learning's
 optimisers-as-memories (arXiv:2512.24695, Sec. 4 and 7.2; `regmem.optim`) beside their torch.optim counterparts.
 
-Targets (issue 17): M3 <= 2x `torch.optim.Muon`, DeltaMomentum <= 1.5x `torch.optim.SGD(momentum)`; DeepMomentum's
+Targets: M3 <= 1.5x `torch.optim.Muon` (both Newton-Schulz in bfloat16; issue 46), M3 in float32 <= 1.5x
+`MuonMemory` in float32, DeltaMomentum <= 1.5x `torch.optim.SGD(momentum)` (issue 17); DeepMomentum's
 overhead is reported. Muon-family optimisers step the 2-D weights of the model (both models below are made of them
 apart from biases and norms, which they leave to AdamW in training; here every timed optimiser gets the same
 parameters: the 2-D ones). Each case builds its optimiser, takes a few warm-up steps (lazy state), then times
@@ -35,7 +36,7 @@ MODELS: dict[str, Callable[[], nn.Module]] = {"lm-4x256": lm_model, "mlp-1M": ml
 
 
 OPTIMIZERS = ("sgd_momentum", "delta_momentum", "deep_momentum", "adamw", "muon", "muon_memory", "muon_memory_fp32",
-              "m3")  # the names `_optimizers` builds (their classes are imported on first use)
+              "m3", "m3_fp32")  # the names `_optimizers` builds (their classes are imported on first use)
 
 
 def _optimizers() -> dict[str, Callable[[list], torch.optim.Optimizer]]:
@@ -50,12 +51,14 @@ def _optimizers() -> dict[str, Callable[[list], torch.optim.Optimizer]]:
         "muon_memory": lambda ps: MuonMemory(ps, lr=0.02),
         # Newton-Schulz in float32, as M3 runs it: torch's Muon casts to bfloat16, slow on CPUs without bf16 units
         "muon_memory_fp32": lambda ps: MuonMemory(ps, lr=0.02, ns_dtype=None),
-        "m3": lambda ps: M3(ps, lr=0.02),
+        "m3": lambda ps: M3(ps, lr=0.02, ns_dtype=torch.bfloat16),  # Newton-Schulz in bfloat16, as torch.optim.Muon
+        "m3_fp32": lambda ps: M3(ps, lr=0.02, ns_dtype=None),
     }
     return builders
 
 
-PAIRS = (("m3", "muon", 2.0), ("m3", "muon_memory_fp32", 2.0), ("delta_momentum", "sgd_momentum", 1.5),
+PAIRS = (("m3", "muon", 1.5), ("m3_fp32", "muon_memory_fp32", 1.5), ("m3_fp32", "muon", None),
+         ("delta_momentum", "sgd_momentum", 1.5),
          ("deep_momentum", "sgd_momentum", None), ("muon_memory", "muon", None))
 
 

@@ -31,6 +31,19 @@ CUBIC = (1.5, -0.5, 0.0)  # the GD step of eq. 44 with zeta = 1/4 (no proximity 
 QUINTIC = (3.4445, -4.7750, 2.0315)  # Muon's coefficients (Jordan et al., 2024); not a GD step, see module doc
 
 
+def fast_bfloat16(device: torch.device) -> bool:
+    """Whether bfloat16 matmuls run natively on `device`: a CUDA device, or a CPU with AVX512-BF16 or AMX (torch's
+    CPU capability probes; False where this torch lacks them). Elsewhere they are emulated: a bfloat16
+    Newton-Schulz step then costs ~27x the float32 one (benchmarks/results/optim/2026-11-25-optim.md, torch's Muon
+    against MuonMemory in float32 on such a CPU)."""
+    if device.type == "cuda":
+        return True
+    if device.type != "cpu":
+        return False
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return any(probe is not None and probe() for probe in probes)
+
+
 def _check_matrix(x: torch.Tensor, name: str) -> None:
     if x.ndim != 2:
         raise ValueError(f"{name} must be a 2-D matrix [m, n], got shape {tuple(x.shape)}")

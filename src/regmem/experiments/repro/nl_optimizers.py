@@ -187,7 +187,7 @@ def make_optimizer(name: str, params, lr: float, settings: OptimizerToySettings)
     if name == "deep_momentum":
         return DeepMomentum(params, lr=lr, momentum=settings.momentum)
     if name == "m3":
-        return M3(params, lr=lr, frequency=settings.m3_frequency, accumulate="ema")
+        return M3(params, lr=lr, frequency=settings.m3_frequency, accumulate="ema", ns_dtype=None)
     raise ValueError(f"unknown optimiser {name!r}; known: {OPTIMISERS}")
 
 

@@ -134,7 +134,8 @@ def build_optimizer(name: str, model: nn.Module, lr: float, *, adamw_lr: float |
     elif name == "muon":
         first = MuonMemory(hidden["params"], lr=lr, adjust_lr_fn="match_rms_adamw", ns_dtype=None)
     else:
-        first = M3(hidden["params"], lr=lr, frequency=m3_frequency, accumulate="ema" if name == "m3_ema" else "sum")
+        first = M3(hidden["params"], lr=lr, frequency=m3_frequency, accumulate="ema" if name == "m3_ema" else "sum",
+                   ns_dtype=None)  # float32 Newton-Schulz, as "muon" here: the like-for-like pair of Fig. 12
     return Combined([first, torch.optim.AdamW(rest["params"], lr=adamw_lr, weight_decay=0.0)])
 
 
