@@ -38,8 +38,8 @@ def test_quick_nl_optimizers_prints_the_claims_beside_the_measured_tables(tmp_pa
         assert row["total_ms"] >= row["run_step_ms"]  # both from the same run: the step is part of the whole
         assert len(row["runs"][0]["train_curve"]) == (real.digits_steps if row["task"] == "digits" else real.lm_steps)
     assert "Paper (c): Sec. 9.7" in report
-    # (a): 2 claims, (b): 4, (c): per task, each M3 reading's lowest loss and M3 slower than each Muon
-    assert len(result["claims"]) == 6 + 4 * len(real.real_tasks)
+    # (a): 2 claims, (b): 4, (c): per task, each M3 reading's lowest test and training loss, M3 slower than each Muon
+    assert len(result["claims"]) == 6 + 6 * len(real.real_tasks)
     assert all(f"| {c['claim']} |" in report for c in result["claims"])
     assert paths["plot"].read_bytes()[:4] == b"\x89PNG"
 
