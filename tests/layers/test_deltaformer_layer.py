@@ -38,23 +38,7 @@ def test_rms_normalizer_is_app_d2s_formula():
             p.normal_()
     x = _x(T=9)
     y, _ = layer(x)
-    q, k, v, w, _ = layer._project(x, None, None)  # [B, T, 4 | 2, 3]
-    B, T, D, eps = 2, 9, 3, 1e-30
-    w = w.reshape(B, T, 2, 2, D)  # [B, T, H_kv, G, D]
-    u = torch.zeros(B, T, 2, D, dtype=torch.float64)
-    o = torch.zeros(B, T, 4, D, dtype=torch.float64)
-    with torch.no_grad():
-        for b in range(B):
-            for t in range(T):
-                for h in range(2):
-                    e = sum(layer.erase_weights[h, j] * torch.exp(w[b, t, h, j] @ k[b, i, h] / D ** 0.5) * u[b, i, h]
-                            for j in range(2) for i in range(t)) if t else torch.zeros(D, dtype=torch.float64)
-                    u[b, t, h] = layer.alpha[h] * v[b, t, h] - layer.beta[h] * _rms(e, layer.erase_norm.weight, eps)
-                for hq in range(4):
-                    r = sum(torch.exp(q[b, t, hq] @ k[b, i, hq // 2] / D ** 0.5) * u[b, i, hq // 2]
-                            for i in range(t + 1))
-                    o[b, t, hq] = _rms(r, layer.read_norm.weight, eps)
-        expected = layer.o_proj(o.flatten(-2))
+    expected = _literal_rms_layer(layer, x, lambda scores: 1e-30, lambda scores: 1e-30)
     torch.testing.assert_close(y, expected, rtol=1e-9, atol=1e-11)
     layer.erase_norm, layer.read_norm = None, None  # the control: the Z of eqs. 94-95 give another function
     assert (layer(x)[0] - y).abs().max() > 1e-3
