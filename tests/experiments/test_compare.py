@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from regmem.cli import main
+from regmem.experiments import positions
 from regmem.experiments.compare import compare, parse_sweep
 from regmem.experiments.presets import PRESETS, make_preset
 from regmem.experiments.runs import build_task
@@ -228,3 +229,20 @@ def test_bad_eval_lengths_raise_naming_them_before_training(task, lengths, match
     with pytest.raises(ValueError, match=f"^eval_lengths.*{match}"):
         compare(task, ["linear"], PRESETS["tiny"], eval_lengths=lengths, out_dir=tmp_path, progress=False)
     assert not any(tmp_path.iterdir())  # nothing trained, nothing written
+
+
+def test_by_position_tables_each_cells_test_curve_at_its_best_lr(tmp_path):
+    """Needle task: one accuracy per needle depth, from each run's own test split; the cell's curve is the mean of
+    its best lr's runs, in the JSON, the leaderboard and positions.png."""
+    short = dataclasses.replace(PRESETS["tiny"], steps=8, num_train=8 * 64, eval_every=4, num_eval=20)
+    run_dir = compare("niah_single", ["linear"], short, seeds=[0, 1], lrs=[0.01, 0.03], run_dir=tmp_path / "runs",
+                      by_position=True, progress=False, log=lambda *_: None)
+    result = json.loads((run_dir / "results.json").read_text())
+    assert all(len(r["by_position"]) == len(positions.DEPTHS) for r in result["runs"])
+    (cell,) = result["cells"]
+    best = [r["by_position"] for r in result["runs"] if r["lr"] == cell["best_lr"]]
+    assert cell["by_position"] == pytest.approx([(a + b) / 2 for a, b in zip(*best, strict=True)])
+    board = (run_dir / "leaderboard.md").read_text()
+    assert "by the needle's depth" in board and "| linear | - | " + " | ".join(
+        f"{v:.3f}" for v in cell["by_position"]) + " |" in board
+    assert (run_dir / "positions.png").read_bytes()[:4] == b"\x89PNG"

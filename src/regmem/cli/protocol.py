@@ -98,6 +98,10 @@ def add_compare(commands) -> None:
     parser.add_argument("--eval-lengths", type=positive_int_list, default=(), metavar="T1,T2",
                         help="also score every run at these sequence lengths (the length-generalisation split of "
                              "a task with a seq_len, e.g. 32,64 for s5 trained at 16); the leaderboard adds them")
+    parser.add_argument("--by-position", action="store_true",
+                        help="also score every run on the test split by position in the context (by needle depth "
+                             "for a needle task, else by eighths of the sequence); the leaderboard adds each "
+                             "mixer's curve and positions.png draws it")
     parser.set_defaults(handler=_compare, parser=parser)
 
 
@@ -147,7 +151,7 @@ def _compare(args) -> None:
     compare(args.task, args.mixers, preset, sweep=args.sweep, seeds=args.seeds, lrs=lrs, out_dir=args.out_dir,
             run_dir=args.run_dir, progress=not args.no_progress, workers=args.workers, save_tuned_to=args.save_tuned,
             eval_lengths=args.eval_lengths, device=args.device, cuda_graphs=args.cuda_graphs,
-            extend_grid=args.extend_grid)
+            extend_grid=args.extend_grid, by_position=args.by_position)
 
 
 def add_suite(commands) -> None:

@@ -9,6 +9,10 @@ mixer's tuned learning rate for the preset (experiments/tuned.py), or else the p
 Outputs go to `<out_dir>/<task>-<timestamp>/` (or `run_dir`, which resumes): leaderboard.md, results.csv,
 results.json (every run and every cell) and plot.png (score against the swept value, or a bar chart).
 
+`by_position` (`--by-position`) scores every trained model on the test split by position in the context
+(experiments/positions.py: by needle depth for a needle task, else by eighths of the sequence); the leaderboard adds
+each cell's curve at its best lr and positions.png draws it.
+
 `eval_lengths` (`--eval-lengths 32,64`) is the length-generalisation split of a task with a `seq_len`: every run,
 trained at the task's length, is also scored on fresh sequences of each given length, and the leaderboard adds
 those scores at each cell's best learning rate (chosen at the training length); experiments/lengths.py.
@@ -19,11 +23,13 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
+import json
 import math
 from pathlib import Path
 
+from regmem.experiments import positions
 from regmem.experiments.lengths import check_eval_lengths, length_table, refuse_stored_elsewhere, scores_at_lengths
-from regmem.experiments.plots import plot_results
+from regmem.experiments.plots import plot_results, plt, save_figure
 from regmem.experiments.presets import Preset
 from regmem.experiments.protocol import (
     SEEDS,
@@ -118,12 +124,13 @@ def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | N
             seeds: list[int] = SEEDS, lrs: list[float] | None = None, out_dir: str | Path = "results",
             run_dir: str | Path | None = None, progress: bool = True, log=print, workers: int = 1,
             save_tuned_to: str | Path | None = None, eval_lengths: tuple[int, ...] = (), device: str = "cpu",
-            cuda_graphs: bool = False, extend_grid: int = 0) -> Path:
+            cuda_graphs: bool = False, extend_grid: int = 0, by_position: bool = False) -> Path:
     """Trains every (mixer, sweep value, lr, seed) not yet in `run_dir`; writes the leaderboard, CSV, JSON and
     plot; with `save_tuned_to`, also each mixer's best lr at each swept setting (tuned.py); with `eval_lengths`,
     scores every run at those lengths too (module docstring); device, cuda_graphs: where and how each run trains
     (`train_run`); extend_grid: points a cell's grid may grow past the edge its best lr is at
-    (`protocol.execute_bracketed`); returns the run directory."""
+    (`protocol.execute_bracketed`); by_position: also each run's test accuracy by position (module docstring);
+    returns the run directory."""
     if task_name not in TASKS:
         raise ValueError(f"task must be one of {sorted(TASKS)}, got {task_name!r}")
     if not seeds:
@@ -138,9 +145,10 @@ def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | N
     claim_sweep_dir(run_dir, sweep_settings(task_name, preset, field))
     store = RunStore(run_dir, preset)
     train = functools.partial(train_run, device=device, cuda_graphs=cuda_graphs)
-    if eval_lengths:
-        train = functools.partial(train, evaluate=functools.partial(scores_at_lengths, preset=preset,
-                                                                    lengths=eval_lengths))
+    hooks = ([functools.partial(scores_at_lengths, preset=preset, lengths=eval_lengths)] if eval_lengths else []) + (
+        [functools.partial(positions.by_position, preset=preset)] if by_position else [])
+    if hooks:
+        train = functools.partial(train, evaluate=functools.partial(_all_of, hooks))
     records = execute_bracketed(runs, preset, store, extend=extend_grid, progress=progress, log=log, workers=workers,
                                 train=train)
     summaries = summarize(records)
@@ -154,6 +162,11 @@ def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | N
     return run_dir
 
 
+def _all_of(hooks, run: Run, trained) -> dict:
+    """The evaluate hooks' results in one dict (a picklable `train_run` evaluate for worker processes)."""
+    return {key: value for hook in hooks for key, value in hook(run, trained).items()}
+
+
 def write_outputs(run_dir: Path, task_name: str, preset: Preset, field: str | None, records: list[dict],
                   summaries: list[CellSummary], source: str, eval_lengths: tuple[int, ...] = ()) -> None:
     meta = {"task": task_name, "preset": preset.to_dict(), "sweep_field": field, "learning_rates": source}
@@ -163,8 +176,57 @@ def write_outputs(run_dir: Path, task_name: str, preset: Preset, field: str | No
         board += "\n".join(["", "Scored at other lengths (each cell at its best lr, chosen at its training length T; "
                              "mean (min-max) over its seeds):", "",
                              *length_table(records, summaries, eval_lengths, preset)]) + "\n"
+    curves = position_curves(records, summaries)
+    if curves:
+        title = f"Test accuracy {positions.curve_label(task_name)}, each cell at its best lr (mean over its seeds):"
+        board += "\n".join(["", title, "", *position_table(task_name, curves)]) + "\n"
+        for cell in cells:
+            cell["by_position"] = curves.get((cell["mixer"], json.dumps(cell["setting"], sort_keys=True)), [])
+        plot_positions(run_dir / "positions.png", task_name, curves)
     write_results(run_dir, [s.row() for s in summaries], {"meta": meta, "cells": cells, "runs": records}, board)
     plot_results(run_dir / "plot.png", task_name, field, summaries)
+
+
+def position_curves(records: list[dict], summaries: list[CellSummary]) -> dict[tuple[str, str], list]:
+    """(mixer, setting as JSON) -> the mean test curve of the cell's best-lr runs, for runs scored by position."""
+    curves = {}
+    for s in summaries:
+        key = json.dumps(s.setting, sort_keys=True)
+        chosen = [r.get("by_position") for r in records if r["mixer"] == s.mixer and r["lr"] == s.best_lr
+                  and json.dumps(r["setting"], sort_keys=True) == key and "by_position" in r]
+        if chosen:
+            curves[s.mixer, key] = positions.mean_curve(chosen)
+    return curves
+
+
+def position_table(task_name: str, curves: dict) -> list[str]:
+    points = positions.curve_points(task_name)
+    lines = ["| mixer | setting | " + " | ".join(f"{p:g}" for p in points) + " |", "|---|---|" + "---:|" * len(points)]
+    for (mixer, setting), curve in curves.items():
+        values = " | ".join("-" if v is None else f"{v:.3f}" for v in curve) if curve else "diverged"
+        lines.append(f"| {mixer} | {_setting_words(setting)} | {values} |")
+    return lines
+
+
+def _setting_words(setting_json: str) -> str:
+    return " ".join(f"{k}={v}" for k, v in json.loads(setting_json).items()) or "-"
+
+
+def plot_positions(path: Path, task_name: str, curves: dict) -> None:
+    """Test accuracy against the position in the context, one line per cell."""
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    points = positions.curve_points(task_name)
+    for (mixer, setting), curve in curves.items():
+        if curve:
+            label = mixer if setting == "{}" else f"{mixer} {_setting_words(setting)}"
+            ax.plot(points, [float("nan") if v is None else v for v in curve], marker="o", label=label)
+    ax.set_xlabel("needle depth" if positions.is_needle(task_name) else "position (fraction of the sequence)")
+    ax.set_ylabel("test accuracy (best lr, mean over seeds)")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(f"{task_name}: accuracy over the context")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    save_figure(fig, path)
 
 
 def budget_line(preset: Preset) -> str:

@@ -20,14 +20,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-import torch
-
+from regmem.experiments.positions import curve_label, curve_on_test, curve_points, is_needle, mean_curve
 from regmem.experiments.presets import PRESETS
 from regmem.experiments.protocol import RunStore, execute, train_run
 from regmem.experiments.repro.record import Repro
-from regmem.experiments.runs import Run, RunResult, build_task
-from regmem.tasks.base import split_seed
-from regmem.train.trainer import token_loss
+from regmem.experiments.runs import Run, RunResult
 
 # Table 6: (LM perplexity, reasoning accuracy) of each row the paper has; the others are regmem's.
 PAPER = {
@@ -51,8 +48,6 @@ ROWS = {
     "w/o CMS": ("hope", {"cms": False}),
     "stand-in": ("hope_standin", {}),
 }
-POSITION_BUCKETS = 8
-DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)  # a needle task's curve: the needle's relative position in the haystack
 
 
 @dataclass(frozen=True)
@@ -75,58 +70,16 @@ QUICK = AblationSettings(rows=("Hope", "w/o CMS", "stand-in"), preset="tiny", lr
                          steps=4, num_test=8, workers=1)
 
 
-def position_accuracy(logits: torch.Tensor, targets: torch.Tensor, buckets: int) -> list[float | None]:
-    """Accuracy of the labelled positions (targets != -100) in each of `buckets` equal spans of the sequence;
-    None for a span without labels. logits [N, T, V], targets [N, T]."""
-    T = targets.shape[1]
-    labelled = targets != -100
-    right = (logits.argmax(-1) == targets) & labelled
-    out = []
-    for b in range(buckets):
-        span = slice(b * T // buckets, (b + 1) * T // buckets)
-        count = int(labelled[:, span].sum())
-        out.append(int(right[:, span].sum()) / count if count else None)
-    return out
-
-
-def _score(model, task, inputs, targets, *, curve: bool = False) -> dict:
-    """Loss and the task's metrics; with `curve`, also the accuracy in each eighth of the sequence."""
-    with torch.no_grad():
-        logits = torch.cat([model(inputs[i:i + 16]) for i in range(0, len(inputs), 16)])
-    total, count = token_loss(logits, targets)
-    out = {"loss": float(total) / max(int(count), 1),
-           **{name: float(value) for name, value in task.metric(logits, targets).items()}}
-    if curve:
-        out["by_position"] = position_accuracy(logits, targets, POSITION_BUCKETS)
-    return out
-
-
-def _scores(model, run: Run, preset, num_test: int) -> dict:
-    """The test set's loss and metrics, and the curve over the context: for a needle task the accuracy with the
-    needle at each of DEPTHS (num_test // len(DEPTHS) sequences each), else the accuracy of the scored tokens in
-    each eighth of the sequence."""
-    task = build_task(run.task, preset, {})
-    inputs, targets = task.generate(num_test, seed=split_seed(run.seed, "test"))
-    if not _needle(run.task):
-        return _score(model, task, inputs, targets, curve=True)
-    curve = []
-    for depth in DEPTHS:
-        at = build_task(run.task, preset, {"depth": depth})
-        x, y = at.generate(max(num_test // len(DEPTHS), 1), seed=split_seed(run.seed, "test"))
-        curve.append(_score(model, at, x, y)["accuracy"])
-    return {**_score(model, task, inputs, targets), "by_position": curve}
-
-
 def test_scores(run: Run, trained: RunResult, preset, num_test: int) -> dict:
     """The trained model on `num_test` sequences of the test split (tasks/base.py): as trained and, for a model with a
     CMS, with every CMS level's in-context updates off ("cms_frozen")."""
     model = trained.model.eval()
-    out = {"test": _scores(model, run, preset, num_test)}
+    out = {"test": curve_on_test(model, run, preset, num_test)}
     with_cms = [m for m in model.modules() if getattr(m, "cms", None) is not None]
     if with_cms:
         for module in with_cms:
             module.cms.config = dataclasses.replace(module.cms.config, lr=0.0)
-        out["test_cms_frozen"] = _scores(model, run, preset, num_test)
+        out["test_cms_frozen"] = curve_on_test(model, run, preset, num_test)
     return out
 
 
@@ -171,19 +124,12 @@ def summarize_rows(records: list[dict]) -> dict:
             "diverged": sum(r.get("diverged_at_step") is not None for r in runs),
             "test": [r["test"]["accuracy"] for r in runs],
             "test_cms_frozen": [r["test_cms_frozen"]["accuracy"] for r in runs if "test_cms_frozen" in r],
-            "by_position": _mean_curve([r["test"]["by_position"] for r in runs]),
-            "by_position_cms_frozen": _mean_curve([r["test_cms_frozen"]["by_position"] for r in runs
+            "by_position": mean_curve([r["test"]["by_position"] for r in runs]),
+            "by_position_cms_frozen": mean_curve([r["test_cms_frozen"]["by_position"] for r in runs
                                                    if "test_cms_frozen" in r]),
             "train_seconds": statistics.fmean(r["train_seconds"] for r in runs),
         }
     return out
-
-
-def _mean_curve(curves: list[list]) -> list[float | None]:
-    if not curves:
-        return []
-    return [None if any(c[i] is None for c in curves) else statistics.fmean(c[i] for c in curves)
-            for i in range(len(curves[0]))]
 
 
 def _spread(values: list[float]) -> str:
@@ -215,26 +161,12 @@ def format_report(result: dict) -> str:
         delta = statistics.fmean(full["test_cms_frozen"]) - statistics.fmean(full["test"])
         lines.append(f"| CMS frozen (Hope's runs, CMS lr 0 at test) | - | {full['best_lr']:g} | "
                      f"{_spread(full['test_cms_frozen'])} | {delta:+.3f} | {_frozen_verdict(full)} |")
-    points = _curve_points(s["task"])
-    lines += ["", f"Test accuracy over the context (mean over seeds): {_curve_label(s['task'])}", "",
+    points = curve_points(s["task"])
+    lines += ["", f"Test accuracy over the context (mean over seeds): {curve_label(s['task'])}", "",
               "| row | " + " | ".join(f"{p:g}" for p in points) + " |", "|---|" + "---:|" * len(points)]
     for name, row in rows.items():
         lines.append(f"| {name} | " + " | ".join("-" if v is None else f"{v:.2f}" for v in row["by_position"]) + " |")
     return "\n".join(lines)
-
-
-def _needle(task: str) -> bool:
-    return task.startswith("niah")
-
-
-def _curve_points(task: str) -> list[float]:
-    """The curve's x values: needle depths, or the end of each eighth of the sequence."""
-    return list(DEPTHS) if _needle(task) else [(i + 1) / POSITION_BUCKETS for i in range(POSITION_BUCKETS)]
-
-
-def _curve_label(task: str) -> str:
-    return ("by the needle's depth in the haystack (0: at its start)" if _needle(task)
-            else "by the position of the scored tokens, in eighths of the sequence")
 
 
 def _direction(name: str, delta: float | None, full: dict | None, row: dict) -> str:
@@ -263,7 +195,7 @@ def plot(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    xs = _curve_points(result["settings"]["task"])
+    xs = curve_points(result["settings"]["task"])
     for name, row in result["rows"].items():
         curves = [(name, row["by_position"])]
         if name == "Hope" and row["by_position_cms_frozen"]:
@@ -272,7 +204,7 @@ def plot(result: dict, path: Path) -> None:
             points = [(x, y) for x, y in zip(xs, curve, strict=True) if y is not None]
             if points:
                 ax.plot(*zip(*points, strict=True), marker="o", label=label)
-    ax.set_xlabel("needle depth" if _needle(result["settings"]["task"]) else "position (fraction of the sequence)")
+    ax.set_xlabel("needle depth" if is_needle(result["settings"]["task"]) else "position (fraction of the sequence)")
     ax.set_ylabel("test accuracy")
     ax.set_title("Hope's ablations: accuracy over the context")
     ax.legend(fontsize=7)

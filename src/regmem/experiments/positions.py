@@ -1,0 +1,93 @@
+"""How a trained model's accuracy falls with the position in its context, on the test split.
+
+For a needle task the curve is the accuracy with the needle at each of `DEPTHS` of the haystack (0: at its start);
+for any other task it is the accuracy of the scored tokens in each of `POSITION_BUCKETS` equal spans of the
+sequence. `regmem compare --by-position` records it per run (`by_position`) and tables it at each cell's best lr;
+`regmem repro nl-ablations` records it per Table-6 row.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from regmem.experiments.presets import Preset
+from regmem.experiments.runs import Run, RunResult, build_task
+from regmem.tasks.base import IGNORE_INDEX, split_data
+from regmem.train.trainer import token_loss
+
+POSITION_BUCKETS = 8
+DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)  # a needle task's curve: the needle's relative position in the haystack
+EVAL_ROWS = 16  # sequences per forward pass
+
+
+def is_needle(task: str) -> bool:
+    return task.startswith("niah")
+
+
+def curve_points(task: str) -> list[float]:
+    """The curve's x values: needle depths, or the end of each span of the sequence."""
+    return list(DEPTHS) if is_needle(task) else [(i + 1) / POSITION_BUCKETS for i in range(POSITION_BUCKETS)]
+
+
+def curve_label(task: str) -> str:
+    return ("by the needle's depth in the haystack (0: at its start)" if is_needle(task)
+            else f"by the position of the scored tokens, in {POSITION_BUCKETS} equal spans of the sequence")
+
+
+def position_accuracy(logits: torch.Tensor, targets: torch.Tensor, buckets: int) -> list[float | None]:
+    """Accuracy of the labelled positions (targets != IGNORE_INDEX) in each of `buckets` equal spans of the
+    sequence; None for a span without labels. logits [N, T, V], targets [N, T]."""
+    T = targets.shape[1]
+    labelled = targets != IGNORE_INDEX
+    right = (logits.argmax(-1) == targets) & labelled
+    out = []
+    for b in range(buckets):
+        span = slice(b * T // buckets, (b + 1) * T // buckets)
+        count = int(labelled[:, span].sum())
+        out.append(int(right[:, span].sum()) / count if count else None)
+    return out
+
+
+def score_model(model, task, inputs, targets, *, curve: bool = False) -> dict:
+    """Loss and the task's metrics of `model` on (inputs, targets); with `curve`, also `position_accuracy`."""
+    with torch.no_grad():
+        logits = torch.cat([model(inputs[i:i + EVAL_ROWS]) for i in range(0, len(inputs), EVAL_ROWS)])
+    total, count = token_loss(logits, targets)
+    out = {"loss": float(total) / max(int(count), 1),
+           **{name: float(value) for name, value in task.metric(logits, targets).items()}}
+    if curve:
+        out["by_position"] = position_accuracy(logits, targets, POSITION_BUCKETS)
+    return out
+
+
+def curve_on_test(model, run: Run, preset: Preset, num_test: int) -> dict:
+    """`model` on `num_test` sequences of the run's test split: loss, metrics and "by_position" (module docstring;
+    for a needle task num_test // len(DEPTHS) sequences at each depth)."""
+    task = build_task(run.task, preset, run.setting)
+    inputs, targets = split_data(task, "test", num_test, seed=run.seed)
+    if not is_needle(run.task):
+        return score_model(model, task, inputs, targets, curve=True)
+    curve = []
+    for depth in DEPTHS:
+        at = build_task(run.task, preset, {**run.setting, "depth": depth})
+        x, y = split_data(at, "test", max(num_test // len(DEPTHS), 1), seed=run.seed)
+        curve.append(score_model(model, at, x, y)["accuracy"])
+    return {**score_model(model, task, inputs, targets), "by_position": curve}
+
+
+def by_position(run: Run, trained: RunResult, *, preset: Preset) -> dict:
+    """A `train_run` evaluate hook: {"by_position": the test curve} of the trained model ([] if it diverged)."""
+    if trained.model is None or trained.diverged_at_step is not None:
+        return {"by_position": []}
+    return {"by_position": curve_on_test(trained.model.eval(), run, preset, preset.num_eval)["by_position"]}
+
+
+def mean_curve(curves: list[list]) -> list[float | None]:
+    """The pointwise mean of curves of one length (None where any is None); [] for none."""
+    curves = [c for c in curves if c]
+    if not curves:
+        return []
+    return [None if any(c[i] is None for c in curves) else statistics.fmean(c[i] for c in curves)
+            for i in range(len(curves[0]))]
