@@ -187,3 +187,11 @@ def test_each_half_grows_past_the_edge_its_best_lies_at(monkeypatch):
     assert row["brackets"] == {"lr": "interior", "adamw_lr": "interior"} and not row["edge"]
     assert any(math.isclose(c[1], 27 * centre, rel_tol=1e-2) for c in calls)  # the point past the best, worse
     assert any(c[2] is not None and math.isclose(c[2], half / 9, rel_tol=1e-2) for c in calls)
+
+
+def test_an_optimiser_that_diverged_at_every_lr_has_no_choice_to_bracket():
+    settings = toys.OptimizerToySettings(real_tasks=("text",), real_optimizers=("delta_momentum_eq49",), seeds=(0,))
+    runs = [_run("text", "delta_momentum_eq49", lr, 0, math.inf) for lr in (1e-3, 1e-2, 1e-1)]
+    (row,) = real.summarize_real(runs, settings)
+    assert row["brackets"] == {"lr": "none finite"} and not row["edge"]
+    assert real._extension_jobs(runs, settings, ["delta_momentum_eq49"]) == []

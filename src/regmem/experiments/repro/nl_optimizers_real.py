@@ -303,6 +303,8 @@ def _extension_jobs(runs: list[dict], settings, names) -> list[tuple]:
         best = (row["lr"], row["adamw_lr"])
         pairs = {(r["lr"], r["adamw_lr"]) for r in runs
                  if (r["task"], r["optimizer"]) == (row["task"], row["optimizer"])}
+        if "none finite" in row["brackets"].values():
+            continue  # every lr diverged: no best to bracket
         for axis, where in _edges(best, sorted(pairs, key=lambda p: (p[0], p[1] or 0.0))).items():
             point = next_lr(_axis_values(pairs, axis), where)
             pair = (point, best[1]) if axis == 0 else (best[0], point)
@@ -405,11 +407,13 @@ def summarize_real(runs: list[dict], settings, names=None) -> list[dict]:
             finals = [r["final_loss"] for r in at_best]
             tests = [r.get("test_loss", math.nan) for r in at_best]
             timed = min(at_best, key=lambda r: r["seed"])
-            edges = _edges(best, pairs)
+            edges = _edges(best, pairs) if any(math.isfinite(v) for v in grid.values()) else {}
+            brackets = {half: edges.get(axis, "interior" if len(_axis_values(pairs, axis)) > 1 else "single")
+                        for axis, half in enumerate(("lr", "adamw_lr")) if best[axis] is not None}
+            if not any(math.isfinite(v) for v in grid.values()):  # diverged at every lr: there is no choice
+                brackets = dict.fromkeys(brackets, "none finite")
             row = {"task": task, "optimizer": name, "lr": best[0], "adamw_lr": best[1],
-                   "grid": {pair_text(*p): grid[p] for p in pairs}, "edge": bool(edges),
-                   "brackets": {half: edges.get(axis, "interior" if len(_axis_values(pairs, axis)) > 1 else "single")
-                                for axis, half in enumerate(("lr", "adamw_lr")) if best[axis] is not None},
+                   "grid": {pair_text(*p): grid[p] for p in pairs}, "edge": bool(edges), "brackets": brackets,
                    "seeds": len(at_best), "final_loss": statistics.fmean(finals), "final_min": min(finals),
                    "final_max": max(finals), "test_loss": statistics.fmean(tests), "test_min": min(tests),
                    "test_max": max(tests),
