@@ -188,8 +188,10 @@ def unbracketed(cell: dict) -> str | None:
         if edges:
             return "best " + ", ".join(f"{half} at {where}" for half, where in edges.items())
         return f"{cell['seeds']} seed" if cell["seeds"] < 2 else None
-    grid = sorted(float(lr) for lr in cell["lr_means"])
-    if len(grid) < 2 or not grid[0] < float(cell["best_lr"]) < grid[-1]:
+    means = {float(lr): value for lr, value in cell["lr_means"].items()}
+    grid, best = sorted(means), float(cell["best_lr"])
+    plateau = any(means[lr] == means[best] for lr in grid[1:-1])  # an interior point ties the best (e.g. 100 %)
+    if len(grid) < 2 or not (grid[0] < best < grid[-1] or plateau):
         return f"best lr {cell['best_lr']:g} not interior to {', '.join(f'{lr:g}' for lr in grid)}"
     if cell.get("seeds", 2) < 2:
         return f"{cell['seeds']} seed"
@@ -224,6 +226,8 @@ def test_an_unbracketed_negative_verdict_is_caught():
     edge = {"best_lr": 0.03, "lr_means": {"0.01": 0.5, "0.03": 0.6}, "seeds": 2}
     inside = {"best_lr": 0.03, "lr_means": {"0.01": 0.5, "0.03": 0.6, "0.1": 0.4}, "seeds": 2}
     assert unbracketed(edge) and unbracketed({**inside, "seeds": 1}) and unbracketed(inside) is None
+    plateau = {"best_lr": 0.01, "lr_means": {"0.01": 1.0, "0.03": 1.0, "0.1": 0.5}, "seeds": 2}
+    assert unbracketed(plateau) is None  # the tie rule picked the edge of a plateau that reaches inside
     assert lr_cells({"rows": [edge, {"x": inside}]}) == [edge, inside]
     pair = {"brackets": {"lr": "interior", "adamw_lr": "high edge"}, "seeds": 2}
     assert unbracketed(pair) and unbracketed({**pair, "brackets": {"lr": "interior"}}) is None

@@ -251,6 +251,8 @@ def test_bracket_and_the_next_point_past_an_edge():
     assert bracket([0.01, 0.03, 0.1], 0.03) == "interior"
     assert bracket([0.01, 0.03, 0.1], 0.01) == "low edge" and bracket([0.01, 0.03, 0.1], 0.1) == "high edge"
     assert next_lr([0.01, 0.03, 0.1], "high edge") == 0.333 and next_lr([0.01, 0.03, 0.1], "low edge") == 0.00333
+    assert bracket([0.01, 0.03, 0.1], 0.01, {0.01: 1.0, 0.03: 1.0, 0.1: 0.9}) == "interior"  # a plateau
+    assert bracket([0.01, 0.03, 0.1], 0.01, {0.01: 1.0, 0.03: 0.9, 0.1: 1.0}) == "low edge"
     (cell,) = summarize([record("mqar", "gla", lr, 0, s) for lr, s in [(1e-2, 0.2), (3e-2, 0.4), (1e-1, 0.3)]])
     assert cell.grid == [1e-2, 3e-2, 1e-1] and cell.bracket == "interior"
 

@@ -420,15 +420,20 @@ def summarize(records: list[dict]) -> list[CellSummary]:
             train_seconds=statistics.fmean(r["train_seconds"] for r in best),
             tokens_per_second=statistics.fmean(r["tokens_per_second"] for r in best),
             diverged=lr_diverged.get(best_lr, 0), diverged_at=min(steps, default=None), lr_diverged=lr_diverged,
-            valid_mean=lr_means[best_lr], grid=sorted(lr_means), bracket=bracket(sorted(lr_means), best_lr),
+            valid_mean=lr_means[best_lr], grid=sorted(lr_means),
+            bracket=bracket(sorted(lr_means), best_lr, lr_means),
         ))
     return summaries
 
 
-def bracket(grid: list[float], best_lr: float) -> str:
-    """Where `best_lr` lies in the ascending `grid`: "interior", "low edge", "high edge", or "single" (one point)."""
+def bracket(grid: list[float], best_lr: float, lr_means: dict | None = None) -> str:
+    """Where `best_lr` lies in the ascending `grid`: "interior", "low edge", "high edge", or "single" (one point).
+    With `lr_means`, a best score that an interior point ties (a plateau, e.g. 100 % at several lrs) is interior:
+    the tie rule's pick of the smallest such lr does not make the optimum lie beyond the grid."""
     if len(grid) < 2:
         return "single"
+    if lr_means is not None and any(lr_means[lr] == lr_means[best_lr] for lr in grid[1:-1]):
+        return "interior"
     if best_lr == grid[0]:
         return "low edge"
     return "high edge" if best_lr == grid[-1] else "interior"
