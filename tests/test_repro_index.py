@@ -182,8 +182,8 @@ def unbracketed(cell: dict) -> str | None:
     """Why a cell's choice cannot carry a negative verdict, or None: its best lr must be interior to its grid of >= 2
     learning rates (after any extension past an edge) and its score a mean over >= 2 seeds."""
     if "brackets" in cell:
-        if set(cell["brackets"].values()) == {"none finite"}:
-            return None  # diverged at every lr: no choice was made, so none can be unbracketed
+        if all(where == "none finite" or where.startswith("follows ") for where in cell["brackets"].values()):
+            return None  # diverged at every lr, or trained at another's choice (checked there): no choice of its own
         edges = {half: where for half, where in cell["brackets"].items() if where != "interior"}
         if edges:
             return "best " + ", ".join(f"{half} at {where}" for half, where in edges.items())
@@ -233,6 +233,7 @@ def test_an_unbracketed_negative_verdict_is_caught():
     assert unbracketed(pair) and unbracketed({**pair, "brackets": {"lr": "interior"}}) is None
     assert unbracketed({"brackets": {"lr": "interior"}, "seeds": 1}) and lr_cells([pair]) == [pair]
     assert unbracketed({"brackets": {"lr": "none finite"}, "seeds": 2}) is None
+    assert unbracketed({"brackets": {"lr": "follows muon", "adamw_lr": "follows muon"}, "seeds": 2}) is None
 
 
 def test_the_counts_table_matches_the_rows(text):

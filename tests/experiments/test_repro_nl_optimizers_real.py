@@ -141,6 +141,7 @@ def test_torch_muon_runs_at_muons_best_pair_after_muons_grids(monkeypatch):
     assert calls[10:] == [("torch_muon", top, low_half)] * 2
     assert (muon_row["lr"], muon_row["adamw_lr"]) == (top, low_half) and muon_row["edge"]
     assert (torch_row["lr"], torch_row["adamw_lr"]) == (top, low_half)
+    assert set(torch_row["brackets"].values()) == {"follows muon"}
     assert list(torch_row["grid"]) == [f"{top:g}/{low_half:g}"] and len(muon_row["grid"]) == 5
 
 

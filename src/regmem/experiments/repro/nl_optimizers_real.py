@@ -286,6 +286,9 @@ def run_real(settings, log=print) -> list[dict]:
     runs += _map([(task, name, *best[task, leader], seed) for task in s.real_tasks
                   for name, leader in follows.items() for seed in s.seeds], s, log)
     rows = summarize_real(runs, s)
+    for row in rows:  # a follower trains at its leader's best pair: the leader's grid brackets the choice
+        if row["optimizer"] in follows:
+            row["brackets"] = dict.fromkeys(row["brackets"], f"follows {follows[row['optimizer']]}")
     for task in s.real_tasks:
         mine = [r for r in rows if r["task"] == task]
         times = time_steps(task, {r["optimizer"]: (r["lr"], r["adamw_lr"]) for r in mine}, s)
