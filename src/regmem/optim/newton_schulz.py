@@ -25,6 +25,8 @@ reproduces that optimiser's orthogonalisation bit for bit.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 CUBIC = (1.5, -0.5, 0.0)  # the GD step of eq. 44 with zeta = 1/4 (no proximity term)
@@ -38,8 +40,12 @@ def fast_bfloat16(device: torch.device) -> bool:
     against MuonMemory in float32 on such a CPU)."""
     if device.type == "cuda":
         return True
-    if device.type != "cpu":
-        return False
+    return device.type == "cpu" and _cpu_has_native_bfloat16()
+
+
+@functools.cache
+def _cpu_has_native_bfloat16() -> bool:
+    """The CPU probes, asked once per process (an optimiser asks every step)."""
     probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
     return any(probe is not None and probe() for probe in probes)
 

@@ -410,11 +410,11 @@ def summarize_real(runs: list[dict], settings, names=None) -> list[dict]:
             finals = [r["final_loss"] for r in at_best]
             tests = [r.get("test_loss", math.nan) for r in at_best]
             timed = min(at_best, key=lambda r: r["seed"])
-            edges = _edges(best, pairs) if any(math.isfinite(v) for v in grid.values()) else {}
+            chosen = any(math.isfinite(v) for v in grid.values())  # else diverged at every lr: there is no choice
+            edges = _edges(best, pairs) if chosen else {}
             brackets = {half: edges.get(axis, "interior" if len(_axis_values(pairs, axis)) > 1 else "single")
-                        for axis, half in enumerate(("lr", "adamw_lr")) if best[axis] is not None}
-            if not any(math.isfinite(v) for v in grid.values()):  # diverged at every lr: there is no choice
-                brackets = dict.fromkeys(brackets, "none finite")
+                        if chosen else "none finite" for axis, half in enumerate(("lr", "adamw_lr"))
+                        if best[axis] is not None}
             row = {"task": task, "optimizer": name, "lr": best[0], "adamw_lr": best[1],
                    "grid": {pair_text(*p): grid[p] for p in pairs}, "edge": bool(edges), "brackets": brackets,
                    "seeds": len(at_best), "final_loss": statistics.fmean(finals), "final_min": min(finals),
