@@ -48,7 +48,7 @@ def test_training_into_a_directory_that_holds_a_run_is_refused_and_the_run_is_ke
     before = files_of(old_run)
     line = refused([*TRAIN, "--steps", "2", "--out-dir", str(old_run)], capsys)
     assert line.startswith(f"regmem: error: argument --out-dir: {str(old_run)!r} already holds a run (metrics.jsonl, "
-                           "checkpoint, model, run.json); continue it with --resume")
+                           "checkpoint, model, run.json, config.toml); continue it with --resume")
     assert files_of(old_run) == before
 
 

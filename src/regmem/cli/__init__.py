@@ -14,20 +14,22 @@ from regmem.cli.analyze import add_analyze
 from regmem.cli.bench import add_bench
 from regmem.cli.generate import add_generate
 from regmem.cli.levels import add_levels
+from regmem.cli.mixers import add_mixers
 from regmem.cli.protocol import add_compare, add_suite
 from regmem.cli.recipes import add_recipes
 from regmem.cli.repro import add_repro
 from regmem.cli.showcase import add_showcase
 from regmem.cli.train import add_train
 
-ADDERS = (add_recipes, add_levels, add_analyze, add_bench, add_compare, add_suite, add_train, add_generate,
+ADDERS = (add_mixers, add_recipes, add_levels, add_analyze, add_bench, add_compare, add_suite, add_train, add_generate,
           add_repro, add_showcase)  # in the order `regmem --help` lists them
 
 INTRO = ("regmem: sequence models built on associative memory (test-time regression). Mixers include linear and "
          "gated memories, delta rules, exact regression, HLA, Mamba-1 (mamba) and Mamba-2, and deep memories fitted "
          "by test-time training (ttt_linear, ttt_mlp, titans_mlp, self_modifying_titans), Nested Learning's Hope and "
          "the Continuum Memory System (ffn=cms), and an LSTM; any point of the design space builds as "
-         "recipe:<weights>/<regressor>/<solver>.")
+         "recipe:<weights>/<regressor>/<solver>. A run's model and mixer options come from --config FILE (TOML), "
+         "--model FIELD=VALUE and --mixer-opt OPTION=VALUE; `regmem mixers --describe NAME` lists a mixer's options.")
 
 
 class Parser(argparse.ArgumentParser):

@@ -241,3 +241,49 @@ def assignment(text: str) -> tuple[str, int | float | bool | str]:
         except ValueError:
             pass
     return key, {"true": True, "false": False}.get(value.lower(), value)
+
+
+def mixer_option(text: str) -> tuple[str | None, str, str]:
+    """"[MIXER.]OPTION=VALUE" -> (the mixer or None for every mixer, the option with - read as _, the value as
+    text); the option's type reads the value once the mixers are known (regmem/layers/options.py)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ArgumentTypeError(f"expected OPTION=VALUE or MIXER.OPTION=VALUE, got {text!r}")
+    mixer, dot, option = key.rpartition(".")
+    if dot and not mixer:
+        raise ArgumentTypeError(f"expected MIXER.OPTION=VALUE, got {text!r}")
+    return (mixer or None), option.replace("-", "_"), value
+
+
+def config_file(text: str) -> str:
+    """A run config (TOML) that exists; its contents are checked once read (experiments/run_config.py)."""
+    if not Path(text).is_file():
+        raise ArgumentTypeError(f"no file {text!r}")
+    return text
+
+
+def add_config_options(parser: argparse.ArgumentParser) -> None:
+    """--config, --model and --mixer-opt: a run's model and mixer from a file and the command line
+    (`resolve_config`)."""
+    parser.add_argument("--config", type=config_file, default=None, metavar="FILE",
+                        help="a TOML file of the run: task, mixer, preset, seed and the tables [task_config], [model], "
+                             "[mixer_options], [train] (README, 'Command line'); the command line overrides it; a run "
+                             "directory's config.toml trains that run again")
+    parser.add_argument("--model", type=assignment, action="append", default=[], metavar="FIELD=VALUE",
+                        help="model field over the preset's, repeatable: d_model, n_layers, n_heads, ffn (e.g. "
+                             "--model d_model=128 --model ffn=swiglu)")
+    parser.add_argument("--mixer-opt", type=mixer_option, action="append", default=[], metavar="[MIXER.]OPT=VALUE",
+                        help="a mixer's constructor option, repeatable, read as its type (e.g. --mixer-opt "
+                             "block_size=16, --mixer-opt moba.top_k=2, --mixer-opt cms_chunk_sizes=8,32); `regmem "
+                             "mixers --describe NAME` lists a mixer's options; an unknown one is refused")
+
+
+def config_overrides(args) -> dict:
+    """The command line's part of a run config (`RunConfig.override`): model fields and mixer options."""
+    options: dict = {}
+    for mixer, option, value in args.mixer_opt:
+        if mixer is None:
+            options[option] = value
+        else:
+            options.setdefault(mixer, {})[option] = value
+    return {"model": dict(args.model), "mixer_options": options}

@@ -8,8 +8,10 @@ from pathlib import Path
 
 from regmem.cli.args import (
     ArgumentTypeError,
+    add_config_options,
     add_device_options,
     check_device_options,
+    config_overrides,
     mixer_list,
     mixers_help,
     name_list,
@@ -26,6 +28,9 @@ from regmem.cli.args import (
     task_help,
     task_name,
 )
+
+COMPARE_MIXERS = ["attn", "linear", "retnet", "mamba2", "gla"]  # what compare and suite train without --mixers
+SUITE_MIXERS = ["attn", "linear", "gla", "gated_deltanet"]
 
 
 def task_or_group_list(text: str) -> list[str]:
@@ -49,7 +54,8 @@ def run_directory_list(text: str) -> list[str]:
 def _add_protocol_options(parser: argparse.ArgumentParser) -> None:
     from regmem.experiments.protocol import LR_GRID, SEEDS
 
-    parser.add_argument("--preset", type=preset_name, default="quick", help=preset_help())
+    parser.add_argument("--preset", type=preset_name, default=None, help=preset_help() + " (default: quick)")
+    add_config_options(parser)
     parser.add_argument("--seeds", type=seed_list, default=list(SEEDS),
                         help="comma-separated seeds of data, init and data order; the leaderboard shows their mean "
                              f"and min-max (default: {','.join(map(str, SEEDS))})")
@@ -70,19 +76,45 @@ def _add_protocol_options(parser: argparse.ArgumentParser) -> None:
     add_device_options(parser)
 
 
-def _protocol_inputs(args) -> tuple:
-    """(preset, lr grid or None) of compare and suite."""
-    from regmem.experiments.presets import PRESETS
+def _protocol_inputs(args, default_mixers: list[str], task: str | None = None) -> tuple:
+    """(preset, lr grid or None) of compare and suite, and their mixers: the preset under --config, --model and
+    --mixer-opt (experiments/run_config.py). From the file they take its preset, model, mixer options, budget and
+    (compare) task fields; --mixers, --seeds and the lr grid are their own flags, with the file's mixer and lr where
+    --mixers and --lrs are not given. Sets args.mixers."""
     from regmem.experiments.protocol import LR_GRID
+    from regmem.experiments.run_config import RunConfig, load_config, resolve_preset
+    from regmem.experiments.runs import with_task_fields
 
-    return PRESETS[args.preset], list(LR_GRID) if args.sweep_lr else args.lrs
+    try:
+        config = load_config(args.config) if args.config else RunConfig()
+    except ValueError as err:
+        args.parser.error(f"argument --config: {err}")
+    try:
+        config = config.override(preset=args.preset, **config_overrides(args))
+    except ValueError as err:
+        args.parser.error(f"argument --model: {str(err).removeprefix('command line: ')}")
+    if config.train.get("optimizer", "adamw") != "adamw":
+        args.parser.error("argument --config: train.optimizer: compare and suite train with adamw (another "
+                          "optimiser is `regmem train --optimizer`)")
+    if config.task_config and task is None:
+        args.parser.error("argument --config: [task_config]: suite trains several tasks; give task fields to "
+                          "`regmem compare`")
+    args.mixers = args.mixers or ([config.mixer] if config.mixer else default_mixers)
+    try:
+        preset = resolve_preset(config, args.mixers)
+        preset = with_task_fields(preset, task, config.task_config) if task else preset
+    except ValueError as err:
+        flag = "--model" if str(err).startswith("model.") else "--config" if "fields" in str(err) else "--mixer-opt"
+        args.parser.error(f"argument {flag}: {err}")
+    lrs = list(LR_GRID) if args.sweep_lr else args.lrs or ([config.train["lr"]] if "lr" in config.train else None)
+    return preset, lrs
 
 
 def add_compare(commands) -> None:
     parser = commands.add_parser("compare", help="train several mixers on one task, fairly; write a leaderboard")
     parser.add_argument("task", type=task_name, help=task_help())
-    parser.add_argument("--mixers", type=mixer_list, default=["attn", "linear", "retnet", "mamba2", "gla"],
-                        help=mixers_help("comma-separated mixer names"))
+    parser.add_argument("--mixers", type=mixer_list, default=None,
+                        help=mixers_help("comma-separated mixer names") + f" (default: {','.join(COMPARE_MIXERS)})")
     parser.add_argument("--sweep", default=None, help="a task field and values, e.g. num_kv_pairs=4,8,16")
     _add_protocol_options(parser)
     parser.add_argument("--out-dir", type=output_dir, default="results",
@@ -134,7 +166,7 @@ def _compare(args) -> None:
     from regmem.experiments.compare import check_compare_dir, compare, planned_runs
     from regmem.experiments.lengths import check_eval_lengths
 
-    preset, lrs = _protocol_inputs(args)
+    preset, lrs = _protocol_inputs(args, COMPARE_MIXERS, task=args.task)
     check_device_options(args)
     field, settings = _check_sweep(args, preset)
     try:
@@ -162,8 +194,8 @@ def add_suite(commands) -> None:
     parser.add_argument("--tasks", type=task_or_group_list, default=["mqar", "s5"],
                         help=f"comma-separated tasks or groups: {task_help().removeprefix('task name: ')}; groups: "
                              f"{groups}")
-    parser.add_argument("--mixers", type=mixer_list, default=["attn", "linear", "gla", "gated_deltanet"],
-                        help=mixers_help("comma-separated mixer names"))
+    parser.add_argument("--mixers", type=mixer_list, default=None,
+                        help=mixers_help("comma-separated mixer names") + f" (default: {','.join(SUITE_MIXERS)})")
     _add_protocol_options(parser)
     parser.add_argument("--run-dir", type=output_dir, default=None,
                         help="where runs and tables go (default results/suite-<preset>); repeating the command "
@@ -182,7 +214,7 @@ def add_suite(commands) -> None:
 def _suite(args) -> None:
     from regmem.experiments.suite import default_run_dir, suite, suite_settings
 
-    preset, lrs = _protocol_inputs(args)
+    preset, lrs = _protocol_inputs(args, SUITE_MIXERS)
     check_device_options(args)
     if args.run_dir is None:
         try:

@@ -14,9 +14,11 @@ from pathlib import Path
 
 from regmem.cli.args import (
     ArgumentTypeError,
+    add_config_options,
     add_device_options,
     assignment,
     check_device_options,
+    config_overrides,
     mixer_name,
     mixers_help,
     output_dir,
@@ -36,22 +38,26 @@ def add_train(commands) -> None:
     from regmem.train.optimizers import OPTIMIZERS
 
     parser = commands.add_parser("train", help="train one mixer on a task (runs under torchrun as well)")
-    parser.add_argument("task", type=task_name, help=task_help())
-    parser.add_argument("--mixer", required=True, type=mixer_name, help=mixers_help("mixer name"))
-    parser.add_argument("--preset", type=preset_name, default="quick", help=preset_help())
+    parser.add_argument("task", type=task_name, nargs="?", default=None,
+                        help=task_help() + " (or `task = ...` in --config)")
+    parser.add_argument("--mixer", type=mixer_name, default=None,
+                        help=mixers_help("mixer name") + " (or `mixer = ...` in --config)")
+    parser.add_argument("--preset", type=preset_name, default=None, help=preset_help() + " (default: quick)")
+    add_config_options(parser)
     parser.add_argument("--set", dest="task_field", type=assignment, action="append", default=[], metavar="FIELD=VALUE",
                         help="task field override, repeatable, e.g. --set num_kv_pairs=16")
     parser.add_argument("--steps", type=positive_int, default=None, help="optimiser steps (default: the preset's)")
     parser.add_argument("--lr", type=positive_float, default=None, help="peak learning rate (default: the preset's)")
-    parser.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="adamw",
+    parser.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default=None,
                         help="adamw, or an optimiser of regmem.optim (Muon-family ones on 2-D hidden weights, AdamW "
-                             "for the rest; tune --lr for it)")
+                             "for the rest; tune --lr for it; default adamw)")
     parser.add_argument("--batch-size", type=positive_int, default=None,
                         help="global batch (default: the preset's)")
     parser.add_argument("--mlp-lr-scale", type=positive_float, default=None,
                         help="AdamW's lr of the model's MLPs (FFN, Hope's CMS) is --lr times this (default: the "
                              "preset's: 0.1 at tiny, quick, small; 1 at quick-mlp)")
-    parser.add_argument("--seed", type=seed, default=0, help="seed of data, init and data order, in [0, 2**63)")
+    parser.add_argument("--seed", type=seed, default=None,
+                        help="seed of data, init and data order, in [0, 2**63) (default 0)")
     parser.add_argument("--out-dir", type=output_dir, default=None,
                         help="run.json, metrics.jsonl, checkpoint/ and model/ go here; a directory that already holds "
                              "a run is refused unless --resume or --overwrite (default: a new "
@@ -125,20 +131,54 @@ def fresh_run_dir(task: str, mixer: str, parent: Path = RESULTS) -> Path:
             path = base.with_name(f"{base.name}-{n}")
 
 
+def resolve_run(args):
+    """(Run, Preset) of `regmem train`: its --config under the command line's values (experiments/run_config.py);
+    a config that does not resolve ends the command naming what is wrong."""
+    from regmem.experiments.run_config import RunConfig, load_config, resolve_preset
+    from regmem.experiments.runs import Run
+
+    try:
+        config = load_config(args.config) if args.config else RunConfig()
+    except ValueError as err:
+        args.parser.error(f"argument --config: {err}")
+    try:  # the fields argparse cannot check: --model's
+        config = config.override(task=args.task, mixer=args.mixer, preset=args.preset, seed=args.seed,
+                                 task_config=dict(args.task_field), **config_overrides(args))
+    except ValueError as err:
+        args.parser.error(f"argument --model: {str(err).removeprefix('command line: ')}")
+    if config.task is None:
+        args.parser.error("argument task: give a task, or `task = ...` in --config")
+    if config.mixer is None:
+        args.parser.error("argument --mixer: give a mixer, or `mixer = ...` in --config")
+    try:
+        task_name(config.task)
+    except ArgumentTypeError as err:
+        args.parser.error(f"argument --config: task: {err}")
+    try:
+        preset = resolve_preset(config, [config.mixer])
+    except ValueError as err:
+        args.parser.error(f"argument {'--model' if str(err).startswith('model.') else '--mixer-opt'}: {err}")
+    train = config.train
+    try:
+        run = Run(config.task, config.mixer, lr=args.lr, seed=config.seed, setting=config.task_config,
+                  steps=args.steps, batch_size=args.batch_size,
+                  optimizer=args.optimizer or train.get("optimizer", "adamw"))
+    except ValueError as err:
+        args.parser.error(f"argument --config: {err}")
+    return run, preset
+
+
 def _train(args) -> None:
-    from regmem.experiments.presets import PRESETS
-    from regmem.experiments.runs import Run, RunDirBusy, train_and_evaluate
+    from regmem.experiments.runs import RunDirBusy, train_and_evaluate
     from regmem.train import distributed
 
-    run = Run(args.task, args.mixer, lr=args.lr, seed=args.seed, setting=dict(args.task_field), steps=args.steps,
-              batch_size=args.batch_size, optimizer=args.optimizer)
-    preset = PRESETS[args.preset]
+    run, preset = resolve_run(args)
     if args.mlp_lr_scale is not None:
         preset = dataclasses.replace(preset, mlp_lr_scale=args.mlp_lr_scale)
     _check(args, run, preset)
     out_dir = args.out_dir
     if out_dir is None:
-        out_dir = str(fresh_run_dir(args.task, args.mixer))
+        out_dir = str(fresh_run_dir(run.task, run.mixer))
         print(f"run directory: {out_dir}")
     try:
         result = train_and_evaluate(run, preset, out_dir=out_dir, checkpoint_every=args.checkpoint_every,

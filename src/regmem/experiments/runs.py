@@ -7,8 +7,9 @@ command line: `regmem train` trains one (with checkpoints, resume and DDP under 
 which stores each under its `Run.key`.
 
 A run directory (`train_and_evaluate(..., out_dir=...)`, `regmem train --out-dir`) holds metrics.jsonl,
-checkpoint/, model/ and run.json: the run as resolved (task fields, model, the training settings that fix its
-trajectory, data sizes; `describe_run`), written when the run starts. `check_run_dir` is the rule for reusing one:
+checkpoint/, model/, run.json: the run as resolved (task fields, model, the training settings that fix its
+trajectory, data sizes; `describe_run`), and config.toml: the same as a config file that trains it again
+(experiments/run_config.py), both written when the run starts. `check_run_dir` is the rule for reusing one:
 a directory that holds a run is never trained into afresh unless `overwrite` (which deletes that run's files first);
 `resume` continues it only when every setting of run.json equals the resumed run's, and names each that differs.
 """
@@ -29,6 +30,7 @@ from typing import get_args
 import torch
 
 from regmem.experiments.presets import Preset
+from regmem.experiments.run_config import config_text, resolved_config
 from regmem.layers import MIXERS
 from regmem.models import LM, LMConfig
 from regmem.ops import value_checks
@@ -56,6 +58,17 @@ def build_task(task_name: str, preset: Preset, overrides: dict):
     else:
         shared = {k: v for k, v in preset.task.items() if k in config_fields}
     return task_class(task_class.config_class(**{**shared, **overrides}))
+
+
+def with_task_fields(preset: Preset, task: str, fields: dict) -> Preset:
+    """`preset` whose point for `task` has `fields` over it (for commands whose runs vary other task fields: a
+    compare's sweep); ValueError naming unknown fields."""
+    if not fields:
+        return preset
+    base = dataclasses.asdict(build_task(task, preset, {}).config)
+    build_task(task, preset, fields)  # the fields must be the task's
+    point = preset.task_points.get(task, {k: v for k, v in preset.task.items() if k in base})
+    return dataclasses.replace(preset, task_points={**preset.task_points, task: {**point, **fields}})
 
 
 def model_config(mixer: str, preset: Preset, vocab_size: int) -> LMConfig:
@@ -163,9 +176,10 @@ class RunResult:
 
 
 RUN_FILE = "run.json"  # the resolved run, written when it starts
+CONFIG_FILE = "config.toml"  # the same run as a config file (experiments/run_config.py): `--config` trains it again
 # What a run directory holds (the Trainer's files, the saved model, run.json): what makes a directory hold a run,
 # and what `overwrite` deletes, nothing else
-RUN_FILES = ("metrics.jsonl", "checkpoint", "checkpoint.old", "checkpoint.tmp", "model", RUN_FILE)
+RUN_FILES = ("metrics.jsonl", "checkpoint", "checkpoint.old", "checkpoint.tmp", "model", RUN_FILE, CONFIG_FILE)
 # The TrainConfig fields besides the trajectory's that decide where a run ends (the early stop)
 STOP_FIELDS = ("eval_every", "target_metric", "target_value")
 
@@ -240,9 +254,9 @@ def check_run_dir(out_dir: str | Path, description: dict, *, resume: bool, overw
                              "with the stored settings, or train into another directory")
 
 
-def start_run_dir(out_dir: str | Path, description: dict, *, overwrite: bool = False) -> None:
-    """A fresh run's directory: with `overwrite`, the files of the run it held are deleted first; run.json is
-    written (atomically)."""
+def start_run_dir(out_dir: str | Path, description: dict, *, overwrite: bool = False, config: str = "") -> None:
+    """A fresh run's directory: with `overwrite`, the files of the run it held are deleted first; run.json and,
+    given its text, config.toml are written (atomically)."""
     out_dir = Path(out_dir)
     if overwrite:
         for name in holds_run(out_dir):
@@ -250,6 +264,8 @@ def start_run_dir(out_dir: str | Path, description: dict, *, overwrite: bool = F
             shutil.rmtree(path) if path.is_dir() else path.unlink()
     out_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(out_dir / RUN_FILE, json.dumps(description, indent=1))
+    if config:
+        write_atomic(out_dir / CONFIG_FILE, config)
 
 
 RUN_LOCK = ".lock"  # held by the process training in a run directory (`claimed_run_dir`)
@@ -317,7 +333,8 @@ def train_and_evaluate(
         if writes:  # under the lock, the directory is checked again: another process may have run in it meanwhile
             check_run_dir(out_dir, description, resume=resume, overwrite=overwrite)
             if not resume:
-                start_run_dir(out_dir, description, overwrite=overwrite)
+                start_run_dir(out_dir, description, overwrite=overwrite,
+                              config=config_text(resolved_config(run, preset, dataclasses.asdict(task.config))))
         summary = trainer.fit(resume=resume)
         diverged = summary["diverged_at_step"] is not None
         # the test split is read once, by the model training ended with; nothing before this line sees it

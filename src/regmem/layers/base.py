@@ -16,10 +16,24 @@ from torch import nn
 from regmem.recipe import Recipe, get
 
 
-class Mixer(nn.Module):
+class MixerType(type):
+    """The metaclass of mixers: a mixer class's signature lists every option its constructors take along the
+    method resolution order (regmem/layers/options.py), so `help(GatedDeltaNet)` shows them with their defaults."""
+
+    @property
+    def __signature__(cls):
+        from regmem.layers.options import mixer_signature
+
+        return mixer_signature(cls)
+
+
+class Mixer(nn.Module, metaclass=MixerType):
     """Base class of every token mixer. A subclass declares its point of the design space at its default options
     as `recipe_name`, a key of `regmem.recipe`'s registry ("" for a mixer outside the design space); an instance
-    whose options move it to another point sets its own `recipe_name` or overrides `recipe`."""
+    whose options move it to another point sets its own `recipe_name` or overrides `recipe`. Its options are its
+    constructors' keyword arguments (`regmem.layers.options.mixer_options`); a class whose `**kwargs` are the fields
+    of a dataclass names it as `options_config`, and one that fixes other defaults lists them in `option_defaults`.
+    """
 
     recipe_name: str = ""
     # True for a mixer with an MLP inside (Hope's CMS), which a run trains at `TrainConfig.mlp_lr_scale` x its lr

@@ -106,6 +106,8 @@ class HopeStandIn(Hope):
     """Hope as regmem built it before LMConfig format 7: self-modifying Titans' stand-in (eq. 84's targets, no DGD)
     followed by Hope's CMS. Options given override these."""
 
+    option_defaults = STAND_IN
+
     def __init__(self, d_model: int, n_heads: int, **options):
         super().__init__(d_model, n_heads, **{**STAND_IN, **options})
 

@@ -94,6 +94,7 @@ class SelfModifyingTitans(Mixer):
     is no `chunk_size`: the mini-batches set the block length)."""
 
     recipe_name = "self_modifying_titans"
+    options_config = SelfModifyingConfig  # what `**options` take (regmem/layers/options.py)
 
     def __init__(self, d_model: int, n_heads: int, *, head_dim: int | None = None, short_conv: int = 4,
                  norm_eps: float = 1e-5, **options):
@@ -186,6 +187,8 @@ STAND_IN = {"self_values": False, "dgd": False}
 class SelfModifyingTitansStandIn(SelfModifyingTitans):
     """Self-modifying Titans as regmem built it before LMConfig format 7 (module docstring): `STAND_IN` under any
     options given, which may set them back."""
+
+    option_defaults = STAND_IN
 
     def __init__(self, d_model: int, n_heads: int, **options):
         super().__init__(d_model, n_heads, **{**STAND_IN, **options})
