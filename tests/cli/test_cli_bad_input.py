@@ -112,8 +112,27 @@ CASES = {
     "mixers": [
         (["mixers", "--describe", "nosuch"], "argument --describe: unknown mixer 'nosuch'"),
     ],
+    "tokenizer": [
+        (["tokenizer", "train", "{out}/none.txt", "--out", "{out}/b.json"], "argument corpus: no file or folder"),
+        (["tokenizer", "train", "{file}", "--vocab", "100", "--out", "{out}/b.json"],
+         "argument --vocab: must be >= 257 (the 256 bytes and an end-of-text token), got 100"),
+        (["tokenizer", "train", "{file}", "--out", "{out}/b.json"], "argument corpus: '"),  # one document: no split
+        (["tokenizer", "train", "{empty}", "--out", "{out}/b.json"], "argument corpus: '"),  # no text file in it
+        (["tokenizer", "fit", "{file}"], "argument ACTION: invalid choice: 'fit'"),
+    ],
+    "prepare": [
+        (["prepare", "{out}/none.txt", "--out", "{out}"], "argument corpus: no file or folder"),
+        (["prepare", "{file}", "--out", "{file}"], "argument --out: '"),
+        (["prepare", "{file}", "--out", "{out}"], "argument corpus: '"),  # one document: no split
+        (["prepare", "{file}", "--validation-fraction", "1", "--out", "{out}"],
+         "argument --validation-fraction: must be below 1"),
+        (["prepare", "{file}", "--tokenizer", "nosuch.json", "--out", "{out}"],
+         "argument --tokenizer: 'nosuch.json' is neither 'bytes' nor a tokenizer file"),
+    ],
     "train": [
         (["train", "mqar", "--mixer", "nosuch", "--out-dir", "{out}"], "argument --mixer: unknown mixer 'nosuch'"),
+        (["train", "text", "--mixer", "attn", "--set", "data={out}/none.txt", "--out-dir", "{out}"],
+         "argument --set: data: no file or folder"),
         (["train", "mqar", "--mixer", "moba", "--mixer-opt", "blok=4", "--out-dir", "{out}"],
          "argument --mixer-opt: mixer 'moba' has no option 'blok'; its options: head_dim, "),
         (["train", "mqar", "--mixer", "moba", "--mixer-opt", "top_k=x", "--out-dir", "{out}"],

@@ -48,8 +48,18 @@ JUNK = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",))
 # command -> (positional candidates (or None), {flag: candidates, or SWITCH})
 MODEL = values(["d_model=32", "n_layers=2"], ["d_modl=3", "d_model=0", "d_model", "ffn=nosuch"])
 MIXER_OPT = values(["short_conv=2"], ["nosuch=1", "short_conv=x", "short_conv", ".short_conv=2"])
+FRACTION = values(["0.1", "0.04"], ["0", "1", "-0.1", "x", ""])
 COMMANDS = {
     "mixers": (None, {"--describe": MIXER}),
+    # a positional candidate of several words is split at spaces (the action, then its argument)
+    "tokenizer": (values(["train {corpus}", "train {file}"], ["train {out}/none.txt", "fit {corpus}"]),
+                  {"--out": values(["{out}/bpe.json"], ["/proc/x/bpe.json"]),
+                   "--vocab": values(["300", "8192"], ["0", "-1", "x", "100"]), "--exclude": values(["tests"], []),
+                   "--validation-fraction": FRACTION, "--test-fraction": FRACTION}),
+    "prepare": (values(["{corpus}", "{file}"], ["{out}/none.txt", ""]),
+                {"--out": values(["{out}", "{out}/p"], ["{file}", "/proc/x", ""]),
+                 "--tokenizer": values(["bytes"], []), "--eot": values(["0"], ["x", "1.5"]),
+                 "--validation-fraction": FRACTION, "--no-progress": SWITCH}),
     "recipes": (None, {}),
     "levels": (None, {"--model": values(["attn", "hope"], ["nosuch", "{empty}", "{file}", ""]),
                       "--d-model": values(["16", "32"], ["0", "-16", "x"]),
@@ -87,7 +97,7 @@ COMMANDS = {
     "showcase": (None, {"--seq-len": POSITIVE}),
 }
 
-REQUIRED = {"train": "--mixer", "generate": "--prompt"}
+REQUIRED = {"train": "--mixer", "generate": "--prompt", "tokenizer": "--out", "prepare": "--out"}
 
 # Lines every run checks besides the generated ones (`hypothesis.example`): (argv, the known-bad values on it)
 EXAMPLES = {
@@ -104,7 +114,8 @@ WORK = [("regmem.experiments.runs", "train_and_evaluate"), ("regmem.experiments.
         ("regmem.experiments.suite", "suite"), ("regmem.experiments.repro", "run_repro"),
         ("regmem.experiments.text", "generate_text"), ("regmem.experiments.analyze", "analyze_snr"),
         ("regmem.experiments.analyze_context_growth", "analyze_context_growth"), ("regmem.bench", "run"),
-        ("regmem.experiments.showcase", "showcase"), ("regmem.nested", "describe_levels")]
+        ("regmem.experiments.showcase", "showcase"), ("regmem.nested", "describe_levels"),
+        ("regmem.tasks.tokenizer", "train_bpe"), ("regmem.tasks.corpus", "prepare_corpus")]
 
 
 class ReachedTheWork(Exception):
@@ -135,7 +146,7 @@ def command_lines(draw, command: str) -> tuple[list[str], list[str]]:
         return drawn
 
     if positionals is not None:
-        argv.append(value(positionals))
+        argv += value(positionals).split(" ")
     chosen = draw(st.lists(st.sampled_from(sorted(flags)), unique=True, max_size=3)) if flags else []
     if command in REQUIRED and REQUIRED[command] not in chosen:
         chosen.append(REQUIRED[command])
@@ -180,8 +191,9 @@ def test_a_command_reaches_its_work_or_refuses_with_one_error_line_and_writes_no
             (root / "file").write_text("a file\n")
             (root / "model").mkdir()
             (root / "model" / "config.json").write_text("{}")  # enough for the argument check; the work is stubbed
+            (root / "corpus.txt").write_text("\n\n".join(f"paragraph {i} " * 8 for i in range(40)))
             places = {"{out}": str(root / "out"), "{empty}": str(root / "empty"), "{file}": str(root / "file"),
-                      "{model}": str(root / "model")}
+                      "{model}": str(root / "model"), "{corpus}": str(root / "corpus.txt")}
             for key, value in places.items():
                 argv = [a.replace(key, value) for a in argv]
             before, cwd = snapshot(root), os.getcwd()

@@ -12,6 +12,7 @@ import sys
 
 from regmem.cli.analyze import add_analyze
 from regmem.cli.bench import add_bench
+from regmem.cli.corpus import add_prepare, add_tokenizer
 from regmem.cli.generate import add_generate
 from regmem.cli.levels import add_levels
 from regmem.cli.mixers import add_mixers
@@ -21,8 +22,8 @@ from regmem.cli.repro import add_repro
 from regmem.cli.showcase import add_showcase
 from regmem.cli.train import add_train
 
-ADDERS = (add_mixers, add_recipes, add_levels, add_analyze, add_bench, add_compare, add_suite, add_train, add_generate,
-          add_repro, add_showcase)  # in the order `regmem --help` lists them
+ADDERS = (add_mixers, add_recipes, add_levels, add_analyze, add_bench, add_compare, add_suite, add_tokenizer,
+          add_prepare, add_train, add_generate, add_repro, add_showcase)  # in the order `regmem --help` lists them
 
 INTRO = ("regmem: sequence models built on associative memory (test-time regression). Mixers include linear and "
          "gated memories, delta rules, exact regression, HLA, Mamba-1 (mamba) and Mamba-2, and deep memories fitted "

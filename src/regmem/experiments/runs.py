@@ -37,6 +37,7 @@ from regmem.ops import value_checks
 from regmem.storage import RunLock, read_json, write_atomic
 from regmem.tasks import TASKS
 from regmem.tasks.base import split_data
+from regmem.tasks.tokenizer import TOKENIZER_FILE
 from regmem.train import TrainConfig, Trainer, distributed, latest_checkpoint
 from regmem.train.checkpoint import verify_checkpoint
 from regmem.train.config import TRAJECTORY_FIELDS, OptimizerName
@@ -213,6 +214,7 @@ def describe_differences(stored: dict, given: dict) -> list[str]:
     """Each setting on which two `describe_run` results disagree: "task.num_kv_pairs (stored 4, given 2)"."""
     stored, given = _flat(stored), _flat(given)
     names = sorted(set(stored) | set(given))
+    # a field missing from a run.json written before it existed equals its default None (TextConfig's data ...)
     return [f"{name} (stored {stored.get(name, 'nothing')!r}, given {given.get(name, 'nothing')!r})"
             for name in names if stored.get(name) != given.get(name)]
 
@@ -341,6 +343,9 @@ def train_and_evaluate(
         test_metrics = {} if diverged else trainer.evaluate(split_data(task, "test", preset.num_eval, seed=run.seed))
         if writes and not diverged:
             model.save_pretrained(Path(out_dir) / "model")
+            tokenizer = getattr(task.config, "tokenizer_file", lambda: None)()
+            if tokenizer is not None:  # `regmem generate` reads and writes text with it
+                shutil.copyfile(tokenizer, Path(out_dir) / "model" / TOKENIZER_FILE)
     seconds = time.perf_counter() - start
     trained = summary["step"] - summary["start_step"]
     return RunResult(

@@ -29,6 +29,7 @@ import torch
 from regmem.models import LM
 from regmem.tasks.base import check_int
 from regmem.tasks.text import VOCAB_SIZE, decode, encode
+from regmem.tasks.tokenizer import TOKENIZER_FILE, load_tokenizer
 
 
 def generate_text(
@@ -40,7 +41,9 @@ def generate_text(
     model_dir: a directory written by `LM.save_pretrained` (config.json + model.safetensors) whose vocabulary is
     the 256 byte values. prompt: non-empty text, encoded as UTF-8. max_new_bytes: bytes to sample (>= 1; the
     decoded string may be shorter, several bytes making one character). temperature: softmax temperature, 0 for
-    greedy decoding. top_k: sample among the k most likely bytes only (None: all 256). seed: seeds the sampling
+    greedy decoding. top_k: sample among the k most likely bytes only (None: all 256). A model trained on a BPE
+    corpus has its tokenizer.json beside it (`train_and_evaluate` copies it): the prompt is encoded and the
+    continuation decoded with it, and max_new_bytes counts its tokens. seed: seeds the sampling
     generator; global RNG state is untouched. Runs on CPU without gradients.
     """
     if not isinstance(prompt, str) or not prompt:
@@ -53,13 +56,25 @@ def generate_text(
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an int, got {seed!r}")
     model = LM.from_pretrained(model_dir)
-    if model.config.vocab_size != VOCAB_SIZE:
-        raise ValueError(f"model_dir must hold a byte-level model (vocab_size {VOCAB_SIZE}), "
-                         f"got vocab_size {model.config.vocab_size}")
+    tokenizer = None
+    if (Path(model_dir) / TOKENIZER_FILE).is_file():  # a model of a BPE corpus carries its tokenizer
+        tokenizer = load_tokenizer(Path(model_dir) / TOKENIZER_FILE)
+        if model.config.vocab_size != tokenizer.vocab_size:
+            raise ValueError(f"model_dir's tokenizer has {tokenizer.vocab_size} tokens, its model "
+                             f"{model.config.vocab_size}")
+    elif model.config.vocab_size != VOCAB_SIZE:
+        raise ValueError(f"model_dir must hold a byte-level model (vocab_size {VOCAB_SIZE}) or a tokenizer.json "
+                         f"beside it, got vocab_size {model.config.vocab_size} and no tokenizer")
     model.eval()
-    prompt_ids = encode(prompt).unsqueeze(0)  # [1, T]
+    if tokenizer is not None:
+        prompt_ids = torch.tensor([tokenizer.encode(prompt)], dtype=torch.int64)
+        if prompt_ids.shape[1] == 0:
+            raise ValueError(f"prompt {prompt!r} encodes to no token")
+    else:
+        prompt_ids = encode(prompt).unsqueeze(0)  # [1, T]
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         tokens = model.generate(prompt_ids, max_new_bytes, temperature=temperature, top_k=top_k,
                                 generator=generator)  # [1, T + max_new_bytes]
-    return decode(tokens[0, prompt_ids.shape[1]:])
+    new = tokens[0, prompt_ids.shape[1]:]
+    return tokenizer.decode(new.tolist()) if tokenizer is not None else decode(new)

@@ -41,26 +41,16 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from regmem.tasks.base import IGNORE_INDEX, ConfigTask, accuracy, check_int, make_generator
+from regmem.tasks.corpus import Corpus, load_corpus, topics
 
 VOCAB_SIZE = 256  # one token per byte value
 SEPARATOR = b"\n\n"  # between topics, as between paragraphs
 METRIC_CHUNK_ROWS = 64  # sequences per float64 cross-entropy chunk: [64, T, 256] at a time bounds the metric's memory
-
-
-def topics() -> dict[str, str]:
-    """The documentation topics of `pydoc_data.topics`, name -> text; raises RuntimeError if the module is absent."""
-    try:
-        from pydoc_data.topics import topics as pydoc_topics
-    except ImportError as error:
-        raise RuntimeError(
-            "the text task's corpus is pydoc_data.topics from CPython's standard library, which this Python "
-            "installation lacks (some distributions strip it); use a Python that ships pydoc_data"
-        ) from error
-    return pydoc_topics
 
 
 @functools.cache
@@ -151,36 +141,71 @@ def sample_windows(
     `(inputs, targets)`, int64 `[N, T]`. Exactly one of `seed` and `generator`; global RNG state is untouched."""
     check_int("num_examples", num_examples, 1)
     check_int("seq_len", seq_len, 1)
-    if seq_len + 1 > data.numel():
-        raise ValueError(f"seq_len + 1 = {seq_len + 1} exceeds the {data.numel()} bytes of the split")
+    size = data.size if isinstance(data, np.ndarray) else data.numel()
+    if seq_len + 1 > size:
+        raise ValueError(f"seq_len + 1 = {seq_len + 1} exceeds the {size} tokens of the split")
     generator = make_generator(seed, generator)
-    starts = torch.randint(data.numel() - seq_len, (num_examples,), generator=generator)  # [N], last start fits
+    starts = torch.randint(size - seq_len, (num_examples,), generator=generator)  # [N], last start fits
     positions = starts.unsqueeze(1) + torch.arange(seq_len + 1)  # [N, T + 1]
+    if isinstance(data, np.ndarray):  # a user's corpus, maybe memory-mapped: only the windows' pages are read
+        return shift_windows(torch.from_numpy(np.asarray(data[positions.numpy()], dtype=np.int64)))
     return shift_windows(data[positions])
 
 
 @dataclass(frozen=True)
 class TextConfig:
     """The text task: window length and the shares of the corpus held out (defaults: T = 128, 4 % validation and
-    6 % test, after the 90 % of training)."""
+    6 % test, after the 90 % of training); `data`, `tokenizer`, `text_field` and `eot` name a user's corpus
+    (tasks/corpus.py; None: the built-in corpus in bytes)."""
 
-    seq_len: int = 128  # T, bytes per input sequence (each position labelled)
-    validation_fraction: float = 0.04  # share of the corpus bytes that chooses the lr, cut at a topic start
-    test_fraction: float = 0.06  # share of the corpus bytes that is reported, the last ones, cut at a topic start
+    seq_len: int = 128  # T, tokens per input sequence (each position labelled)
+    validation_fraction: float = 0.04  # share of the corpus that chooses the lr, cut at a document start
+    test_fraction: float = 0.06  # share of the corpus that is reported, the last one, cut at a document start
+    data: str | None = None  # a text file, folder, glob, .jsonl, .bin/.npy of token ids, or `regmem prepare`'s dir
+    tokenizer: str | None = None  # None or "bytes": UTF-8 bytes; else a BPE tokenizer.json (`regmem tokenizer`)
+    text_field: str | None = None  # a .jsonl's field of text (None: "text")
+    eot: int | None = None  # a token file's end-of-document id (nanoGPT's GPT-2 files: 50256); None: no documents
 
     def __post_init__(self):
         check_int("seq_len", self.seq_len, 1)
         check_fractions(self.validation_fraction, self.test_fraction)
-        split_boundaries(self.validation_fraction, self.test_fraction)  # both splits non-empty
+        for name in ("data", "tokenizer", "text_field"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} must be a str, got {getattr(self, name)!r}")
+        if self.eot is not None:
+            check_int("eot", self.eot, 0)
+        if not self.custom:
+            split_boundaries(self.validation_fraction, self.test_fraction)  # both splits non-empty
+            return
+        corpus = self.corpus()  # a bad corpus is refused here, naming data or tokenizer
+        for name in ("train", "valid", "test"):
+            if self.seq_len + 1 > len(corpus.split(name)):
+                raise ValueError(f"seq_len + 1 = {self.seq_len + 1} exceeds the {len(corpus.split(name))} tokens of "
+                                 f"the corpus's {name} split")
+
+    @property
+    def custom(self) -> bool:
+        """Whether the corpus is a user's (or the built-in one through a BPE), not the built-in bytes."""
+        return self.data is not None or self.tokenizer not in (None, "bytes")
+
+    def corpus(self) -> Corpus:
+        return load_corpus(self.data, self.tokenizer or "bytes", self.validation_fraction, self.test_fraction,
+                           self.text_field or "text", self.eot)
 
     @property
     def vocab_size(self) -> int:
-        return VOCAB_SIZE
+        return self.corpus().vocab_size if self.custom else VOCAB_SIZE
+
+    def tokenizer_file(self) -> str | None:
+        """The BPE tokenizer file a model of this corpus needs to read and write text (None: bytes or token ids)."""
+        tokenizer = self.corpus().tokenizer if self.custom else "bytes"
+        return None if tokenizer in ("bytes", "token ids") else tokenizer
 
 
 @dataclass(frozen=True)
 class Text(ConfigTask):
-    """Next-byte prediction on CPython's documentation (module docstring); metrics: bits per byte and accuracy."""
+    """Next-byte prediction on CPython's documentation (module docstring), or next-token prediction on a user's
+    corpus (`data`, tasks/corpus.py); metrics: bits per byte and accuracy."""
 
     name: ClassVar[str] = "text"
     config_class: ClassVar[type] = TextConfig
@@ -206,12 +231,23 @@ class Text(ConfigTask):
         return self._windows(2, num_examples, seed, generator)
 
     def _windows(self, split: int, num_examples, seed, generator):
-        data = split_corpus(self.config.validation_fraction, self.config.test_fraction)[split]
+        if self.config.custom:
+            data = self.config.corpus().split(("train", "valid", "test")[split])
+        else:
+            data = split_corpus(self.config.validation_fraction, self.config.test_fraction)[split]
         return sample_windows(data, num_examples, self.config.seq_len, seed=seed, generator=generator)
 
     def metric(self, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
-        """logits `[N, T, V]`, targets `[N, T]` -> {"bits_per_byte", "accuracy"} (see `bits_per_byte`)."""
-        return {"bits_per_byte": bits_per_byte(logits, targets), "accuracy": accuracy(logits, targets)}
+        """logits `[N, T, V]`, targets `[N, T]` -> {"bits_per_byte", "accuracy"} (see `bits_per_byte`); a corpus
+        of other tokens adds "bits_per_token", and its bits per byte are those over the corpus's mean bytes per
+        token (a file of token ids, whose text is unknown, reports bits per token there)."""
+        bits = bits_per_byte(logits, targets)
+        metrics = {"bits_per_byte": bits, "accuracy": accuracy(logits, targets)}
+        if self.config.custom and self.config.corpus().tokenizer != "bytes":
+            per_byte = self.config.corpus().bytes_per_token
+            metrics = {**metrics, "bits_per_token": bits,
+                       "bits_per_byte": bits / per_byte if math.isfinite(per_byte) else bits}
+        return metrics
 
 
 def bits_per_byte(logits: torch.Tensor, targets: torch.Tensor) -> float:
