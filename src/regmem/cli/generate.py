@@ -1,4 +1,5 @@
-"""`regmem generate`: continue a prompt with a byte-level model saved by `regmem train text`."""
+"""`regmem generate`: continue a prompt with a text model saved by `regmem train text` (bytes, or the BPE saved
+beside it)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ def model_dir(text: str) -> str:
 
 
 def add_generate(commands) -> None:
-    parser = commands.add_parser("generate", help="continue a prompt with a byte-level model (`regmem train text`)")
+    parser = commands.add_parser("generate", help="continue a prompt with a text model (`regmem train text`)")
     parser.add_argument("model_dir", type=model_dir, help="a saved model: <train --out-dir>/model")
     parser.add_argument("--prompt", required=True, help="text to continue (UTF-8)")
-    parser.add_argument("--max-new-bytes", type=positive_int, default=200, help="bytes to sample")
+    parser.add_argument("--max-new-bytes", type=positive_int, default=200,
+                        help="bytes to sample (tokens, for a model with a BPE tokenizer.json)")
     parser.add_argument("--temperature", type=non_negative_float, default=0.8,
                         help="softmax temperature; 0 is greedy")
     parser.add_argument("--top-k", type=positive_int, default=None, help="sample among the k most likely bytes")
