@@ -19,13 +19,14 @@ from regmem.ops.common import real_end
 
 
 class ShortConvolution(nn.Module):
-    def __init__(self, channels: int, kernel_size: int = 4, activation: bool = True):
+    def __init__(self, channels: int, kernel_size: int = 4, activation: bool = True, bias: bool = False):
         super().__init__()
         if kernel_size < 1:
             raise ValueError(f"kernel_size must be >= 1, got {kernel_size}")
         self.kernel_size = kernel_size
         self.activation = activation
-        self.conv = nn.Conv1d(channels, channels, kernel_size, groups=channels, padding=0, bias=False)
+        # bias: mamba_ssm's convolutions have one (conv_bias=True); regmem's and fla's do not by default
+        self.conv = nn.Conv1d(channels, channels, kernel_size, groups=channels, padding=0, bias=bias)
 
     def forward(self, x: torch.Tensor, cache: torch.Tensor | None = None, mask: torch.Tensor | None = None):
         """x: [B, T, D], zero at padded tokens; cache: [B, D, W - 1] or None (zeros); mask: [B, T] bool (True at

@@ -47,6 +47,7 @@ class Mamba(Mixer):
         discretization: Discretization = "zoh",  # "zoh" (exact) | "simple" (Mamba's Bbar = delta B)
         chunk_size: int = 64,
         dt_range: tuple[float, float] = (1e-3, 1e-1),
+        conv_bias: bool = False,  # a bias in the conv, as mamba_ssm's default (regmem.interop sets it)
     ):
         super().__init__()
         self.d_model, self.state_size, self.chunk_size, self.short_conv = d_model, state_size, chunk_size, short_conv
@@ -56,7 +57,7 @@ class Mamba(Mixer):
             raise ValueError(f"discretization must be one of {get_args(Discretization)}, got {discretization!r}")
         self.discretization = discretization
         self.in_proj = nn.Linear(d_model, 2 * self.d_inner, bias=False)  # x, z
-        self.conv = ShortConvolution(self.d_inner, short_conv) if short_conv else None
+        self.conv = ShortConvolution(self.d_inner, short_conv, bias=conv_bias) if short_conv else None
         self.x_proj = nn.Linear(self.d_inner, self.dt_rank + 2 * state_size, bias=False)  # dt, B, C
         self.dt_proj = nn.Linear(self.dt_rank, self.d_inner, bias=False)
         nn.init.uniform_(self.dt_proj.weight, -self.dt_rank**-0.5, self.dt_rank**-0.5)

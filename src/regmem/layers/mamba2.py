@@ -39,6 +39,7 @@ class Mamba2(Mixer):
         norm_eps: float = 1e-5,
         chunk_size: int = 64,
         dt_range: tuple[float, float] = (1e-3, 1e-1),  # initial dt, log-uniform (Mamba's dt_min, dt_max)
+        conv_bias: bool = False,  # a bias in the conv, as mamba_ssm's default (regmem.interop sets it)
     ):
         super().__init__()
         if n_heads % n_groups:
@@ -49,7 +50,7 @@ class Mamba2(Mixer):
         inner = n_heads * self.head_dim
         self.conv_dim = inner + 2 * n_groups * state_size
         self.in_proj = nn.Linear(d_model, inner + self.conv_dim + n_heads, bias=False)  # z, (x, B, C), dt
-        self.conv = ShortConvolution(self.conv_dim, short_conv) if short_conv else None
+        self.conv = ShortConvolution(self.conv_dim, short_conv, bias=conv_bias) if short_conv else None
         self.dt_bias = dt_bias_parameter(n_heads, dt_log_range(*dt_range))  # gates.py (dt_bias drawn first)
         self.A_log = a_log_parameter(n_heads)
         self.D = nn.Parameter(torch.ones(n_heads))
