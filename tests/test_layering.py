@@ -21,13 +21,14 @@ ALLOWED = {
     "optim": {"ops"},
     "nested": {"ops"},
     "layers": {"nested", "ops", "recipe"},
+    "interop": {"layers", "nested", "ops", "recipe"},
     "models": {"layers", "nested", "ops", "recipe", "storage"},
     "tasks": set(),
     "train": {"optim", "storage"},
     "bench": {"ops", "layers", "nested", "models", "analysis", "optim"},
     "experiments": {"train", "tasks", "models", "layers", "nested", "ops", "recipe", "analysis", "optim", "storage"},
     "cli": {"experiments", "train", "tasks", "models", "layers", "nested", "ops", "recipe", "bench", "analysis",
-            "optim", "storage"},
+            "optim", "storage", "interop"},
     "__main__": {"cli"},
 }
 

@@ -1,0 +1,27 @@
+"""Weights from the public implementations: converters from their modules' state dicts into regmem layers with
+equal outputs (docs/interop.md tables each mapping, its tolerance and the conventions that differ).
+
+Each converter takes the upstream module's `state_dict()` (plain tensors: nothing of the upstream package is
+imported, so none of them needs it installed) and its constructor options, reads the sizes from the tensors' shapes,
+refuses a key it does not know or a missing one (ValueError naming them), and returns the regmem layer with the
+options that make it compute the same function. `CONVERTERS` lists them by upstream name; `convert(name, ...)` calls
+one.
+"""
+
+from __future__ import annotations
+
+from regmem.interop.mamba_ssm import from_mamba_ssm_mamba
+
+CONVERTERS = {
+    "mamba_ssm.Mamba": from_mamba_ssm_mamba,
+}
+
+
+def convert(upstream: str, state_dict: dict, **options):
+    """The regmem layer equal to `upstream`'s module (a key of CONVERTERS) with weights `state_dict`."""
+    if upstream not in CONVERTERS:
+        raise ValueError(f"upstream must be one of {sorted(CONVERTERS)}, got {upstream!r}")
+    return CONVERTERS[upstream](state_dict, **options)
+
+
+__all__ = ["CONVERTERS", "convert", "from_mamba_ssm_mamba"]
