@@ -10,10 +10,14 @@ one.
 
 from __future__ import annotations
 
+from regmem.interop.fla import from_fla_deltanet, from_fla_gated_deltanet, from_fla_gla
 from regmem.interop.mamba_ssm import from_mamba_ssm_mamba
 
 CONVERTERS = {
     "mamba_ssm.Mamba": from_mamba_ssm_mamba,
+    "fla.layers.GatedDeltaNet": from_fla_gated_deltanet,
+    "fla.layers.DeltaNet": from_fla_deltanet,
+    "fla.layers.GatedLinearAttention": from_fla_gla,
 }
 
 
@@ -24,4 +28,5 @@ def convert(upstream: str, state_dict: dict, **options):
     return CONVERTERS[upstream](state_dict, **options)
 
 
-__all__ = ["CONVERTERS", "convert", "from_mamba_ssm_mamba"]
+__all__ = ["CONVERTERS", "convert", "from_fla_deltanet", "from_fla_gated_deltanet", "from_fla_gla",
+           "from_mamba_ssm_mamba"]

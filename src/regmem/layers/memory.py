@@ -47,6 +47,7 @@ class MemoryMixer(Mixer):
         output_gate: bool = True,  # y = norm(o) ⊙ silu(W_g x)
         norm_eps: float = 1e-5,
         chunk_size: int = 64,  # chunk length of the training form
+        short_conv_bias: bool = False,  # a bias in each short conv (fla's conv_bias=True; regmem.interop sets it)
     ):
         super().__init__()
         n_kv_heads = n_kv_heads or n_heads
@@ -63,7 +64,7 @@ class MemoryMixer(Mixer):
         self.convs = None
         if short_conv:  # an identity in place of the conv of a projection that has none
             self.convs = nn.ModuleList(
-                ShortConvolution(d, short_conv) if name in short_conv_on else nn.Identity()
+                ShortConvolution(d, short_conv, bias=short_conv_bias) if name in short_conv_on else nn.Identity()
                 for name, d in zip("qkv", dims, strict=True)
             )
         self.g_proj = nn.Linear(d_model, n_heads * self.value_dim, bias=False) if output_gate else None
