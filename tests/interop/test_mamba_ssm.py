@@ -89,3 +89,71 @@ def test_unknown_or_missing_keys_are_refused():
         from_mamba_ssm_mamba({k: v for k, v in sd.items() if k != "A_log"})
     with pytest.raises(ValueError, match="upstream must be one of"):
         convert("mamba_ssm.Nope", sd)
+
+
+def mamba2_state_dict(d_model=16, H=4, P=8, N=8, G=2, W=4, seed=0) -> dict:
+    """Random weights under mamba_ssm Mamba2's names and shapes (d_ssm = d_inner = H P, D per head)."""
+    g = torch.Generator().manual_seed(seed)
+    d_inner, conv_dim = H * P, H * P + 2 * G * N
+    return {"in_proj.weight": torch.randn(2 * d_inner + 2 * G * N + H, d_model, generator=g) / d_model**0.5,
+            "conv1d.weight": torch.randn(conv_dim, 1, W, generator=g) / W**0.5,
+            "conv1d.bias": torch.randn(conv_dim, generator=g) * 0.1,
+            "dt_bias": torch.log(torch.expm1(torch.rand(H, generator=g) * 0.09 + 0.01)),
+            "A_log": torch.log(torch.rand(H, generator=g) * 15 + 1), "D": torch.randn(H, generator=g),
+            "norm.weight": 1 + 0.1 * torch.randn(d_inner, generator=g),
+            "out_proj.weight": torch.randn(d_model, d_inner, generator=g) / d_inner**0.5}
+
+
+def mamba2_reference(sd: dict, u: torch.Tensor, G: int, norm_before_gate: bool, eps: float = 1e-5) -> torch.Tensor:
+    """mamba_ssm's Mamba2 forward (reference path): in_proj -> z, xBC, dt; conv1d + silu on xBC; x, B, C; dt =
+    softplus(dt + dt_bias); per head h of group h // (H / G): S_t = exp(dt A) S_{t-1} + dt x_t B_t^T,
+    y_t = S_t C_t + D x_t; RMSNormGated over groups of d_inner / G channels; out_proj."""
+    sd = {k: v.double() for k, v in sd.items()}
+    T = u.shape[1]
+    H, (d_model, d_inner) = sd["A_log"].shape[0], sd["out_proj.weight"].shape
+    P, W = d_inner // H, sd["conv1d.weight"].shape[-1]
+    N = (sd["conv1d.weight"].shape[0] - d_inner) // (2 * G)
+    z, xbc, dt = (u @ sd["in_proj.weight"].T).split([d_inner, d_inner + 2 * G * N, H], dim=-1)
+    xbc = F.conv1d(xbc.transpose(1, 2), sd["conv1d.weight"], sd["conv1d.bias"], padding=W - 1,
+                   groups=xbc.shape[-1])[..., :T]
+    x, Bm, Cm = F.silu(xbc).transpose(1, 2).split([d_inner, G * N, G * N], dim=-1)
+    x, Bm, Cm = x.unflatten(-1, (H, P)), Bm.unflatten(-1, (G, N)), Cm.unflatten(-1, (G, N))
+    dt = F.softplus(dt + sd["dt_bias"])  # [B, T, H]
+    A = -torch.exp(sd["A_log"])
+    S = u.new_zeros(u.shape[0], H, P, N)
+    ys = []
+    for t in range(T):
+        Bt, Ct = Bm[:, t].repeat_interleave(H // G, 1), Cm[:, t].repeat_interleave(H // G, 1)  # [B, H, N]
+        S = torch.exp(dt[:, t] * A)[..., None, None] * S + (dt[:, t, :, None] * x[:, t])[..., None] * Bt[:, :, None]
+        ys.append((S * Ct[:, :, None]).sum(-1) + sd["D"][:, None] * x[:, t])
+    y = torch.stack(ys, 1).flatten(-2)  # [B, T, d_inner]
+    if not norm_before_gate:
+        y = y * F.silu(z)
+    grouped = y.unflatten(-1, (G, -1))
+    y = (grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + eps)).flatten(-2) * sd["norm.weight"]
+    if norm_before_gate:
+        y = y * F.silu(z)
+    return y @ sd["out_proj.weight"].T
+
+
+@pytest.mark.parametrize(("G", "norm_before_gate"), [(1, False), (2, False), (2, True)])
+def test_converted_mamba2_equals_mamba_ssm_reference(G, norm_before_gate):
+    sd = mamba2_state_dict(G=G)
+    layer = convert("mamba_ssm.Mamba2", sd, ngroups=G, norm_before_gate=norm_before_gate, chunk_size=8).double()
+    u = torch.randn(2, 27, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    expected = mamba2_reference(sd, u, G, norm_before_gate)
+    torch.testing.assert_close(layer(u)[0], expected, rtol=1e-10, atol=1e-10)
+    prefix, state = layer(u[:, :20])  # prefill, then one token at a time
+    outs = [prefix]
+    for t in range(20, 27):
+        o, state = layer(u[:, t:t + 1], state)
+        outs.append(o)
+    torch.testing.assert_close(torch.cat(outs, 1), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_mamba2_options_regmem_cannot_express_are_refused():
+    sd = mamba2_state_dict()
+    with pytest.raises(ValueError, match="D_has_hdim=False"):
+        convert("mamba_ssm.Mamba2", {**sd, "D": torch.ones(32)}, ngroups=2)
+    with pytest.raises(ValueError, match=r"lacks mamba_ssm.Mamba2's keys \['norm.weight'\]"):
+        convert("mamba_ssm.Mamba2", {k: v for k, v in sd.items() if k != "norm.weight"}, ngroups=2)

@@ -11,10 +11,11 @@ one.
 from __future__ import annotations
 
 from regmem.interop.fla import from_fla_deltanet, from_fla_gated_deltanet, from_fla_gla
-from regmem.interop.mamba_ssm import from_mamba_ssm_mamba
+from regmem.interop.mamba_ssm import from_mamba_ssm_mamba, from_mamba_ssm_mamba2
 
 CONVERTERS = {
     "mamba_ssm.Mamba": from_mamba_ssm_mamba,
+    "mamba_ssm.Mamba2": from_mamba_ssm_mamba2,
     "fla.layers.GatedDeltaNet": from_fla_gated_deltanet,
     "fla.layers.DeltaNet": from_fla_deltanet,
     "fla.layers.GatedLinearAttention": from_fla_gla,
@@ -29,4 +30,4 @@ def convert(upstream: str, state_dict: dict, **options):
 
 
 __all__ = ["CONVERTERS", "convert", "from_fla_deltanet", "from_fla_gated_deltanet", "from_fla_gla",
-           "from_mamba_ssm_mamba"]
+           "from_mamba_ssm_mamba", "from_mamba_ssm_mamba2"]

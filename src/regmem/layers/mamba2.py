@@ -12,6 +12,8 @@ real token (conv.py), so a left- or right-padded prefill followed by one-token s
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from torch import nn
 
@@ -19,7 +21,7 @@ from regmem.layers.base import Mixer, check_mixer_input, repeat_heads, split_hea
 from regmem.layers.conv import ShortConvolution
 from regmem.layers.gates import a_log_parameter, dt_bias_parameter, dt_log_range, log_retention, time_step
 from regmem.layers.memory import MemoryState
-from regmem.layers.norm import GatedRMSNorm
+from regmem.layers.norm import GatedRMSNorm, GroupGatedRMSNorm
 from regmem.ops import gated_linear_attn
 from regmem.ops.common import zero_padding
 
@@ -40,6 +42,10 @@ class Mamba2(Mixer):
         chunk_size: int = 64,
         dt_range: tuple[float, float] = (1e-3, 1e-1),  # initial dt, log-uniform (Mamba's dt_min, dt_max)
         conv_bias: bool = False,  # a bias in the conv, as mamba_ssm's default (regmem.interop sets it)
+        # "head": RMSNorm(y) ⊙ silu(z) per head, one weight [P] for all heads; "group": mamba_ssm's RMSNormGated,
+        # per group of heads sharing B and C, a weight per channel, the gate first unless norm_before_gate
+        norm: Literal["head", "group"] = "head",
+        norm_before_gate: bool = True,
     ):
         super().__init__()
         if n_heads % n_groups:
@@ -54,7 +60,13 @@ class Mamba2(Mixer):
         self.dt_bias = dt_bias_parameter(n_heads, dt_log_range(*dt_range))  # gates.py (dt_bias drawn first)
         self.A_log = a_log_parameter(n_heads)
         self.D = nn.Parameter(torch.ones(n_heads))
-        self.norm = GatedRMSNorm(self.head_dim, norm_eps)
+        if norm not in ("head", "group"):
+            raise ValueError(f"norm must be 'head' or 'group', got {norm!r}")
+        if norm == "head" and not norm_before_gate:
+            raise ValueError("norm_before_gate=False needs norm='group' (mamba_ssm's gated norm)")
+        self.norm_kind = norm
+        self.norm = (GatedRMSNorm(self.head_dim, norm_eps) if norm == "head"
+                     else GroupGatedRMSNorm(inner, n_groups, norm_eps, norm_before_gate))
         self.out_proj = nn.Linear(inner, d_model, bias=False)
 
     def forward(self, x, state=None, *, attention_mask=None):
@@ -78,8 +90,11 @@ class Mamba2(Mixer):
             chunk_size=self.chunk_size,
         )
         y = y + self.D.unsqueeze(-1) * xs  # [B, T, H, P]
-        y = self.norm(y, split_heads(z, self.head_dim))
-        return self.out_proj(y.flatten(-2)), MemoryState(conv_cache, memory)
+        if self.norm_kind == "head":
+            y = self.norm(y, split_heads(z, self.head_dim)).flatten(-2)
+        else:
+            y = self.norm(y.flatten(-2), z)
+        return self.out_proj(y), MemoryState(conv_cache, memory)
 
     def state_floats(self, seq_len: int) -> int:
         conv = self.conv_dim * (self.short_conv - 1) if self.conv is not None else 0
