@@ -110,7 +110,7 @@ def mamba2_reference(sd: dict, u: torch.Tensor, G: int, norm_before_gate: bool, 
     y_t = S_t C_t + D x_t; RMSNormGated over groups of d_inner / G channels; out_proj."""
     sd = {k: v.double() for k, v in sd.items()}
     T = u.shape[1]
-    H, (d_model, d_inner) = sd["A_log"].shape[0], sd["out_proj.weight"].shape
+    H, d_inner = sd["A_log"].shape[0], sd["out_proj.weight"].shape[1]
     P, W = d_inner // H, sd["conv1d.weight"].shape[-1]
     N = (sd["conv1d.weight"].shape[0] - d_inner) // (2 * G)
     z, xbc, dt = (u @ sd["in_proj.weight"].T).split([d_inner, d_inner + 2 * G * N, H], dim=-1)
