@@ -4,6 +4,7 @@ cells asked for, and a `train` run resumed after an interruption ends where an u
 import csv
 import dataclasses
 import json
+import math
 
 import matplotlib.axes
 import pytest
@@ -246,3 +247,17 @@ def test_by_position_tables_each_cells_test_curve_at_its_best_lr(tmp_path):
     assert "by the needle's depth" in board and "| linear | - | " + " | ".join(
         f"{v:.3f}" for v in cell["by_position"]) + " |" in board
     assert (run_dir / "positions.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_position_bits_is_the_loss_of_each_span_and_text_curves_use_it():
+    """Language modelling's curve is the loss by position: each span's mean cross-entropy in bits, which averages
+    back (span sizes equal) to the task's bits per token."""
+    from regmem.tasks.text import bits_per_byte
+
+    g = torch.Generator().manual_seed(0)
+    logits, targets = torch.randn(3, 16, 11, generator=g), torch.randint(0, 11, (3, 16), generator=g)
+    spans = positions.position_bits(logits, targets, 8)
+    assert sum(spans) / 8 == pytest.approx(bits_per_byte(logits, targets))
+    by_hand = torch.nn.functional.cross_entropy(logits[:, 2:4].flatten(0, 1), targets[:, 2:4].flatten()) / math.log(2)
+    assert spans[1] == pytest.approx(float(by_hand))
+    assert positions.is_loss_curve("text") and positions.curve_metric("mqar") == "accuracy"

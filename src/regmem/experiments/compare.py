@@ -178,7 +178,8 @@ def write_outputs(run_dir: Path, task_name: str, preset: Preset, field: str | No
                              *length_table(records, summaries, eval_lengths, preset)]) + "\n"
     curves = position_curves(records, summaries)
     if curves:
-        title = f"Test accuracy {positions.curve_label(task_name)}, each cell at its best lr (mean over its seeds):"
+        title = (f"Test {positions.curve_metric(task_name)} {positions.curve_label(task_name)}, each cell at its best "
+                 "lr (mean over its seeds):")
         board += "\n".join(["", title, "", *position_table(task_name, curves)]) + "\n"
         for cell in cells:
             cell["by_position"] = curves.get((cell["mixer"], json.dumps(cell["setting"], sort_keys=True)), [])
@@ -213,7 +214,7 @@ def _setting_words(setting_json: str) -> str:
 
 
 def plot_positions(path: Path, task_name: str, curves: dict) -> None:
-    """Test accuracy against the position in the context, one line per cell."""
+    """Test accuracy (text: bits per token) against the position in the context, one line per cell."""
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     points = positions.curve_points(task_name)
     for (mixer, setting), curve in curves.items():
@@ -221,9 +222,11 @@ def plot_positions(path: Path, task_name: str, curves: dict) -> None:
             label = mixer if setting == "{}" else f"{mixer} {_setting_words(setting)}"
             ax.plot(points, [float("nan") if v is None else v for v in curve], marker="o", label=label)
     ax.set_xlabel("needle depth" if positions.is_needle(task_name) else "position (fraction of the sequence)")
-    ax.set_ylabel("test accuracy (best lr, mean over seeds)")
-    ax.set_ylim(0, 1.02)
-    ax.set_title(f"{task_name}: accuracy over the context")
+    metric = positions.curve_metric(task_name)
+    ax.set_ylabel(f"test {metric} (best lr, mean over seeds)")
+    if not positions.is_loss_curve(task_name):
+        ax.set_ylim(0, 1.02)
+    ax.set_title(f"{task_name}: {metric} over the context")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     save_figure(fig, path)

@@ -1,13 +1,16 @@
-"""How a trained model's accuracy falls with the position in its context, on the test split.
+"""How a trained model's accuracy (or, for language modelling, its loss) moves with the position in its context, on
+the test split.
 
 For a needle task the curve is the accuracy with the needle at each of `DEPTHS` of the haystack (0: at its start);
-for any other task it is the accuracy of the scored tokens in each of `POSITION_BUCKETS` equal spans of the
-sequence. `regmem compare --by-position` records it per run (`by_position`) and tables it at each cell's best lr;
+for the text task it is the loss in bits per token of each of `POSITION_BUCKETS` equal spans of the sequence (how
+much the context helps: a model that uses it predicts later tokens better); for any other task it is the accuracy
+of the scored tokens in each span. `regmem compare --by-position` records it per run (`by_position`) and tables it at each cell's best lr;
 `regmem repro nl-ablations` records it per Table-6 row.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 
 import torch
@@ -26,6 +29,15 @@ def is_needle(task: str) -> bool:
     return task.startswith("niah")
 
 
+def is_loss_curve(task: str) -> bool:
+    """Whether the task's curve is a loss (bits per token; lower is better) rather than an accuracy."""
+    return task == "text"
+
+
+def curve_metric(task: str) -> str:
+    return "bits per token" if is_loss_curve(task) else "accuracy"
+
+
 def curve_points(task: str) -> list[float]:
     """The curve's x values: needle depths, or the end of each span of the sequence."""
     return list(DEPTHS) if is_needle(task) else [(i + 1) / POSITION_BUCKETS for i in range(POSITION_BUCKETS)]
@@ -34,6 +46,21 @@ def curve_points(task: str) -> list[float]:
 def curve_label(task: str) -> str:
     return ("by the needle's depth in the haystack (0: at its start)" if is_needle(task)
             else f"by the position of the scored tokens, in {POSITION_BUCKETS} equal spans of the sequence")
+
+
+def position_bits(logits: torch.Tensor, targets: torch.Tensor, buckets: int) -> list[float | None]:
+    """Mean cross-entropy in bits of the labelled positions in each of `buckets` equal spans of the sequence; None
+    for a span without labels. logits [N, T, V], targets [N, T]."""
+    T = targets.shape[1]
+    nats = torch.nn.functional.cross_entropy(logits.double().flatten(0, 1), targets.flatten(), reduction="none",
+                                             ignore_index=IGNORE_INDEX).view_as(targets)
+    labelled = targets != IGNORE_INDEX
+    out = []
+    for b in range(buckets):
+        span = slice(b * T // buckets, (b + 1) * T // buckets)
+        count = int(labelled[:, span].sum())
+        out.append(float(nats[:, span].sum()) / count / math.log(2) if count else None)
+    return out
 
 
 def position_accuracy(logits: torch.Tensor, targets: torch.Tensor, buckets: int) -> list[float | None]:
@@ -58,7 +85,8 @@ def score_model(model, task, inputs, targets, *, curve: bool = False) -> dict:
     out = {"loss": float(total) / max(int(count), 1),
            **{name: float(value) for name, value in task.metric(logits, targets).items()}}
     if curve:
-        out["by_position"] = position_accuracy(logits, targets, POSITION_BUCKETS)
+        by = position_bits if is_loss_curve(task.name) else position_accuracy
+        out["by_position"] = by(logits, targets, POSITION_BUCKETS)
     return out
 
 
