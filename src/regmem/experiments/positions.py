@@ -4,8 +4,8 @@ the test split.
 For a needle task the curve is the accuracy with the needle at each of `DEPTHS` of the haystack (0: at its start);
 for the text task it is the loss in bits per token of each of `POSITION_BUCKETS` equal spans of the sequence (how
 much the context helps: a model that uses it predicts later tokens better); for any other task it is the accuracy
-of the scored tokens in each span. `regmem compare --by-position` records it per run (`by_position`) and tables it at each cell's best lr;
-`regmem repro nl-ablations` records it per Table-6 row.
+of the scored tokens in each span. `regmem compare --by-position` records it per run (`by_position`) and tables it
+at each cell's best lr; `regmem repro nl-ablations` records it per Table-6 row.
 """
 
 from __future__ import annotations
