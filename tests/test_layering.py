@@ -22,6 +22,7 @@ ALLOWED = {
     "nested": {"ops"},
     "layers": {"nested", "ops", "recipe"},
     "interop": {"layers", "nested", "ops", "recipe"},
+    "hf": {"models"},
     "models": {"layers", "nested", "ops", "recipe", "storage"},
     "tasks": set(),
     "train": {"optim", "storage"},

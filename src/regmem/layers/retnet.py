@@ -20,8 +20,14 @@ class RetNet(MemoryMixer):
 
     def __init__(self, d_model: int, n_heads: int, **memory_kwargs):
         super().__init__(d_model, n_heads, **memory_kwargs)
-        log_gamma = torch.log1p(-(2.0 ** -retnet_decay_exponents(n_heads)))  # [H], log(1 - 2^(-5 - h))
-        self.register_buffer("log_gamma", log_gamma, persistent=False)
+        self.register_buffer("log_gamma", self._log_gamma(), persistent=False)
+
+    def _log_gamma(self) -> torch.Tensor:
+        return torch.log1p(-(2.0 ** -retnet_decay_exponents(self.n_heads)))  # [H], log(1 - 2^(-5 - h))
+
+    def reset_buffers(self) -> None:
+        """Recomputes `log_gamma` (not saved with the weights; see RotaryEmbedding.reset_buffers)."""
+        self.log_gamma = self._log_gamma().to(self.log_gamma.device)
 
     def memory(self, x, q, k, v, mask, memory, mode):
         B, T = x.shape[:2]

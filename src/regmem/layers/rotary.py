@@ -11,8 +11,16 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"rotary needs an even head_dim, got {head_dim}")
-        inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)  # [D / 2]
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.head_dim, self.base = head_dim, base
+        self.register_buffer("inv_freq", self._inv_freq(), persistent=False)
+
+    def _inv_freq(self) -> torch.Tensor:
+        return self.base ** (-torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim)  # [D / 2]
+
+    def reset_buffers(self) -> None:
+        """Recomputes `inv_freq` (not saved with the weights; a loader that builds modules on the meta device, as
+        transformers' does, must restore it: regmem/hf.py)."""
+        self.inv_freq = self._inv_freq().to(self.inv_freq.device)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x: [B, T, H, D]; positions: [T] or [B, T] absolute token indices."""
