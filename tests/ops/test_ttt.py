@@ -251,7 +251,7 @@ def test_dgd_step_rejects_mismatched_statistics_naming_the_argument(W, grad, mom
 
 
 @pytest.mark.parametrize(("loss", "param"), [("l2", None), ("dot", None), ("huber", 0.3), ("lp", 1.5), ("lp", 3.0)])
-@pytest.mark.parametrize("act", ["gelu", "silu", "relu", "tanh"])
+@pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "silu", "relu", "tanh"])
 def test_hand_derived_gradients_match_autograd_for_every_loss_and_activation(loss, param, act):
     """recurrent (hand-derived backward) == reference (autograd on the literal loss), dgd and momentum on."""
     q, k, v, beta = _inputs(T=7)
@@ -362,7 +362,7 @@ def test_the_inner_layer_norm_and_its_backward_equal_the_written_out_forms_with_
         assert_close(got, want, "second derivative")
 
 
-@pytest.mark.parametrize("name", ["gelu", "silu", "relu", "tanh", "none"])
+@pytest.mark.parametrize("name", ["gelu", "gelu_tanh", "silu", "relu", "tanh", "none"])
 def test_the_inner_activation_backward_equals_autograd_with_its_second_derivative(name):
     """`activation_backward` (GELU's through torch's gelu_backward, the others written out) is grad * act'(h) as
     autograd computes it, and so is its own gradient, which the chunk form's outer backward takes; for GELU also
@@ -380,6 +380,10 @@ def test_the_inner_activation_backward_equals_autograd_with_its_second_derivativ
     if name == "gelu":
         written = 0.5 * (1.0 + torch.erf(h * 2**-0.5)) + h * torch.exp(-0.5 * h * h) / math.sqrt(2 * math.pi)
         assert_close(got, grad * written, "against Phi(h) + h phi(h)")
+    if name == "gelu_tanh":  # official TTT's hand-written derivative of the tanh approximation (ttt-lm-pytorch)
+        t = torch.tanh(0.79788456 * h * (1 + 0.044715 * h * h))
+        written = 0.5 * h * ((1 - t * t) * (0.79788456 + 0.1070322243 * h * h)) + 0.5 * (1 + t)
+        torch.testing.assert_close(got, grad * written, rtol=1e-6, atol=1e-6)  # its constants have 8-10 digits
     w = torch.randn_like(got)
     for a, b in zip(torch.autograd.grad((got * w).sum(), (grad, h), allow_unused=True),
                     torch.autograd.grad((want * w).sum(), (grad, h), allow_unused=True), strict=True):

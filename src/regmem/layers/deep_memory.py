@@ -46,7 +46,7 @@ from torch import nn
 from regmem.layers.memory import MemoryMixer
 from regmem.ops import InnerModel, TTTState, ttt
 from regmem.ops.common import CompileBackend, check_compile_option, permute_time, real_first_order, restore_time
-from regmem.ops.ttt.model import Loss, StepRule
+from regmem.ops.ttt.model import Activation, Loss, StepRule
 
 
 class DeepMemoryMixer(MemoryMixer):
@@ -136,9 +136,11 @@ class TTTMLP(DeepMemoryMixer):
 
     recipe_name = "ttt_mlp"
 
-    def __init__(self, d_model: int, n_heads: int, *, expand: int = 4, inner_lr: float = 0.1, **kwargs):
+    def __init__(self, d_model: int, n_heads: int, *, expand: int = 4, inner_lr: float = 0.1,
+                 activation: Activation = "gelu", **kwargs):
         head_dim = kwargs.get("head_dim") or d_model // n_heads
-        model = InnerModel((expand * head_dim,), "gelu", bias=True, residual=True, layer_norm=True)
+        # activation "gelu_tanh": official TTT-MLP's tanh-approximated GELU (ttt-lm-pytorch)
+        model = InnerModel((expand * head_dim,), activation, bias=True, residual=True, layer_norm=True)
         super().__init__(d_model, n_heads, inner_model=model, inner_lr=inner_lr, **kwargs)
 
 

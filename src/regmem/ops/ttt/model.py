@@ -33,7 +33,8 @@ from typing import Literal, get_args
 import torch
 import torch.nn.functional as F
 
-Activation = Literal["gelu", "silu", "relu", "tanh", "identity"]
+# "gelu_tanh": GELU's tanh approximation, official TTT-MLP's (ttt-lm-pytorch; arXiv:2407.04620)
+Activation = Literal["gelu", "gelu_tanh", "silu", "relu", "tanh", "identity"]
 Loss = Literal["l2", "dot", "huber", "lp"]  # the inner losses (module docstring)
 # "explicit": every layer steps with eta_t, as printed; "proximal": a step that cannot expand (layer_steps)
 StepRule = Literal["explicit", "proximal"]
@@ -44,6 +45,8 @@ LN_EPS = 1e-6
 def activation(name: Activation, h: torch.Tensor) -> torch.Tensor:
     if name == "gelu":
         return F.gelu(h)
+    if name == "gelu_tanh":
+        return F.gelu(h, approximate="tanh")
     if name == "silu":
         return F.silu(h)
     if name == "relu":
@@ -60,6 +63,8 @@ def activation_backward(name: Activation, grad: torch.Tensor, h: torch.Tensor) -
     (torch's silu_backward has no derivative)."""
     if name == "gelu":  # exact GELU: h Phi(h), derivative Phi(h) + h phi(h)
         return torch.ops.aten.gelu_backward(grad, h)
+    if name == "gelu_tanh":  # the derivative of the tanh approximation itself
+        return torch.ops.aten.gelu_backward(grad, h, approximate="tanh")
     if name == "silu":
         s = torch.sigmoid(h)
         return grad * (s * (1.0 + h * (1.0 - s)))
