@@ -51,6 +51,18 @@ def mamba_ssm_reference(sd: dict, u: torch.Tensor) -> torch.Tensor:
     return (y * F.silu(z)) @ sd["out_proj.weight"].T
 
 
+def assert_forward_and_decoding(layer, u, expected, *, prefill: int):
+    """The layer's full forward, and a prefill of `prefill` tokens followed by one-token steps, both equal
+    `expected` to 1e-10."""
+    torch.testing.assert_close(layer(u)[0], expected, rtol=1e-10, atol=1e-10)
+    outs, state = layer(u[:, :prefill])
+    outs = [outs]
+    for t in range(prefill, u.shape[1]):
+        o, state = layer(u[:, t:t + 1], state)
+        outs.append(o)
+    torch.testing.assert_close(torch.cat(outs, 1), expected, rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("conv_bias", [True, False])
 @pytest.mark.parametrize(("d_model", "d_state", "d_conv", "expand"), [(16, 8, 4, 2), (32, 16, 3, 1)])
 def test_converted_mamba_equals_mamba_ssm_reference(conv_bias, d_model, d_state, d_conv, expand):
@@ -59,15 +71,7 @@ def test_converted_mamba_equals_mamba_ssm_reference(conv_bias, d_model, d_state,
     assert layer.discretization == "simple"
     u = torch.randn(2, 37, d_model, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     expected = mamba_ssm_reference(sd, u)
-    got, _ = layer(u)
-    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
-    steps = [layer(u[:, :20])]  # prefill, then the recurrent steps: the decoding path agrees too
-    state = steps[0][1]
-    outs = [steps[0][0]]
-    for t in range(20, 37):
-        o, state = layer(u[:, t:t + 1], state)
-        outs.append(o)
-    torch.testing.assert_close(torch.cat(outs, 1), expected, rtol=1e-10, atol=1e-10)
+    assert_forward_and_decoding(layer, u, expected, prefill=20)
 
 
 def test_regmem_s_default_zoh_differs_from_mamba_ssm_by_the_discretisation_of_b():
@@ -141,14 +145,7 @@ def test_converted_mamba2_equals_mamba_ssm_reference(G, norm_before_gate):
     sd = mamba2_state_dict(G=G)
     layer = convert("mamba_ssm.Mamba2", sd, ngroups=G, norm_before_gate=norm_before_gate, chunk_size=8).double()
     u = torch.randn(2, 27, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
-    expected = mamba2_reference(sd, u, G, norm_before_gate)
-    torch.testing.assert_close(layer(u)[0], expected, rtol=1e-10, atol=1e-10)
-    prefix, state = layer(u[:, :20])  # prefill, then one token at a time
-    outs = [prefix]
-    for t in range(20, 27):
-        o, state = layer(u[:, t:t + 1], state)
-        outs.append(o)
-    torch.testing.assert_close(torch.cat(outs, 1), expected, rtol=1e-10, atol=1e-10)
+    assert_forward_and_decoding(layer, u, mamba2_reference(sd, u, G, norm_before_gate), prefill=20)
 
 
 def test_mamba2_options_regmem_cannot_express_are_refused():
