@@ -8,7 +8,8 @@ load causal LMs through them (lm-evaluation-harness's `hf` model, after `import 
 The cache `generate` carries is the model's own recurrent state (a list of per-layer states: memory matrices, conv
 and KV caches), passed as `past_key_values`: after the prompt, each step feeds the newest token only, as
 `LM.generate` does. `transformers` never builds a cache of its own for it (`_supports_default_dynamic_cache` is
-False), and nothing is downloaded.
+False), and nothing is downloaded. Greedy decoding and sampling are supported; beam search (`num_beams > 1`) is
+not: it would reorder the state's rows between beams, which this wrapper does not do.
 
     >>> import tempfile
     >>> from regmem.models import LM, LMConfig

@@ -116,20 +116,27 @@ CASES = {
         (["tokenizer", "train", "{out}/none.txt", "--out", "{out}/b.json"], "argument corpus: no file or folder"),
         (["tokenizer", "train", "{file}", "--vocab", "100", "--out", "{out}/b.json"],
          "argument --vocab: must be >= 257 (the 256 bytes and an end-of-text token), got 100"),
-        (["tokenizer", "train", "{file}", "--out", "{out}/b.json"], "argument corpus: '"),  # one document: no split
-        (["tokenizer", "train", "{empty}", "--out", "{out}/b.json"], "argument corpus: '"),  # no text file in it
+        (["tokenizer", "train", "{file}", "--out", "{out}/b.json"],
+         "argument corpus: '{file}' has 1 documents, too few to split"),
+        (["tokenizer", "train", "{empty}", "--out", "{out}/b.json"], "argument corpus: '{empty}' holds no text file"),
         (["tokenizer", "fit", "{file}"], "argument ACTION: invalid choice: 'fit'"),
     ],
     "prepare": [
         (["prepare", "{out}/none.txt", "--out", "{out}"], "argument corpus: no file or folder"),
         (["prepare", "{file}", "--out", "{file}"], "argument --out: '"),
-        (["prepare", "{file}", "--out", "{out}"], "argument corpus: '"),  # one document: no split
+        (["prepare", "{file}", "--out", "{out}"], "argument corpus: '{file}' has 1 documents, too few to split"),
         (["prepare", "{file}", "--validation-fraction", "1", "--out", "{out}"],
          "argument --validation-fraction: must be below 1"),
         (["prepare", "{file}", "--tokenizer", "nosuch.json", "--out", "{out}"],
          "argument --tokenizer: 'nosuch.json' is neither 'bytes' nor a tokenizer file"),
     ],
     "train": [
+        (["train", "mqar", "--mixer", "moba", "--mixer-opt", "block_size=0", "--out-dir", "{out}"],
+         "argument --mixer-opt: mixer 'moba' with d_model 64, n_heads 4 and options"),
+        (["train", "mqar", "--mixer", "attn", "--model", "n_heads=3", "--out-dir", "{out}"],
+         "argument --model: mixer 'attn' with d_model 64, n_heads 3"),
+        (["train", "mqar", "--mixer", "moba", "--mixer-opt", "gla.chunk_size=8", "--out-dir", "{out}"],
+         "argument --mixer-opt: options for gla, which this command does not train (moba)"),
         (["train", "mqar", "--mixer", "nosuch", "--out-dir", "{out}"], "argument --mixer: unknown mixer 'nosuch'"),
         (["train", "text", "--mixer", "attn", "--set", "data={out}/none.txt", "--out-dir", "{out}"],
          "argument --set: data: no file or folder"),
@@ -235,6 +242,7 @@ def test_bad_input_exits_2_with_one_error_line_naming_the_argument_and_runs_noth
     assert lines[0].startswith("usage: regmem") and "Traceback" not in captured.err
     errors = [line for line in lines if "error" in line]
     assert len(errors) == 1 and errors[0] == lines[-1]
+    message = message.replace("{out}", str(out)).replace("{empty}", str(empty)).replace("{file}", str(file))
     assert lines[-1].startswith(f"regmem: error: {message}"), lines[-1]
     assert captured.out == "" and not out.exists() and not any(empty.iterdir())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "file"] and file.read_text() == "a file\n"

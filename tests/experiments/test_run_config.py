@@ -138,3 +138,16 @@ def test_the_readme_config_example_loads_and_resolves(tmp_path):
     preset = resolve_preset(config, [config.mixer])
     assert (config.task, config.mixer, preset.d_model, preset.n_layers) == ("mqar", "moba", 128, 2)
     assert preset.mixer_kwargs["moba"]["block_size"] == 16 and (preset.lr, preset.steps) == (0.01, 1000)
+
+
+def test_a_plain_command_line_option_beats_the_file_s_table_for_that_mixer(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text("[mixer_options.moba]\ntop_k = 3\nblock_size = 8\n")
+    config = load_config(path).override(mixer_options={"top_k": "2"})
+    preset = resolve_preset(config, ["moba"])
+    assert preset.mixer_kwargs["moba"]["top_k"] == 2 and preset.mixer_kwargs["moba"]["block_size"] == 8
+    with pytest.raises(ValueError, match="preset must be one of"):
+        RunConfig.from_dict({"preset": ["quick"]})
+    recipe = resolve_preset(RunConfig(mixer_options={"recipe:uniform/linear/sgd": {"chunk_size": 8}}),
+                            ["recipe:uniform/linear/sgd"])
+    assert recipe.mixer_kwargs["recipe:uniform/linear/sgd"] == {"chunk_size": 8}

@@ -87,6 +87,12 @@ def test_gated_deltanet_equals_fla_s_math(H, HV, gate, conv_bias, neg):
     torch.testing.assert_close(got, exact, rtol=1e-10, atol=1e-10)
     with_eps = fla_delta_reference(sd, x, H, gated=True, allow_neg_eigval=neg)
     assert 0 < (got - with_eps).abs().max() < 1e-5 * with_eps.abs().max()
+    outs, state = layer(x[:, :20])  # the decoding path: a prefill, then one token at a time
+    outs = [outs]
+    for t in range(20, x.shape[1]):
+        o, state = layer(x[:, t:t + 1], state)
+        outs.append(o)
+    torch.testing.assert_close(torch.cat(outs, 1), exact, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("beta", [True, False])

@@ -26,6 +26,8 @@ def sources(tmp_path_factory):
         (folder / ("sub" if i % 2 else ".") / f"doc{i:02d}.txt").write_text(text)
     (folder / "image.bin").write_bytes(bytes(range(256)) * 4)  # not text: skipped
     (folder / ".hidden").write_text("never read")
+    (folder / ".git").mkdir()
+    (folder / ".git" / "HEAD").write_text("ref: refs/heads/main")  # a hidden folder's files are left out too
     (root / "lines.jsonl").write_text("\n".join(json.dumps({"text": t, "id": i}) for i, t in enumerate(DOCUMENTS)))
     return root
 
@@ -126,3 +128,25 @@ def test_tokenize_prepare_train_generate_from_the_command_line(sources, tmp_path
     capsys.readouterr()
     main(["generate", str(run / "model"), "--prompt", "document 3:", "--max-new-bytes", "5"])
     assert capsys.readouterr().out.startswith("document 3:")
+
+
+def test_prepared_token_ids_keep_their_kind_and_text_tools_refuse_token_data(tmp_path):
+    tokens = (np.arange(4000) % 97).astype(np.uint16)
+    tokens.tofile(tmp_path / "ids.bin")
+    prepared = prepare_corpus(str(tmp_path / "ids.bin"), tmp_path / "prep", eot=0, progress=False)
+    meta = json.loads((tmp_path / "prep" / "meta.json").read_text())  # strict JSON: no NaN
+    assert meta["tokenizer"] == "token ids" and meta["bytes_per_token"] is None
+    assert prepared.tokenizer == "token ids"
+    task = Text(TextConfig(data=str(tmp_path / "prep"), seq_len=8))
+    _, targets = split_data(task, "valid", 2, seed=0)
+    assert "bits_per_token" in task.metric(torch.zeros(2, 8, 97), targets)  # per token, and said so
+    for data in (tmp_path / "ids.bin", tmp_path / "prep"):
+        with pytest.raises(ValueError, match="holds token ids, not text"):
+            text_documents(str(data))
+
+
+def test_held_out_fractions_are_checked_and_a_bad_cut_is_named(sources):
+    with pytest.raises(ValueError, match="validation_fraction \\+ test_fraction must be below 1"):
+        load_corpus(str(sources / "paragraphs.txt"), "bytes", 0.6, 0.6)
+    with pytest.raises(ValueError, match="cut .* documents at one boundary"):
+        load_corpus(str(sources / "paragraphs.txt"), "bytes", 0.001, 0.001)

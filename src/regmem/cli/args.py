@@ -278,6 +278,32 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
                              "mixers --describe NAME` lists a mixer's options; an unknown one is refused")
 
 
+def check_option_mixers(args, mixers: list[str]) -> None:
+    """A `--mixer-opt MIXER.OPTION=VALUE` must name a mixer the command trains (else it would do nothing)."""
+    unused = sorted({mixer for mixer, _, _ in args.mixer_opt if mixer is not None and mixer not in mixers})
+    if unused:
+        args.parser.error(f"argument --mixer-opt: options for {', '.join(unused)}, which this command does not train "
+                          f"({', '.join(mixers)})")
+
+
+def check_builds_with(args, preset, mixers: list[str]) -> None:
+    """Each mixer builds with the preset's model and its options (on the meta device: nothing is allocated), so a
+    value of the right type but out of range (block_size=0, n_heads that do not divide d_model) is a usage error
+    before anything runs, naming the flag."""
+    import torch
+
+    from regmem.layers import build_mixer
+
+    for mixer in mixers:
+        try:
+            with torch.device("meta"):
+                build_mixer(mixer, preset.d_model, preset.n_heads, **preset.mixer_kwargs.get(mixer, {}))
+        except (ValueError, TypeError) as err:
+            flag = "--model" if any(n in str(err) for n in ("d_model", "n_heads")) else "--mixer-opt"
+            args.parser.error(f"argument {flag}: mixer {mixer!r} with d_model {preset.d_model}, n_heads "
+                              f"{preset.n_heads} and options {preset.mixer_kwargs.get(mixer, {})}: {err}")
+
+
 def config_overrides(args) -> dict:
     """The command line's part of a run config (`RunConfig.override`): model fields and mixer options."""
     options: dict = {}

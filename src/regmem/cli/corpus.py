@@ -37,7 +37,8 @@ def add_tokenizer(commands) -> None:
     train.add_argument("--text-field", default="text", help="a .jsonl's field of text")
     train.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
                        help="leave out a folder's or glob's files with a path component matching this, repeatable "
-                            "(e.g. site-packages)")
+                            "(e.g. site-packages); give `regmem prepare` the same patterns and fractions, and train "
+                            "on its output, so that the tokenizer has seen no held-out document")
     train.add_argument("--validation-fraction", type=fraction, default=0.04,
                        help="the held-out shares, as the text task cuts them: only the documents before the "
                             "validation cut are learnt from")

@@ -10,7 +10,9 @@ from regmem.cli.args import (
     ArgumentTypeError,
     add_config_options,
     add_device_options,
+    check_builds_with,
     check_device_options,
+    check_option_mixers,
     config_overrides,
     mixer_list,
     mixers_help,
@@ -100,12 +102,16 @@ def _protocol_inputs(args, default_mixers: list[str], task: str | None = None) -
         args.parser.error("argument --config: [task_config]: suite trains several tasks; give task fields to "
                           "`regmem compare`")
     args.mixers = args.mixers or ([config.mixer] if config.mixer else default_mixers)
+    check_option_mixers(args, args.mixers)
     try:
         preset = resolve_preset(config, args.mixers)
-        preset = with_task_fields(preset, task, config.task_config) if task else preset
     except ValueError as err:
-        flag = "--model" if str(err).startswith("model.") else "--config" if "fields" in str(err) else "--mixer-opt"
-        args.parser.error(f"argument {flag}: {err}")
+        args.parser.error(f"argument {'--model' if str(err).startswith('model.') else '--mixer-opt'}: {err}")
+    try:
+        preset = with_task_fields(preset, task, config.task_config) if task else preset
+    except (ValueError, TypeError) as err:
+        args.parser.error(f"argument --config: [task_config]: {err}")
+    check_builds_with(args, preset, args.mixers)
     lrs = list(LR_GRID) if args.sweep_lr else args.lrs or ([config.train["lr"]] if "lr" in config.train else None)
     return preset, lrs
 

@@ -17,7 +17,9 @@ from regmem.cli.args import (
     add_config_options,
     add_device_options,
     assignment,
+    check_builds_with,
     check_device_options,
+    check_option_mixers,
     config_overrides,
     mixer_name,
     mixers_help,
@@ -154,10 +156,12 @@ def resolve_run(args):
         task_name(config.task)
     except ArgumentTypeError as err:
         args.parser.error(f"argument --config: task: {err}")
+    check_option_mixers(args, [config.mixer])
     try:
         preset = resolve_preset(config, [config.mixer])
     except ValueError as err:
         args.parser.error(f"argument {'--model' if str(err).startswith('model.') else '--mixer-opt'}: {err}")
+    check_builds_with(args, preset, [config.mixer])
     train = config.train
     try:
         run = Run(config.task, config.mixer, lr=args.lr, seed=config.seed, setting=config.task_config,

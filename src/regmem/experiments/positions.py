@@ -14,10 +14,12 @@ import math
 import statistics
 
 import torch
+import torch.nn.functional as F
 
 from regmem.experiments.presets import Preset
 from regmem.experiments.runs import Run, RunResult, build_task
 from regmem.tasks.base import IGNORE_INDEX, split_data
+from regmem.tasks.text import METRIC_CHUNK_ROWS
 from regmem.train.trainer import token_loss
 
 POSITION_BUCKETS = 8
@@ -50,17 +52,19 @@ def curve_label(task: str) -> str:
 
 def position_bits(logits: torch.Tensor, targets: torch.Tensor, buckets: int) -> list[float | None]:
     """Mean cross-entropy in bits of the labelled positions in each of `buckets` equal spans of the sequence; None
-    for a span without labels. logits [N, T, V], targets [N, T]."""
+    for a span without labels. logits [N, T, V], targets [N, T]; float64, `METRIC_CHUNK_ROWS` sequences at a time
+    (as the text task's own metric: a large vocabulary never doubles all logits at once)."""
     T = targets.shape[1]
-    nats = torch.nn.functional.cross_entropy(logits.double().flatten(0, 1), targets.flatten(), reduction="none",
-                                             ignore_index=IGNORE_INDEX).view_as(targets)
-    labelled = targets != IGNORE_INDEX
-    out = []
-    for b in range(buckets):
-        span = slice(b * T // buckets, (b + 1) * T // buckets)
-        count = int(labelled[:, span].sum())
-        out.append(float(nats[:, span].sum()) / count / math.log(2) if count else None)
-    return out
+    spans = [slice(b * T // buckets, (b + 1) * T // buckets) for b in range(buckets)]
+    bits, counts = [0.0] * buckets, [0] * buckets
+    for rows, labels in zip(logits.split(METRIC_CHUNK_ROWS), targets.split(METRIC_CHUNK_ROWS), strict=True):
+        nats = F.cross_entropy(rows.double().flatten(0, 1), labels.flatten(), reduction="none",
+                               ignore_index=IGNORE_INDEX).view_as(labels)  # 0 where unlabelled
+        labelled = labels != IGNORE_INDEX
+        for b, span in enumerate(spans):
+            bits[b] += float(nats[:, span].sum()) / math.log(2)
+            counts[b] += int(labelled[:, span].sum())
+    return [total / count if count else None for total, count in zip(bits, counts, strict=True)]
 
 
 def position_accuracy(logits: torch.Tensor, targets: torch.Tensor, buckets: int) -> list[float | None]:

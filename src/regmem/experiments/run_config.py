@@ -75,7 +75,7 @@ class RunConfig:
             raise ValueError(f"{source}: task must be a task name, got {self.task!r}")
         if self.mixer is not None and not (isinstance(self.mixer, str) and is_mixer_name(self.mixer)):
             raise ValueError(f"{source}: mixer must be one of {', '.join(MIXERS)} or recipe:<...>, got {self.mixer!r}")
-        if self.preset not in PRESETS:
+        if not isinstance(self.preset, str) or self.preset not in PRESETS:
             raise ValueError(f"{source}: preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
             raise ValueError(f"{source}: seed must be an int in [0, 2**63), got {self.seed!r}")
@@ -95,6 +95,10 @@ class RunConfig:
         for name in SECTIONS:
             if given.get(name):
                 updates[name] = _merge(getattr(self, name), given[name])
+        flat = {k: v for k, v in (given.get("mixer_options") or {}).items() if not isinstance(v, dict)}
+        if flat:  # a plain option on the command line beats the file's, its per-mixer tables included
+            updates["mixer_options"] = {k: {**v, **flat} if isinstance(v, dict) else v
+                                        for k, v in updates["mixer_options"].items()}
         config = dataclasses.replace(self, **updates)
         config.check("command line")
         return config
@@ -138,7 +142,7 @@ def options_for(config: RunConfig, mixer: str) -> dict:
     must take them) under the mixer's own table. ValueError naming the mixer and option otherwise."""
     flat = {k: v for k, v in config.mixer_options.items() if not isinstance(v, dict)}
     tables = {k: v for k, v in config.mixer_options.items() if isinstance(v, dict)}
-    unknown = sorted(set(tables) - set(MIXERS))
+    unknown = sorted(name for name in tables if not is_mixer_name(name))
     if unknown:
         raise ValueError(f"mixer_options: a table must be named after a mixer, got {', '.join(unknown)}")
     return check_mixer_options(mixer, {**flat, **tables.get(mixer, {})})

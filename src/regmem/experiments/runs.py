@@ -66,9 +66,9 @@ def with_task_fields(preset: Preset, task: str, fields: dict) -> Preset:
     compare's sweep); ValueError naming unknown fields."""
     if not fields:
         return preset
-    base = dataclasses.asdict(build_task(task, preset, {}).config)
-    build_task(task, preset, fields)  # the fields must be the task's
-    point = preset.task_points.get(task, {k: v for k, v in preset.task.items() if k in base})
+    build_task(task, preset, fields)  # the fields must be the task's, and their values valid
+    names = {f.name for f in dataclasses.fields(TASKS[task].config_class)}
+    point = preset.task_points.get(task, {k: v for k, v in preset.task.items() if k in names})
     return dataclasses.replace(preset, task_points={**preset.task_points, task: {**point, **fields}})
 
 

@@ -45,7 +45,7 @@ class Mamba2(Mixer):
         # "head": RMSNorm(y) ⊙ silu(z) per head, one weight [P] for all heads; "group": mamba_ssm's RMSNormGated,
         # per group of heads sharing B and C, a weight per channel, the gate first unless norm_before_gate
         norm: Literal["head", "group"] = "head",
-        norm_before_gate: bool = True,
+        norm_before_gate: bool | None = None,  # None: True for "head", False for "group" (mamba_ssm's default)
     ):
         super().__init__()
         if n_heads % n_groups:
@@ -62,6 +62,7 @@ class Mamba2(Mixer):
         self.D = nn.Parameter(torch.ones(n_heads))
         if norm not in ("head", "group"):
             raise ValueError(f"norm must be 'head' or 'group', got {norm!r}")
+        norm_before_gate = (norm == "head") if norm_before_gate is None else norm_before_gate
         if norm == "head" and not norm_before_gate:
             raise ValueError("norm_before_gate=False needs norm='group' (mamba_ssm's gated norm)")
         self.norm_kind = norm

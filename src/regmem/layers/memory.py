@@ -50,6 +50,9 @@ class MemoryMixer(Mixer):
         short_conv_bias: bool = False,  # a bias in each short conv (fla's conv_bias=True; regmem.interop sets it)
     ):
         super().__init__()
+        for name, value, least in (("chunk_size", chunk_size, 1), ("short_conv", short_conv, 0)):  # 0: no conv
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
         n_kv_heads = n_kv_heads or n_heads
         if n_heads % n_kv_heads:
             raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")

@@ -72,6 +72,8 @@ def type_text(kind) -> str:
 
 
 def _settable(kind) -> bool:
+    if kind is _EMPTY or isinstance(kind, str):  # unannotated, or unevaluated: read by guessing (`_guess`)
+        return True
     if kind in (int, float, bool, str, type(None), frozenset):
         return True
     origin, args = typing.get_origin(kind), typing.get_args(kind)
@@ -85,10 +87,10 @@ def _settable(kind) -> bool:
 
 
 def _hints(obj) -> dict:
-    """The evaluated annotations of a function or dataclass; a name that cannot be evaluated keeps its text."""
+    """The evaluated annotations of a function or dataclass; where one cannot be evaluated, all keep their text."""
     try:
         return typing.get_type_hints(obj)
-    except (NameError, TypeError):
+    except (NameError, TypeError):  # then every annotation stays text, and its values are read by guessing
         return dict(getattr(obj, "__annotations__", {}))
 
 

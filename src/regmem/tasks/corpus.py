@@ -26,6 +26,7 @@ import fnmatch
 import functools
 import glob
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +69,16 @@ def topics() -> dict[str, str]:
     return pydoc_topics
 
 
+def check_fractions(validation_fraction, test_fraction) -> None:
+    """Raises ValueError naming the field unless each is a real number in (0, 1) and together they are below 1."""
+    for name, value in (("validation_fraction", validation_fraction), ("test_fraction", test_fraction)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+            raise ValueError(f"{name} must be a number in (0, 1), got {value!r}")
+    if validation_fraction + test_fraction >= 1:
+        raise ValueError(f"validation_fraction + test_fraction must be below 1, got {validation_fraction} + "
+                         f"{test_fraction}")
+
+
 def corpus_kind(data: str) -> str:
     """"prepared", "tokens", "jsonl", "folder", "glob" or "text" (module docstring); ValueError for a path that
     does not exist."""
@@ -102,14 +113,30 @@ def _read_text(path: Path) -> bytes | None:
     return data if is_text(data[:PROBE]) else None
 
 
+def glob_root(pattern: str) -> str:
+    """The directory part of a glob pattern before its first wildcard ("Lib/**/*.py" -> "Lib")."""
+    parts = Path(pattern).parts
+    fixed = list(parts[:next(i for i, p in enumerate(parts) if glob.has_magic(p))])
+    return str(Path(*fixed)) if fixed else "."
+
+
 def text_documents(data: str, *, text_field: str = "text", exclude: tuple[str, ...] = ()) -> tuple[list[bytes], int]:
     """(the documents of a text source as UTF-8 bytes, the files skipped as not text). `exclude`: a folder's or
     glob's files with a path component matching one of these patterns are left out (e.g. "site-packages")."""
     kind = corpus_kind(data)
+    if kind in ("prepared", "tokens"):
+        raise ValueError(f"data: {data!r} holds token ids, not text (a tokenizer learns from text: give the text "
+                         "it was made from)")
     if kind in ("folder", "glob"):
-        found = Path(data).rglob("*") if kind == "folder" else map(Path, glob.glob(data, recursive=True))
-        paths = sorted(p for p in found if p.is_file() and not p.name.startswith(".")
-                       and not any(fnmatch.fnmatch(part, pattern) for part in p.parts for pattern in exclude))
+        root = Path(data) if kind == "folder" else Path(glob_root(data))
+        found = root.rglob("*") if kind == "folder" else map(Path, glob.glob(data, recursive=True))
+
+        def kept(path: Path) -> bool:  # hidden files and folders (.git) left out; `exclude` on the parts below root
+            parts = path.relative_to(root).parts if path.is_relative_to(root) else path.parts
+            return (path.is_file() and not any(part.startswith(".") for part in parts)
+                    and not any(fnmatch.fnmatch(part, pattern) for part in parts for pattern in exclude))
+
+        paths = sorted(filter(kept, found))
         texts = [_read_text(p) for p in paths]
         documents = [t for t in texts if t]
         if not documents:
@@ -146,8 +173,12 @@ def cut_points(lengths: list[int], validation_fraction: float, test_fraction: fl
     def nearest(target: float) -> int:
         return min(range(1, len(lengths)), key=lambda i: (abs(int(ends[i - 1]) - target), i), default=0)
 
+    check_fractions(validation_fraction, test_fraction)
     v = nearest((1 - validation_fraction - test_fraction) * total)
     t = nearest((1 - test_fraction) * total)
+    if len(lengths) >= 3 and not 0 < v < t < len(lengths):
+        raise ValueError(f"data: validation_fraction {validation_fraction} and test_fraction {test_fraction} cut "
+                         f"{data!r}'s {len(lengths)} documents at one boundary: a split would be empty")
     if not 0 < v < t < len(lengths):
         raise ValueError(f"data: {data!r} has {len(lengths)} documents, too few to split into training, validation "
                          "and test by document (separate a text file's documents by blank lines, or give a folder "
@@ -229,9 +260,11 @@ def _prepared(data: str) -> Corpus:
     meta = json.loads((directory / META_FILE).read_text())
     splits = [np.memmap(directory / f"{name}.bin", dtype=np.dtype(meta["dtype"]), mode="r") for name in SPLITS]
     tokenizer = meta["tokenizer"]
-    if tokenizer != "bytes":
+    if tokenizer not in ("bytes", "token ids"):
         tokenizer = str(directory / tokenizer)
-    return Corpus(*splits, vocab_size=meta["vocab_size"], bytes_per_token=meta["bytes_per_token"],
+    per_token = meta["bytes_per_token"]
+    return Corpus(*splits, vocab_size=meta["vocab_size"],
+                  bytes_per_token=float("nan") if per_token is None else per_token,
                   documents=tuple(meta["documents"]), tokenizer=tokenizer, skipped=meta.get("skipped", 0))
 
 
@@ -272,13 +305,14 @@ def prepare_corpus(data: str | None, out_dir: str | Path, *, tokenizer: str = "b
                 for _, chunk in _chunked(corpus.split(name)):
                     chunk.astype(dtype).tofile(file)
                     bar.update(len(chunk))
-    name = "bytes"
-    if corpus.tokenizer not in ("bytes", "token ids"):
+    name = corpus.tokenizer if corpus.tokenizer in ("bytes", "token ids") else None
+    if name is None:
         name = "tokenizer.json"
         if Path(corpus.tokenizer).resolve() != (out / name).resolve():
             shutil.copyfile(corpus.tokenizer, out / name)
     meta = {"source": str(data) if data is not None else "built-in", "tokenizer": name,
-            "vocab_size": corpus.vocab_size, "dtype": np.dtype(dtype).name, "bytes_per_token": corpus.bytes_per_token,
+            "vocab_size": corpus.vocab_size, "dtype": np.dtype(dtype).name,
+            "bytes_per_token": corpus.bytes_per_token if math.isfinite(corpus.bytes_per_token) else None,
             "documents": list(corpus.documents), "tokens": [len(corpus.split(n)) for n in SPLITS],
             "skipped": corpus.skipped, "validation_fraction": validation_fraction, "test_fraction": test_fraction}
     (out / META_FILE).write_text(json.dumps(meta, indent=1))

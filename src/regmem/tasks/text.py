@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from regmem.tasks.base import IGNORE_INDEX, ConfigTask, accuracy, check_int, make_generator
-from regmem.tasks.corpus import Corpus, load_corpus, topics
+from regmem.tasks.corpus import Corpus, check_fractions, load_corpus, topics
 
 VOCAB_SIZE = 256  # one token per byte value
 SEPARATOR = b"\n\n"  # between topics, as between paragraphs
@@ -58,16 +58,6 @@ def corpus_bytes() -> bytes:
     """The corpus: every topic in sorted key order, UTF-8 encoded, joined with `SEPARATOR` (cached)."""
     documents = topics()
     return SEPARATOR.join(documents[name].encode("utf-8") for name in sorted(documents))
-
-
-def check_fractions(validation_fraction, test_fraction) -> None:
-    """Raises ValueError naming the field unless each is a real number in (0, 1) and together they are below 1."""
-    for name, value in (("validation_fraction", validation_fraction), ("test_fraction", test_fraction)):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
-            raise ValueError(f"{name} must be a number in (0, 1), got {value!r}")
-    if validation_fraction + test_fraction >= 1:
-        raise ValueError(f"validation_fraction + test_fraction must be below 1, got {validation_fraction} + "
-                         f"{test_fraction}")
 
 
 def _topic_starts() -> list[int]:
