@@ -304,6 +304,22 @@ def check_builds_with(args, preset, mixers: list[str]) -> None:
                               f"{preset.n_heads} and options {preset.mixer_kwargs.get(mixer, {})}: {err}")
 
 
+def run_config(args, **top):
+    """The run config of --config (or an empty one) with the command line over it: `top` fields (task, mixer,
+    preset, seed, task_config) and --model / --mixer-opt; a file or field that does not read ends the command naming
+    its flag (experiments/run_config.py)."""
+    from regmem.experiments.run_config import RunConfig, load_config
+
+    try:
+        config = load_config(args.config) if args.config else RunConfig()
+    except ValueError as err:
+        args.parser.error(f"argument --config: {err}")
+    try:  # the fields argparse cannot check: --model's
+        return config.override(**top, **config_overrides(args))
+    except ValueError as err:
+        args.parser.error(f"argument --model: {str(err).removeprefix('command line: ')}")
+
+
 def config_overrides(args) -> dict:
     """The command line's part of a run config (`RunConfig.override`): model fields and mixer options."""
     options: dict = {}

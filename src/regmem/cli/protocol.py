@@ -13,7 +13,6 @@ from regmem.cli.args import (
     check_builds_with,
     check_device_options,
     check_option_mixers,
-    config_overrides,
     mixer_list,
     mixers_help,
     name_list,
@@ -26,6 +25,7 @@ from regmem.cli.args import (
     positive_int_list,
     preset_help,
     preset_name,
+    run_config,
     seed_list,
     task_help,
     task_name,
@@ -84,17 +84,10 @@ def _protocol_inputs(args, default_mixers: list[str], task: str | None = None) -
     (compare) task fields; --mixers, --seeds and the lr grid are their own flags, with the file's mixer and lr where
     --mixers and --lrs are not given. Sets args.mixers."""
     from regmem.experiments.protocol import LR_GRID
-    from regmem.experiments.run_config import RunConfig, load_config, resolve_preset
+    from regmem.experiments.run_config import resolve_preset
     from regmem.experiments.runs import with_task_fields
 
-    try:
-        config = load_config(args.config) if args.config else RunConfig()
-    except ValueError as err:
-        args.parser.error(f"argument --config: {err}")
-    try:
-        config = config.override(preset=args.preset, **config_overrides(args))
-    except ValueError as err:
-        args.parser.error(f"argument --model: {str(err).removeprefix('command line: ')}")
+    config = run_config(args, preset=args.preset)
     if config.train.get("optimizer", "adamw") != "adamw":
         args.parser.error("argument --config: train.optimizer: compare and suite train with adamw (another "
                           "optimiser is `regmem train --optimizer`)")

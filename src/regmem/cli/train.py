@@ -20,7 +20,6 @@ from regmem.cli.args import (
     check_builds_with,
     check_device_options,
     check_option_mixers,
-    config_overrides,
     mixer_name,
     mixers_help,
     output_dir,
@@ -28,6 +27,7 @@ from regmem.cli.args import (
     positive_int,
     preset_help,
     preset_name,
+    run_config,
     seed,
     task_help,
     task_name,
@@ -136,18 +136,11 @@ def fresh_run_dir(task: str, mixer: str, parent: Path = RESULTS) -> Path:
 def resolve_run(args):
     """(Run, Preset) of `regmem train`: its --config under the command line's values (experiments/run_config.py);
     a config that does not resolve ends the command naming what is wrong."""
-    from regmem.experiments.run_config import RunConfig, load_config, resolve_preset
+    from regmem.experiments.run_config import resolve_preset
     from regmem.experiments.runs import Run
 
-    try:
-        config = load_config(args.config) if args.config else RunConfig()
-    except ValueError as err:
-        args.parser.error(f"argument --config: {err}")
-    try:  # the fields argparse cannot check: --model's
-        config = config.override(task=args.task, mixer=args.mixer, preset=args.preset, seed=args.seed,
-                                 task_config=dict(args.task_field), **config_overrides(args))
-    except ValueError as err:
-        args.parser.error(f"argument --model: {str(err).removeprefix('command line: ')}")
+    config = run_config(args, task=args.task, mixer=args.mixer, preset=args.preset, seed=args.seed,
+                        task_config=dict(args.task_field))
     if config.task is None:
         args.parser.error("argument task: give a task, or `task = ...` in --config")
     if config.mixer is None:
