@@ -50,6 +50,7 @@ OPTION_VARIANTS = {  # "<registry key>-<what the options do>": options beyond th
     "ahla-gqa": {"n_kv_heads": 1},
     "ttt_linear-mb1": {"mini_batch": 1},
     "ttt_mlp-mb2-gqa": {"mini_batch": 2, "n_kv_heads": 1},
+    "ttt_mlp-position-step": {"mini_batch": 4, "position_step": True},
     "titans_mlp-mb4-dgd-depth3": {"mini_batch": 4, "dgd": True, "depth": 3, "expand": 1},
     "titans_mlp-noconv": {"mini_batch": 2, "short_conv": 0},
     "mamba-simple-noconv": {"discretization": "simple", "short_conv": 0},

@@ -65,9 +65,11 @@ def test_dot_product_loss_is_gated_linear_attention(mode, mini_batch):
     assert_close(o, expected, "o")
 
 
-def _brute_force_ttt_mlp(q, k, v, beta, params, ln_w, ln_b, C):
+def _brute_force_ttt_mlp(q, k, v, beta, params, ln_w, ln_b, C, token_eta=None):
     """TTT-MLP written independently of the engine: explicit W1, b1, W2, b2 per (b, h), every gradient of a
-    mini-batch taken by autograd at the mini-batch's first parameters, plain SGD."""
+    mini-batch taken by autograd at the mini-batch's first parameters, plain SGD. With `token_eta` [C] official
+    TTT's step (ttt-lm-pytorch): the output at position i of a mini-batch reads the anchor minus token_eta[i] times
+    the summed eta-weighted gradients so far, and the mini-batch ends at token_eta[C - 1]."""
     B, T, H, K = q.shape
     hid = TTT_MLP.hidden[0]
     W1, W2 = TTT_MLP.unpack(params, K, K)  # [B, H, K + 1, hid], [B, H, hid + 1, K]
@@ -83,10 +85,18 @@ def _brute_force_ttt_mlp(q, k, v, beta, params, ln_w, ln_b, C):
             for t in range(T):
                 if t % C == 0:
                     anchor = [p.detach().requires_grad_() for p in (w1, b1, w2, b2)]
+                    summed = [torch.zeros_like(p) for p in anchor]
                 loss = 0.5 * (f(k[b, t, h], *anchor) - v[b, t, h]).pow(2).sum()
                 grads = torch.autograd.grad(loss, anchor)
-                w1, b1, w2, b2 = (p - beta[b, t, h] * gr for p, gr in zip((w1, b1, w2, b2), grads, strict=True))
-                out[b, t, h] = f(q[b, t, h], w1, b1, w2, b2)
+                if token_eta is None:
+                    w1, b1, w2, b2 = (p - beta[b, t, h] * gr for p, gr in zip((w1, b1, w2, b2), grads, strict=True))
+                    out[b, t, h] = f(q[b, t, h], w1, b1, w2, b2)
+                    continue
+                summed = [s + beta[b, t, h] * gr for s, gr in zip(summed, grads, strict=True)]
+                i = t % C
+                out[b, t, h] = f(q[b, t, h], *(a - token_eta[i] * s for a, s in zip(anchor, summed, strict=True)))
+                if i == C - 1:
+                    w1, b1, w2, b2 = (a - token_eta[C - 1] * s for a, s in zip(anchor, summed, strict=True))
     return out
 
 
@@ -101,6 +111,52 @@ def test_ttt_mlp_matches_a_brute_force_loop_with_gradients_frozen_at_mini_batch_
         o, _ = ttt(q, k, v, beta, model=TTT_MLP, ln_weight=ln_w, ln_bias=ln_b, mini_batch=C, mode=mode,
                    initial_state=_state(TTT_MLP, 1, 2, 4, 4))
         assert_close(o, expected, f"{mode} o")
+
+
+def test_read_scale_is_official_ttts_position_dependent_step():
+    """Official TTT scales what the output at position i reads by 1/(i + 1) (plus a learnt bias) and ends the
+    mini-batch at the last position's factor: beta = c_{C-1} eta and read_scale = c / c_{C-1} give it exactly."""
+    q, k, v, beta = _inputs(B=1, T=10, H=2, K=4, V=4)
+    C = 4
+    token_eta = 1.0 / torch.arange(1, C + 1, dtype=torch.float64) + torch.tensor([0.0, 0.1, -0.05, 0.02],
+                                                                                 dtype=torch.float64)
+    params = _state(TTT_MLP, 1, 2, 4, 4).params
+    gen = torch.Generator().manual_seed(5)
+    ln_w, ln_b = 1 + 0.1 * torch.randn(2, 4, generator=gen, dtype=torch.float64), torch.zeros(2, 4, dtype=torch.float64)
+    expected = _brute_force_ttt_mlp(q, k, v, beta, params, ln_w, ln_b, C, token_eta)
+    plain = _brute_force_ttt_mlp(q, k, v, beta, params, ln_w, ln_b, C)
+    assert (expected - plain).abs().max() > 1e-3, "the position-dependent step should change the outputs"
+    for mode in ("reference", "recurrent", "chunk"):
+        o, _ = ttt(q, k, v, beta * token_eta[-1], model=TTT_MLP, ln_weight=ln_w, ln_bias=ln_b, mini_batch=C,
+                   mode=mode, initial_state=_state(TTT_MLP, 1, 2, 4, 4), read_scale=token_eta / token_eta[-1],
+                   chunk_size=2)
+        assert_close(o, expected, f"{mode} o")
+
+
+def test_read_scale_changes_the_outputs_only_and_its_gradient_agrees_across_forms():
+    q, k, v, beta = _inputs(T=13)
+    g, log_eta = random_log_gate(beta.shape, 0.5, seed=2), random_log_gate(beta.shape, 1.0, seed=3)
+    model = InnerModel((6,), "gelu", bias=True)
+    state = _state(model, 2, 2, 4, 4, momentum=True)
+    state = state._replace(anchor=state.params + 0.1, offset=torch.tensor([[1.0, 3.0], [0.0, 2.0]]).double())
+    kw = {"model": model, "mini_batch": 4, "initial_state": state, "output_final_state": True, "dgd": True}
+    o_none, s_none = ttt(q, k, v, beta, g, log_eta, mode="reference", **kw)
+    o_ones, _ = ttt(q, k, v, beta, g, log_eta, mode="reference", read_scale=torch.ones(4).double(), **kw)
+    assert_close(o_ones, o_none, "read_scale of ones")
+    results = {}
+    for mode, chunk_size in (("reference", 64), ("recurrent", 64), ("chunk", 1), ("chunk", 2), ("chunk", 4)):
+        r = torch.tensor([[0.5, 1.5, 0.25, 2.0], [1.0, 0.0, 3.0, 0.75]], dtype=torch.float64, requires_grad=True)
+        o, s = ttt(q, k, v, beta, g, log_eta, mode=mode, chunk_size=chunk_size, read_scale=r, **kw)
+        grad, = torch.autograd.grad((o * torch.cos(o)).sum(), r)
+        results[mode, chunk_size] = o, s, grad
+        for name, a, b in zip(TTTState._fields, s, s_none, strict=True):
+            assert_close(a, b, f"{mode} state {name}: the read scale never reaches the state")
+    o_ref, _, grad_ref = results["reference", 64]
+    assert (o_ref - o_none).abs().max() > 1e-3
+    assert grad_ref.abs().min() > 0, "every position's scale is read"
+    for key, (o, _, grad) in results.items():
+        assert_close(o, o_ref, f"{key} o")
+        assert_close(grad, grad_ref, f"{key} grad of read_scale")
 
 
 def test_mini_batch_changes_the_function_and_chunk_size_does_not():
@@ -321,6 +377,8 @@ BAD = {
     "activation": ({"model": None, "activation": "swish"}, "activation"),
     "token mask not a prefix": ({"token_mask": torch.tensor([[True, False, True, True]])}, "token_mask"),
     "state type": ({"initial_state": (torch.zeros(1, 1, 4),)}, "initial_state"),
+    "read scale shape": ({"read_scale": torch.ones(3)}, "read_scale"),
+    "read scale type": ({"read_scale": [1.0] * 16}, "read_scale"),
 }
 
 

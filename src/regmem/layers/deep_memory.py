@@ -13,6 +13,11 @@
 - `TitansMLP`: the deep neural memory of Titans (Behrouz et al., arXiv:2501.00663, Sec. 3.1, eqs. 9-14): a residual
   bias-free GELU MLP of depth 2 (width 4K) with output layer norm, SGD with data-dependent momentum and weight decay.
   `TitansLinear` (titans.py) is the same memory with a linear regressor and its closed-form chunk algebra.
+- `position_step=True`: official TTT's inner step (ttt-lm-pytorch, `token_idx` and its learnt bias): the output at
+  position i of a mini-batch reads the anchor minus c_i times the mini-batch's summed eta-weighted gradients so far,
+  c_i = max(1/(i + 1) + b_i, 0) with b (`position_bias` [mini_batch]) learnt from zero, and the state ends the
+  mini-batch at c_{C-1}: each output reads the mean of the gradients before it (`ttt(read_scale=)`,
+  regmem/ops/ttt/state.py). Off by default: regmem's TTT steps every token by eta alone.
 - `dgd=True` on any of them adds Delta Gradient Descent's state-dependent decay (Nested Learning, arXiv:2512.24695,
   eq. 88), layer by layer; `step_rule="proximal"` replaces the printed explicit step by one that cannot expand
   (regmem/ops/ttt/DERIVATION.md §6). The default stays "explicit": TTT's and Titans' rules as published, with
@@ -57,7 +62,8 @@ class DeepMemoryMixer(MemoryMixer):
 
     def __init__(self, d_model: int, n_heads: int, *, inner_model: InnerModel, inner_lr: float = 1.0,
                  mini_batch: int = 16, dgd: bool = False, loss: Loss = "l2", step_rule: StepRule = "explicit",
-                 compile_blocks: bool | CompileBackend = False, qk_norm: bool = True, **memory_kwargs):
+                 compile_blocks: bool | CompileBackend = False, qk_norm: bool = True, position_step: bool = False,
+                 **memory_kwargs):
         super().__init__(d_model, n_heads, qk_norm=qk_norm, **memory_kwargs)
         check_compile_option("compile_blocks", compile_blocks)
         self.compile_blocks = compile_blocks  # the chunk form's blocks through torch.compile (ops/ttt/chunk.py)
@@ -83,6 +89,9 @@ class DeepMemoryMixer(MemoryMixer):
             bias[-1] = -4.6
         self.gate_bias = nn.Parameter(bias.flatten())  # [n_gates * H]
         self.num_params = P
+        self.position_step = position_step
+        if position_step:  # official TTT's learnt offset of the 1/(i + 1) factors (module docstring), zero at init
+            self.position_bias = nn.Parameter(torch.zeros(mini_batch))
 
     def memory(self, x, q, k, v, mask, memory, mode):
         logits = (self.gate_proj(x) + self.gate_bias).chunk(self.n_gates, dim=-1)  # [B, T, H] each
@@ -96,14 +105,26 @@ class DeepMemoryMixer(MemoryMixer):
             order = real_first_order(mask)  # [B, T]
             q, k, v, beta, g, log_eta, mask = (permute_time(t, order) for t in (q, k, v, beta, g, log_eta, mask))
         ln = {"ln_weight": self.ln_weight, "ln_bias": self.ln_bias} if self.inner_model.layer_norm else {}
+        read = {}
+        if self.position_step:
+            beta, read["read_scale"] = self._position_step(beta)
         o, state = ttt(q, k, v, beta, g, log_eta, model=self.inner_model, loss=self.loss, dgd=self.dgd,
                        step_rule=self.step_rule,
                        mini_batch=self.mini_batch, initial_state=memory, output_final_state=True, mode=mode,
-                       chunk_size=min(self.chunk_size, self.mini_batch), token_mask=mask, **ln,
+                       chunk_size=min(self.chunk_size, self.mini_batch), token_mask=mask, **ln, **read,
                        **({"compile_blocks": self.compile_blocks} if mode == "chunk" else {}))
         if order is not None:
             o = restore_time(o, order)
         return o, state
+
+    def _position_step(self, beta):
+        """Official TTT's step (module docstring): c_i = max(1/(i + 1) + bias_i, 0) for position i of a mini-batch;
+        the state steps with c_{C-1} beta and output i reads c_i / c_{C-1} of the change (`ttt(read_scale=)`).
+        c_{C-1} is kept >= 1e-6 in the division (official TTT's state simply stops moving at 0)."""
+        positions = torch.arange(1, self.mini_batch + 1, dtype=beta.dtype, device=beta.device)
+        c = (1.0 / positions + self.position_bias).clamp(min=0.0)
+        last = c[-1]
+        return beta * last, c / last.clamp(min=1e-6)
 
     @property
     def n_gates(self) -> int:

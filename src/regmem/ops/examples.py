@@ -275,6 +275,10 @@ VARIANTS: dict[str, tuple[str, Example]] = {
     "ttt(TTT-MLP)": ("ttt", Example(_ttt(InnerModel((8,), "gelu", bias=True, residual=True, layer_norm=True),
                                          momentum=False, square=True), max_len=24, recipe="ttt_mlp")),
     "ttt(linear, huber)": ("ttt", Example(_ttt(InnerModel(), loss="huber", loss_param=0.5), max_len=24)),
+    # official TTT's position-dependent read (ttt(read_scale=...)): 1/(i + 1) over the last position's 1/16
+    "ttt(TTT-MLP, read scale)": ("ttt", Example(_ttt(InnerModel((8,), "gelu", bias=True, residual=True,
+                                                                layer_norm=True), momentum=False, square=True,
+                                                     read_scale=16.0 / torch.arange(1.0, 17.0)), max_len=24)),
 }
 
 

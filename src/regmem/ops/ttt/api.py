@@ -39,7 +39,8 @@ from regmem.ops.ttt.state import TTTState
 @op(reference=ttt_reference_core, recurrent=ttt_recurrent_core, chunk=ttt_chunk_core)
 def ttt(q, k, v, beta, g=None, log_eta=None, *, model: InnerModel | None = None, loss: Loss = "l2",
         loss_param: float | None = None, dgd: bool = False, step_rule: StepRule = "explicit", ln_weight=None,
-        ln_bias=None, scale=None, initial_state=None, cu_seqlens=None, token_mask=None, mini_batch: int = 16):
+        ln_bias=None, scale=None, initial_state=None, cu_seqlens=None, token_mask=None, mini_batch: int = 16,
+        read_scale=None):
     """Test-time training of a small regressor f_theta (model.py) on the stream of (k_t, v_t), read at q_t.
 
     Per token (1-based t), with theta_{s(t)} the parameters at the start of the token's mini-batch of `mini_batch`
@@ -49,6 +50,7 @@ def ttt(q, k, v, beta, g=None, log_eta=None, *, model: InnerModel | None = None,
         W_{l,t} = (exp(g_t) I - rho_t x_l x_l^T) W_{l,t-1} + Pi_{l,t}   (rho_t = beta_t with dgd, else 0)
     (with step_rule="proximal" layer l steps with a smaller beta_t that cannot expand: model.layer_steps)
         o_t = f_{theta_t}(scale * q_t)
+    (with `read_scale` r, token t at position i of its mini-batch reads theta_{s(t)} + r_i (theta_t - theta_{s(t)}))
     - *Test-time regression* (arXiv:2501.12352, Sec. 3, eq. 8 with an MLP regressor and a streaming-SGD solver);
     - TTT-Linear / TTT-MLP (Sun et al., arXiv:2407.04620, Sec. 2.3-2.7): mini-batch inner GD, no decay/momentum;
     - Titans' deep memory (arXiv:2501.00663, Sec. 3.1, eqs. 9-14): momentum and weight decay, data-dependent;
@@ -126,8 +128,9 @@ def ttt(q, k, v, beta, g=None, log_eta=None, *, model: InnerModel | None = None,
     q_read = q.to(dtype) * (1.0 if scale is None else scale)
     tokens = {"q": q_read, "k": k, "v": v, "beta": beta, "g": g, "log_eta": log_eta, "live": live}
     check_chunk_size(mini_batch, "mini_batch")
+    read_scale = _read_scale(read_scale, H, mini_batch, q)
     options = {"model": model, "loss": loss, "loss_param": loss_param, "dgd": dgd, "ln": ln, "mini_batch": mini_batch,
-               "step_rule": step_rule}
+               "step_rule": step_rule, "read_scale": read_scale}
     return Call(tokens, q.dtype, initial_state, options, cu_seqlens=cu_seqlens)
 
 
@@ -142,6 +145,20 @@ def _layer_norm_params(model: InnerModel, weight, bias, H: int, V: int):
         check_tensor(name, p, 2, "[H, V]")
         check_shape(name, p, (H, V), "[H, V]")
     return weight, bias
+
+
+def _read_scale(read_scale, H: int, C: int, q):
+    """read_scale [C] or [H, C] as [H, C], or None."""
+    if read_scale is None:
+        return None
+    if not isinstance(read_scale, torch.Tensor) or not read_scale.is_floating_point():
+        raise ValueError(f"read_scale must be a floating tensor of shape [C] or [H, C] (C = mini_batch = {C}), "
+                         f"got {type(read_scale).__name__}")
+    if tuple(read_scale.shape) not in ((C,), (H, C)):
+        raise ValueError(f"read_scale must have shape [C] = {[C]} or [H, C] = {[H, C]} (C = mini_batch), "
+                         f"got {list(read_scale.shape)}")
+    check_same_device(q=q, read_scale=read_scale)
+    return read_scale.expand(H, C)
 
 
 def _check_token_mask(token_mask, B: int, T: int) -> None:

@@ -49,7 +49,7 @@ from regmem.ops.ttt.state import TTTState, start_anchor, zero_state
 
 
 def ttt_chunk_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: InnerModel, loss, loss_param, dgd, ln,
-                   mini_batch, chunk_size, step_rule, compile_blocks: bool | CompileBackend = False):
+                   mini_batch, chunk_size, step_rule, read_scale, compile_blocks: bool | CompileBackend = False):
     """Arguments and returns as `ttt_reference_core`; the mini-batch runs in blocks of min(chunk_size, mini_batch)
     tokens (both powers of two), the anchor moving only at mini-batch boundaries. `compile_blocks` (True, or a
     torch.compile backend's name) runs every block through one compiled `_block` (ops/common/compiled.py): the same
@@ -93,8 +93,13 @@ def ttt_chunk_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: Inn
             has_live = (live_n.sum(-1) > 0).unsqueeze(-1)  # [B, H, 1]
             final_anchor = torch.where(has_live, model.pack(anchor_w), final_anchor)
         mu = mu_n[n] if with_momentum else None
+        r_n = None
+        if read_scale is not None:  # the block's positions in its mini-batch; padded tokens read at 1 (state.py)
+            first = (n % (C // c)) * c
+            r_n = read_scale.to(q.dtype)[:, first:first + c]  # [H, c]
+            r_n = (1 + live_n * (r_n - 1)).unsqueeze(-1)  # [B, H, c, 1]
         out, new_w, new_p = block(anchor_w, W_now, P_now, q_n, k_n, v_n, eta_n, mu, kn, model=model, loss=loss,
-                                  loss_param=loss_param, dgd=dgd, ln=ln, step_rule=step_rule)
+                                  loss_param=loss_param, dgd=dgd, ln=ln, step_rule=step_rule, read_scale=r_n)
         outputs.append(out)
         W_now, P_now = new_w, new_p
     theta = model.pack(W_now)
@@ -109,14 +114,15 @@ def ttt_chunk_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: Inn
 
 
 def _block(anchor_w, W_now, P_now, q_n, k_n, v_n, eta_n, mu_n, kn, *, model: InnerModel, loss, loss_param, dgd, ln,
-           step_rule, read=None):
+           step_rule, read=None, read_scale=None):
     """One block of c tokens inside one mini-batch (module docstring): gradients at the anchor's layers `anchor_w`,
     the recurrence from (W_now, P_now) (lists per layer; P None without momentum). q_n, k_n: [..., c, K]; v_n:
     [..., c, V]; eta_n, mu_n (log momentum retention or None): [..., c]; kn: the block's decay kernels (`_kernels`);
     the leading dims [...] ([B, H] in the chunk form) broadcast. `read` (None: all) selects, from every tensor's
     leading dims, the memories whose query path is computed (q_n is already selected): a caller that reads one of
     several stacked memories skips the others' reads; q_n None skips every read (the outputs are then None). Returns
-    the outputs [..., c, V] and the layers' (W, Pi) at the block's end."""
+    the outputs [..., c, V] and the layers' (W, Pi) at the block's end. read_scale: [..., c, 1] or None, each row
+    reads the anchor plus that multiple of the change since it (state.py)."""
     y, trace = model.forward(anchor_w, k_n, ln)  # [..., c, V]
     dy = loss_grad(loss, y, v_n, loss_param)
     deltas = model.backward(anchor_w, trace, dy, ln)
@@ -133,8 +139,12 @@ def _block(anchor_w, W_now, P_now, q_n, k_n, v_n, eta_n, mu_n, kn, *, model: Inn
         if z is None:
             continue
         pick = read or (lambda t: t)
-        h = _layer_read(model.layer_input(z), *(None if t is None else pick(t) for t in (W0, P0, X, D, E)),
+        z_in = model.layer_input(z)
+        h = _layer_read(z_in, *(None if t is None else pick(t) for t in (W0, P0, X, D, E)),
                         {name: pick(t) for name, t in kn.items()})
+        if read_scale is not None:  # z (A + r (W - A)) = z A + r (z W - z A), A the anchor's layer
+            h_anchor = matmul(z_in, pick(anchor_w[layer]))
+            h = h_anchor + read_scale * (h - h_anchor)
         z = activation(model.activation, h) if layer < model.depth - 1 else h
     if z is None:
         return None, new_w, new_p

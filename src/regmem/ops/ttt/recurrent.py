@@ -14,15 +14,16 @@ from __future__ import annotations
 import torch
 
 from regmem.ops.ttt.model import InnerModel, layer_steps, loss_grad, norms_sq
-from regmem.ops.ttt.state import TTTState, start_anchor, zero_state
+from regmem.ops.ttt.state import TTTState, read_point, start_anchor, zero_state
 
 
 def ttt_recurrent_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: InnerModel, loss, loss_param,
-                       dgd, ln, mini_batch, step_rule):
+                       dgd, ln, mini_batch, step_rule, read_scale):
     """Arguments and returns as `ttt_reference_core`."""
     B, T, H, K = q.shape
     V = v.shape[-1]
     ln = None if ln is None else tuple(p.to(q.dtype)[:, None, :] for p in ln)  # [H, 1, V]
+    reads = None if read_scale is None else read_scale.to(q.dtype).expand(B, *read_scale.shape)  # [B, H, C]
     state = initial_state or zero_state(B, H, model.num_params(K, V), log_eta is not None, q)
     theta, momentum, _, offset = state
     anchor = start_anchor(state)
@@ -57,9 +58,10 @@ def ttt_recurrent_core(q, k, v, beta, g, log_eta, live, *, initial_state, model:
         theta = model.pack(new_w)
         if with_momentum:
             momentum = model.pack(new_p)
+        read = theta if reads is None else read_point(reads, offset, live_t, anchor, theta)
         offset = torch.remainder(offset + live_t, mini_batch)
         anchor = torch.where(offset.unsqueeze(-1) == 0, theta, anchor)
-        o_t, _ = model.forward(model.unpack(theta, K, V), q_t.unsqueeze(-2), ln)
+        o_t, _ = model.forward(model.unpack(read, K, V), q_t.unsqueeze(-2), ln)
         outputs.append(o_t[:, :, 0])
     o = torch.stack(outputs, dim=1) if outputs else v.new_zeros(B, 0, H, V)
     return o, TTTState(theta, momentum, anchor, offset)

@@ -6,7 +6,7 @@ mu_t = exp(log_eta_t), and theta_{s(t)} the parameters at the start of its mini-
     G_t = grad_theta loss(f_theta(k_t), v_t) at theta = theta_{s(t)}
     Pi_t = mu_t Pi_{t-1} - eta_t G_t                         (momentum; without it Pi_t = -eta_t G_t)
     W_{l,t} = (alpha_t I - rho_t x_l x_l^T) W_{l,t-1} + Pi_{l,t}    (each layer l; rho_t = eta_t with dgd, else 0)
-    o_t = f_{theta_t}(q_t)
+    o_t = f_{theta_t}(q_t)      (with a read scale r: f at theta_{s(t)} + r_i (theta_t - theta_{s(t)}), state.py)
 x_l is the input of layer l for the key k_t at theta_{s(t)} (x_1 = k_t): Delta Gradient Descent applied layer-wise
 (Nested Learning, arXiv:2512.24695, eq. 88 for a matrix memory, read in regmem's layout W = M^T; the per-layer
 form is the natural extension to an MLP and reduces to eq. 88 for a linear model). Titans' memory update
@@ -21,16 +21,17 @@ from __future__ import annotations
 import torch
 
 from regmem.ops.ttt.model import InnerModel, inner_loss, layer_steps
-from regmem.ops.ttt.state import TTTState, start_anchor, zero_state
+from regmem.ops.ttt.state import TTTState, read_point, start_anchor, zero_state
 
 
 def ttt_reference_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: InnerModel, loss, loss_param,
-                       dgd, ln, mini_batch, step_rule):
+                       dgd, ln, mini_batch, step_rule, read_scale):
     """q, k: [B, T, H, K]; v: [B, T, H, V]; beta, g, live: [B, T, H]; log_eta: [B, T, H] or None (no momentum);
     initial_state: TTTState or None; ln: (gamma, beta) [H, V] or None. Returns o: [B, T, H, V], the TTTState."""
     B, T, H, K = q.shape
     V = v.shape[-1]
     ln = None if ln is None else tuple(p.to(q.dtype)[:, None, :] for p in ln)  # [H, 1, V]
+    reads = None if read_scale is None else read_scale.to(q.dtype).expand(B, *read_scale.shape)  # [B, H, C]
     state = initial_state or zero_state(B, H, model.num_params(K, V), log_eta is not None, q)
     theta, momentum, _, offset = state
     anchor = start_anchor(state)
@@ -67,9 +68,10 @@ def ttt_reference_core(q, k, v, beta, g, log_eta, live, *, initial_state, model:
             transition = alpha * eye[:d, :d] - rho * (x_l.transpose(-1, -2) @ x_l)  # [B, H, d, d]
             new.append(transition @ W + W_step)
         theta = model.pack(new)
+        read = theta if reads is None else read_point(reads, offset, live[:, t], anchor, theta)
         offset = torch.remainder(offset + live[:, t], mini_batch)  # [B, H]
         anchor = torch.where(offset.unsqueeze(-1) == 0, theta, anchor)
-        y, _ = model.forward(model.unpack(theta, K, V), q[:, t, :, None, :], ln)
+        y, _ = model.forward(model.unpack(read, K, V), q[:, t, :, None, :], ln)
         outputs.append(y[:, :, 0])
     o = torch.stack(outputs, dim=1) if outputs else v.new_zeros(B, 0, H, V)
     return o, TTTState(theta, momentum, anchor, offset)

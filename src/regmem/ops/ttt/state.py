@@ -14,6 +14,10 @@ arXiv:2501.00663, Sec. 3.2; Nested Learning, arXiv:2512.24695, Sec. 8.2, where t
 the future). With C = 1 this is the plain token recurrence. The mini-batch size C is therefore part of the model —
 it changes the function — unlike the chunk size of the linear-memory ops, which only changes speed.
 
+Read scale (`ttt(read_scale=r)`, r: [H, C]): the output of a live token at position i = offset (0-based, before the
+token) of its mini-batch reads theta_{s(t)} + r_i (theta_t - theta_{s(t)}); padded tokens read theta_t. The state
+itself is never scaled, so r changes the outputs and nothing a later token sees.
+
 Canonical form: when offset = 0 the anchor equals params (the next mini-batch starts from the current parameters).
 Every form returns its state in canonical form, so two forms can be compared field by field.
 
@@ -52,3 +56,12 @@ def start_anchor(state: TTTState) -> torch.Tensor:
 def advance(offset: torch.Tensor, live: torch.Tensor, mini_batch: int) -> torch.Tensor:
     """The offset after a token: +1 (mod C) where live, unchanged on padding. offset, live: [N, H]."""
     return torch.remainder(offset + live, mini_batch)
+
+
+def read_point(reads: torch.Tensor, offset: torch.Tensor, live: torch.Tensor, anchor: torch.Tensor,
+               params: torch.Tensor) -> torch.Tensor:
+    """The parameters a token's output reads under a read scale (module docstring): reads [N, H, C]; offset (before
+    the token), live: [N, H]; anchor (the token's mini-batch start), params (after the token): [N, H, P]."""
+    r = torch.gather(reads, -1, offset.long().unsqueeze(-1))  # [N, H, 1], r at the token's position
+    r = 1 + live.unsqueeze(-1) * (r - 1)
+    return anchor + r * (params - anchor)
