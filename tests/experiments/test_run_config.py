@@ -129,8 +129,8 @@ def test_compare_takes_the_file_s_model_options_task_fields_and_lr(tmp_path, mon
     assert Run("mqar", "moba").key(preset) != Run("mqar", "moba").key(PRESETS["tiny"])
 
 
-def test_the_readme_config_example_loads_and_resolves(tmp_path):
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+def test_the_documented_config_example_loads_and_resolves(tmp_path):
+    readme = (Path(__file__).parents[2] / "docs" / "command-line.md").read_text()
     block = readme.split("```toml\n", 1)[1].split("```", 1)[0]
     path = tmp_path / "run.toml"
     path.write_text(block)

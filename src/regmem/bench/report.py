@@ -32,7 +32,7 @@ def _find(rows, **match):
 
 
 # Chunk vs recurrent fwd+bwd at T = 4096: 20x for the linear memories, 10x for the deep memories, whose recurrent
-# form already spends its time in per-token matmuls of the MLP (README, "Deep memories").
+# form already spends its time in per-token matmuls of the MLP (docs/deep-memories.md).
 SPEEDUP_TARGETS = {"ttt_mlp": 10, "titans_mlp": 10}
 
 

@@ -267,7 +267,7 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     (`resolve_config`)."""
     parser.add_argument("--config", type=config_file, default=None, metavar="FILE",
                         help="a TOML file of the run: task, mixer, preset, seed and the tables [task_config], [model], "
-                             "[mixer_options], [train] (README, 'Command line'); the command line overrides it; a run "
+                             "[mixer_options], [train] (docs/command-line.md); the command line overrides it; a run "
                              "directory's config.toml trains that run again")
     parser.add_argument("--model", type=assignment, action="append", default=[], metavar="FIELD=VALUE",
                         help="model field over the preset's, repeatable: d_model, n_layers, n_heads, ffn (e.g. "
