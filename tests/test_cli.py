@@ -16,9 +16,41 @@ def test_help_lists_every_command(capsys):
 
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()  # a long name's help wraps, deeper
               if line.startswith("    ") and not line.startswith("     ")]
-    assert listed == [add.__name__.removeprefix("add_") for add in ADDERS]  # in ADDERS' order
+    assert listed == [adder.removeprefix("add_") for _, adder in ADDERS]  # in ADDERS' order
     assert set(listed) >= {"recipes", "levels", "analyze", "bench", "compare", "suite", "train", "generate", "repro",
                            "showcase"}
+
+
+def _modules_after(command: str) -> dict:
+    """The modules a fresh interpreter holds after `regmem <command>` (a help request: it exits)."""
+    code = ("import json, sys\nfrom regmem.cli import main\ntry:\n    main(sys.argv[1:])\n"
+            "except SystemExit:\n    pass\nprint(json.dumps(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code, *command.split()], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("command", ["--help", "mixers --help", "analyze --help", "repro --help", "compare --help"])
+def test_help_imports_only_what_it_lists(command):
+    """`regmem --help` builds every command as its name and help line only: the cli's own modules, no library or
+    lab module; a command's help builds that command alone, and nothing draws a plot (no matplotlib)."""
+    modules = _modules_after(command)
+    assert not [m for m in modules if m.startswith("matplotlib")]
+    if command.split()[0] in ("--help", "mixers", "analyze"):
+        assert {m for m in modules if m.startswith("regmem.")} <= {"regmem.cli", "regmem.cli.args"} | {
+            f"regmem.cli.{name}" for name, _ in __import__("regmem.cli", fromlist=["ADDERS"]).ADDERS}
+    if command.startswith("compare"):
+        assert not [m for m in modules if m.startswith(("regmem.experiments.repro", "regmem.bench"))]
+
+
+def test_the_library_imports_nothing_of_the_lab():
+    """The importable library (ops, layers, nested, models, optim, train, tasks, analysis, interop) loads no module
+    of the lab (experiments, bench, cli) and never matplotlib (docs/architecture.md)."""
+    code = ("import sys\nimport regmem.ops, regmem.layers, regmem.nested, regmem.models, regmem.optim, regmem.train, "
+            "regmem.tasks, regmem.analysis, regmem.interop, regmem.recipe, regmem.storage\n"
+            "print(' '.join(m for m in sys.modules if m.startswith(('regmem.experiments', 'regmem.bench', "
+            "'regmem.cli', 'matplotlib'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
 
 
 def test_module_entry_point_prints_recipes():

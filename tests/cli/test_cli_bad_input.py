@@ -224,7 +224,7 @@ PARAMS = [pytest.param(argv, message, id=f"{command}-{i}") for command, cases in
 def test_every_command_has_bad_input_cases():
     from regmem.cli import ADDERS
 
-    commands = {add.__name__.removeprefix("add_") for add in ADDERS}
+    commands = {adder.removeprefix("add_") for _, adder in ADDERS}
     assert set(CASES) == commands, f"add bad-input cases to CASES for {sorted(commands - set(CASES))}"
 
 

@@ -8,22 +8,16 @@ handler before anything runs; a bad one ends the command with `regmem: error: ..
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
-from regmem.cli.analyze import add_analyze
-from regmem.cli.bench import add_bench
-from regmem.cli.corpus import add_prepare, add_tokenizer
-from regmem.cli.generate import add_generate
-from regmem.cli.levels import add_levels
-from regmem.cli.mixers import add_mixers
-from regmem.cli.protocol import add_compare, add_suite
-from regmem.cli.recipes import add_recipes
-from regmem.cli.repro import add_repro
-from regmem.cli.showcase import add_showcase
-from regmem.cli.train import add_train
-
-ADDERS = (add_mixers, add_recipes, add_levels, add_analyze, add_bench, add_compare, add_suite, add_tokenizer,
-          add_prepare, add_train, add_generate, add_repro, add_showcase)  # in the order `regmem --help` lists them
+# (module, adder) per command, in the order `regmem --help` lists them. Each module names its commands' help lines
+# in COMMANDS; its adder builds the full parser. Only the command being run is built in full, so `regmem --help`
+# and `regmem COMMAND --help` import what they list and nothing else (no reproduction or plotting module).
+ADDERS = (("mixers", "add_mixers"), ("recipes", "add_recipes"), ("levels", "add_levels"), ("analyze", "add_analyze"),
+          ("bench", "add_bench"), ("protocol", "add_compare"), ("protocol", "add_suite"), ("corpus", "add_tokenizer"),
+          ("corpus", "add_prepare"), ("train", "add_train"), ("generate", "add_generate"), ("repro", "add_repro"),
+          ("showcase", "add_showcase"))
 
 INTRO = ("regmem: sequence models built on associative memory (test-time regression). Mixers include linear and "
          "gated memories, delta rules, exact regression, HLA, Mamba-1 (mamba) and Mamba-2, and deep memories fitted "
@@ -42,18 +36,39 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"regmem: error: {message}\n")
 
 
-def build_parser() -> Parser:
+def _commands() -> list[tuple[str, str, object]]:
+    """(command, help line, adder) for every command, in `regmem --help`'s order."""
+    out = []
+    for module_name, adder_name in ADDERS:
+        module = importlib.import_module(f"regmem.cli.{module_name}")
+        name = adder_name.removeprefix("add_")
+        out.append((name, module.COMMANDS[name], getattr(module, adder_name)))
+    return out
+
+
+def build_parser(only: str | None = None) -> Parser:
+    """The whole parser; with `only`, that command's in full and every other one as its name and help line (what
+    `regmem --help` shows), so building it imports only what the command lists. `only=""`: no command in full."""
     parser = Parser(prog="regmem")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in ADDERS:
-        add(commands)
+    for name, help_line, add in _commands():
+        if only is None or name == only:
+            add(commands)
+        else:
+            commands.add_parser(name, help=help_line)
     parser.description = (f"{INTRO} Commands: {', '.join(commands.choices)}; `regmem COMMAND --help` describes "
                           "each.")
     return parser
 
 
+def _command_of(argv: list[str]) -> str:
+    """The command `argv` runs: its first argument that is not an option ("" when there is none)."""
+    return next((arg for arg in argv if not arg.startswith("-")), "")
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(only=_command_of(argv)).parse_args(argv)
     args.handler(args)
 
 

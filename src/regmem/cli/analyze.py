@@ -5,9 +5,14 @@ from __future__ import annotations
 
 from regmem.cli.args import output_dir, positive_int, seed
 
+# the commands of this module: name -> the line `regmem --help` shows (cli/__init__.py)
+COMMANDS = {
+    "analyze": "analyses of associative memory (arXiv:2505.19488)",
+}
+
 
 def add_analyze(commands) -> None:
-    parser = commands.add_parser("analyze", help="analyses of associative memory (arXiv:2505.19488)")
+    parser = commands.add_parser("analyze", help=COMMANDS["analyze"])
     kinds = parser.add_subparsers(dest="kind", required=True, metavar="KIND")
     snr = kinds.add_parser("snr", help="retrieval SNR per kernel and capacity curves of the ops")
     snr.add_argument("--out-dir", type=output_dir, default="results/analyze-snr",

@@ -10,12 +10,17 @@ import torch
 
 from regmem.cli.args import names_among, non_negative_float, output_dir, positive_int, positive_int_list
 
+# the commands of this module: name -> the line `regmem --help` shows (cli/__init__.py)
+COMMANDS = {
+    "bench": "benchmarks (results under benchmarks/results/)",
+}
+
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 OUT_DIR_HELP = "where the JSON and markdown go"
 
 
 def add_bench(commands) -> None:
-    parser = commands.add_parser("bench", help="benchmarks (results under benchmarks/results/)")
+    parser = commands.add_parser("bench", help=COMMANDS["bench"])
     kinds = parser.add_subparsers(dest="kind", required=True, metavar="KIND")
     for add in (_add_ops, _add_decode, _add_layers, _add_snr, _add_optim, _add_gpu):
         add(kinds)

@@ -7,6 +7,12 @@ from pathlib import Path
 
 from regmem.cli.args import ArgumentTypeError, output_dir, positive_float, positive_int
 
+# the commands of this module: name -> the line `regmem --help` shows (cli/__init__.py)
+COMMANDS = {
+    "tokenizer": "train a byte-level BPE on a corpus (Hugging Face tokenizers)",
+    "prepare": "tokenise a corpus once into memory-mapped token files",
+}
+
 
 def corpus_path(text: str) -> str:
     """A file, folder or glob pattern that names at least one file (its contents are read by the command)."""
@@ -27,7 +33,7 @@ def fraction(text: str) -> float:
 
 
 def add_tokenizer(commands) -> None:
-    parser = commands.add_parser("tokenizer", help="train a byte-level BPE on a corpus (Hugging Face tokenizers)")
+    parser = commands.add_parser("tokenizer", help=COMMANDS["tokenizer"])
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     train = actions.add_parser("train", help="learn a byte-level BPE from a corpus's training split")
     train.add_argument("corpus", type=corpus_path,
@@ -66,7 +72,7 @@ def _train_tokenizer(args) -> None:
 
 
 def add_prepare(commands) -> None:
-    parser = commands.add_parser("prepare", help="tokenise a corpus once into memory-mapped token files")
+    parser = commands.add_parser("prepare", help=COMMANDS["prepare"])
     parser.add_argument("corpus", type=corpus_path,
                         help="a text file, folder, glob pattern, .jsonl, or .bin/.npy of token ids")
     parser.add_argument("--out", type=output_dir, required=True,

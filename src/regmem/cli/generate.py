@@ -7,6 +7,11 @@ from pathlib import Path
 
 from regmem.cli.args import ArgumentTypeError, non_negative_float, positive_int, seed
 
+# the commands of this module: name -> the line `regmem --help` shows (cli/__init__.py)
+COMMANDS = {
+    "generate": "continue a prompt with a text model (`regmem train text`)",
+}
+
 
 def model_dir(text: str) -> str:
     """A directory written by LM.save_pretrained (config.json and weights)."""
@@ -16,7 +21,7 @@ def model_dir(text: str) -> str:
 
 
 def add_generate(commands) -> None:
-    parser = commands.add_parser("generate", help="continue a prompt with a text model (`regmem train text`)")
+    parser = commands.add_parser("generate", help=COMMANDS["generate"])
     parser.add_argument("model_dir", type=model_dir, help="a saved model: <train --out-dir>/model")
     parser.add_argument("--prompt", required=True, help="text to continue (UTF-8)")
     parser.add_argument("--max-new-bytes", type=positive_int, default=200,

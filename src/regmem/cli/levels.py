@@ -9,6 +9,11 @@ import torch
 
 from regmem.cli.args import ArgumentTypeError, mixer_name, positive_int
 
+# the commands of this module: name -> the line `regmem --help` shows (cli/__init__.py)
+COMMANDS = {
+    "levels": "each tensor's update frequency (Nested Learning's levels)",
+}
+
 # The outer optimisers whose state `levels` lists (not the trainer's table, regmem.train.optimizers.OPTIMIZERS:
 # this one needs no TrainConfig and has "none", a model without an optimiser).
 OUTER_OPTIMIZERS = {"adamw": lambda params: torch.optim.AdamW(params),
@@ -29,7 +34,7 @@ def model_name_or_dir(text: str) -> str:
 
 
 def add_levels(commands) -> None:
-    parser = commands.add_parser("levels", help="each tensor's update frequency (Nested Learning's levels)")
+    parser = commands.add_parser("levels", help=COMMANDS["levels"])
     parser.add_argument("--model", required=True, type=model_name_or_dir,
                         help="a mixer name (hope, hope_attention, attn, ...) or a checkpoint directory "
                              "(save_pretrained)")

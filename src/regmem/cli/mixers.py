@@ -7,9 +7,14 @@ import inspect
 
 from regmem.cli.args import mixer_name
 
+# the commands of this module: name -> the line `regmem --help` shows (cli/__init__.py)
+COMMANDS = {
+    "mixers": "the mixers, and each one's options (--describe NAME)",
+}
+
 
 def add_mixers(commands) -> None:
-    parser = commands.add_parser("mixers", help="the mixers, and each one's options (--describe NAME)")
+    parser = commands.add_parser("mixers", help=COMMANDS["mixers"])
     parser.add_argument("--describe", type=mixer_name, default=None, metavar="NAME",
                         help="list this mixer's options (the keyword arguments of build_mixer, `--mixer-opt` and "
                              "a config's [mixer_options]) with types and defaults")

@@ -31,6 +31,12 @@ from regmem.cli.args import (
     task_name,
 )
 
+# the commands of this module: name -> the line `regmem --help` shows (cli/__init__.py)
+COMMANDS = {
+    "compare": "train several mixers on one task, fairly; write a leaderboard",
+    "suite": "many tasks, one table: every mixer on every task, fairly",
+}
+
 COMPARE_MIXERS = ["attn", "linear", "retnet", "mamba2", "gla"]  # what compare and suite train without --mixers
 SUITE_MIXERS = ["attn", "linear", "gla", "gated_deltanet"]
 
@@ -110,7 +116,7 @@ def _protocol_inputs(args, default_mixers: list[str], task: str | None = None) -
 
 
 def add_compare(commands) -> None:
-    parser = commands.add_parser("compare", help="train several mixers on one task, fairly; write a leaderboard")
+    parser = commands.add_parser("compare", help=COMMANDS["compare"])
     parser.add_argument("task", type=task_name, help=task_help())
     parser.add_argument("--mixers", type=mixer_list, default=None,
                         help=mixers_help("comma-separated mixer names") + f" (default: {','.join(COMPARE_MIXERS)})")
@@ -189,7 +195,7 @@ def add_suite(commands) -> None:
     from regmem.tasks import TASK_GROUPS
 
     groups = ", ".join(f"{g} ({'/'.join(names)})" for g, names in TASK_GROUPS.items()) or "none"
-    parser = commands.add_parser("suite", help="many tasks, one table: every mixer on every task, fairly")
+    parser = commands.add_parser("suite", help=COMMANDS["suite"])
     parser.add_argument("--tasks", type=task_or_group_list, default=["mqar", "s5"],
                         help=f"comma-separated tasks or groups: {task_help().removeprefix('task name: ')}; groups: "
                              f"{groups}")

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+# the commands of this module: name -> the line `regmem --help` shows (cli/__init__.py)
+COMMANDS = {
+    "recipes": "the design space and what build_mixer builds at each point",
+}
+
 
 def add_recipes(commands) -> None:
-    parser = commands.add_parser("recipes", help="the design space and what build_mixer builds at each point")
+    parser = commands.add_parser("recipes", help=COMMANDS["recipes"])
     parser.set_defaults(handler=_recipes, parser=parser)
 
 

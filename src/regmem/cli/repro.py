@@ -8,6 +8,11 @@ import textwrap
 
 from regmem.cli.args import assignment, output_dir
 
+# the commands of this module: name -> the line `regmem --help` shows (cli/__init__.py)
+COMMANDS = {
+    "repro": "reproduce a paper's figure or table: its claim beside our result",
+}
+
 
 def _listing(repros: dict) -> str:
     """One entry per reproduction: its name, then its help line wrapped under it."""
@@ -23,7 +28,7 @@ def add_repro(commands) -> None:
     from regmem.experiments.repro import REPROS
 
     parser = commands.add_parser(
-        "repro", help="reproduce a paper's figure or table: its claim beside our result",
+        "repro", help=COMMANDS["repro"],
         description="Runs one reproduction and writes <out-dir>/<name>.md (the paper's claim beside the measured\n"
                     "result), <name>.json and a plot.\n\nreproductions:\n" + _listing(REPROS),
         formatter_class=argparse.RawDescriptionHelpFormatter)

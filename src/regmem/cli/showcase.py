@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from regmem.cli.args import positive_int
 
+# the commands of this module: name -> the line `regmem --help` shows (cli/__init__.py)
+COMMANDS = {
+    "showcase": "a short tour of the ops: forms agree, chunk is fast",
+}
+
 
 def add_showcase(commands) -> None:
-    parser = commands.add_parser("showcase", help="a short tour of the ops: forms agree, chunk is fast")
+    parser = commands.add_parser("showcase", help=COMMANDS["showcase"])
     parser.add_argument("--seq-len", type=positive_int, default=2048, help="sequence length of the timing runs")
     parser.set_defaults(handler=_showcase, parser=parser)
 

@@ -33,13 +33,18 @@ from regmem.cli.args import (
     task_name,
 )
 
+# the commands of this module: name -> the line `regmem --help` shows (cli/__init__.py)
+COMMANDS = {
+    "train": "train one mixer on a task (runs under torchrun as well)",
+}
+
 RESULTS = Path("results")  # where a run without --out-dir goes, as compare's do
 
 
 def add_train(commands) -> None:
     from regmem.train.optimizers import OPTIMIZERS
 
-    parser = commands.add_parser("train", help="train one mixer on a task (runs under torchrun as well)")
+    parser = commands.add_parser("train", help=COMMANDS["train"])
     parser.add_argument("task", type=task_name, nargs="?", default=None,
                         help=task_help() + " (or `task = ...` in --config)")
     parser.add_argument("--mixer", type=mixer_name, default=None,

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from regmem.analysis import capacity, snr
-from regmem.experiments.plots import plt, save_figure
+from regmem.experiments.plots import pyplot, save_figure
 
 # The grid of kernels, N, d_k and tau whose Monte-Carlo values the analysis was first checked on (d_v = 32).
 GRID = (
@@ -158,6 +158,7 @@ def format_report(result: dict) -> str:
 
 def plot_snr(result: dict, path: Path) -> None:
     """Two log-log panels: kernels (measured dots, exact lines) and ops (with the linear closed form)."""
+    plt = pyplot()
     s = result["settings"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=120)
     for i, (kernel, curve) in enumerate(result["kernel_curves"].items()):

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from regmem.experiments import positions
 from regmem.experiments.lengths import check_eval_lengths, length_table, refuse_stored_elsewhere, scores_at_lengths
-from regmem.experiments.plots import plot_results, plt, save_figure
+from regmem.experiments.plots import plot_results, pyplot, save_figure
 from regmem.experiments.presets import Preset
 from regmem.experiments.protocol import (
     SEEDS,
@@ -215,6 +215,7 @@ def _setting_words(setting_json: str) -> str:
 
 def plot_positions(path: Path, task_name: str, curves: dict) -> None:
     """Test accuracy (text: bits per token) against the position in the context, one line per cell."""
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     points = positions.curve_points(task_name)
     for (mixer, setting), curve in curves.items():

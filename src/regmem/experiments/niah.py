@@ -20,9 +20,9 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import matplotlib
 import torch
 
+from regmem.experiments.plots import pyplot
 from regmem.experiments.presets import Preset
 from regmem.experiments.protocol import (
     SEEDS,
@@ -35,9 +35,6 @@ from regmem.experiments.protocol import (
 )
 from regmem.experiments.runs import Run, RunResult, build_task
 from regmem.tasks.base import split_seed
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 
 def niah_grid(
@@ -79,6 +76,7 @@ def plot_niah(path: Path, grids: dict[str, torch.Tensor], lengths: Sequence[int]
               title: str) -> None:
     """The NIAH heat map, one panel per mixer: x = context length, y = needle depth (%), colour = accuracy on a
     red (0) to green (1) scale, the value written in each cell. grids: mixer -> `[len(lengths), len(depths)]`."""
+    plt = pyplot()
     names = list(grids)
     fig, axes = plt.subplots(1, len(names), figsize=(1.2 + 0.9 * len(lengths) * len(names), 0.6 + 0.5 * len(depths)),
                              dpi=120, squeeze=False, constrained_layout=True)

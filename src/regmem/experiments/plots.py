@@ -7,18 +7,32 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-import matplotlib
+from regmem.experiments.protocol import higher_is_better
+from regmem.storage import temporary_path
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
-from regmem.experiments.protocol import higher_is_better  # noqa: E402
-from regmem.storage import temporary_path  # noqa: E402
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, imported on the first plot rather than with the module (a command that
+    only parses its arguments, or a run that draws nothing, never loads matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
+
+    return matplotlib.pyplot
+
+
+def __getattr__(name: str):
+    """`from regmem.experiments.plots import plt` inside a plotting function: pyplot, loaded then."""
+    if name == "plt":
+        return pyplot()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def save_figure(fig, path: Path, *, dpi: int | None = None) -> None:
     """Lays out, writes and closes a figure (the plots of the experiments end here, but for the NIAH heat maps,
     whose colour bar sets its own layout). The file is written whole, then renamed into place (storage.py)."""
+    plt = pyplot()
     fig.tight_layout()
     path = Path(path)
     temporary = temporary_path(path)
@@ -34,6 +48,7 @@ def plot_results(path: Path, task_name: str, field: str | None, summaries) -> No
     """Score against the swept value per mixer, or a bar chart without a sweep; the mean over seeds at each
     mixer's best learning rate, error bars from the min to the max over those seeds. A non-finite value (a
     lower-is-better score of a diverged cell) is left out."""
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     mixers = list(dict.fromkeys(s.mixer for s in summaries))
     metric = summaries[0].metric
@@ -82,6 +97,7 @@ def plot_heatmap(path: Path, tasks: list[str], mixers: list[str], cell: dict, ti
     by its rank among the mixers, best green, a non-finite value (a diverged cell's) red. Every cell shows its
     value, or its text in `labels[(task, mixer)]` where given (e.g. "diverged@120"). `cell[(task, mixer)]` has
     `.mean` and `.metric` (a `HeatCell` or a protocol summary)."""
+    plt = pyplot()
     import numpy as np
 
     labels = labels or {}

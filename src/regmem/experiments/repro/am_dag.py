@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from regmem.analysis import reachability_construction
-from regmem.experiments.plots import plt, save_figure
+from regmem.experiments.plots import pyplot, save_figure
 from regmem.experiments.protocol import RunStore, execute_bracketed, run_grid, summarize
 from regmem.experiments.repro.am_dag_handset import handset_token_accuracy
 from regmem.experiments.repro.am_swap import KAPPA_1
@@ -155,6 +155,7 @@ def format_report(result: dict) -> str:
 
 
 def plot_dag(result: dict, path: Path) -> None:
+    plt = pyplot()
     rows = result["rows"]
     fig, ax = plt.subplots(figsize=(7, 3.5))
     arm_bars(ax, rows, metric="label accuracy", chance=0.5, chance_label="chance (balanced labels)")

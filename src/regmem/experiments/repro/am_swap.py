@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from regmem.experiments.plots import plt, save_figure
+from regmem.experiments.plots import pyplot, save_figure
 from regmem.experiments.protocol import RunStore, execute_bracketed, run_grid, summarize
 from regmem.experiments.repro.am_toys import ToyBudget, arm, arm_bars, toy_preset, train_toy
 from regmem.experiments.repro.record import Repro
@@ -320,6 +320,7 @@ def _softmax_vs_exp(mean: dict) -> str:
 
 
 def plot_swap(result: dict, path: Path) -> None:
+    plt = pyplot()
     figures = result["figures"]
     fig, axes = plt.subplots(1, len(figures), figsize=(6 * len(figures), 4.5), squeeze=False)
     for ax, (figure, rows) in zip(axes[0], figures.items(), strict=True):
