@@ -81,17 +81,23 @@ class SoftmaxAttention(Mixer):
         self.o_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=False)
 
     def forward(self, x, state=None, *, attention_mask=None):
+        q, k, v, conv_cache, past, given_mask, mask = self._prologue(x, state, attention_mask)
+        offset = past.k.shape[1] if past is not None else 0
+        if past is not None:
+            k, v, mask = torch.cat([past.k, k], 1), torch.cat([past.v, v], 1), torch.cat([past.mask, mask], 1)
+        o = self._attend(q, k, v, mask, offset, plain=past is None and given_mask is None)
+        return self._output(o), AttentionState(conv_cache, KVCache(k, v, mask))
+
+    def _prologue(self, x, state, attention_mask):
+        """The checked input's q, k, v (`_project`), the new conv caches, the past KV cache (or None), the given mask
+        as bool (or None) and the mask of this call's tokens ([B, T], all True without one)."""
         check_mixer_input(x, attention_mask, self.d_model)
         B, T = x.shape[:2]
         conv_cache, past = state if state is not None else (None, None)
         given_mask = attention_mask.bool() if attention_mask is not None else None
         q, k, v, conv_cache = self._project(x, conv_cache, given_mask, past)
-        offset = past.k.shape[1] if past is not None else 0
         mask = given_mask if given_mask is not None else torch.ones(B, T, dtype=torch.bool, device=x.device)
-        if past is not None:
-            k, v, mask = torch.cat([past.k, k], 1), torch.cat([past.v, v], 1), torch.cat([past.mask, mask], 1)
-        o = self._attend(q, k, v, mask, offset, plain=past is None and given_mask is None)
-        return self._output(o), AttentionState(conv_cache, KVCache(k, v, mask))
+        return q, k, v, conv_cache, past, given_mask, mask
 
     def _project(self, x, conv_cache, given_mask, past):
         """q: [B, T, H, D] and k, v: [B, T, H_kv, D] after the convs and rotary; the new conv caches."""

@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from regmem.layers.attention import AttentionState, SoftmaxAttention
-from regmem.layers.base import check_mixer_input, repeat_heads
+from regmem.layers.base import repeat_heads
 from regmem.layers.gates import BilinearGate
 from regmem.ops.common import zero_padding
 from regmem.ops.common.decay import segsum
@@ -121,13 +121,8 @@ class ForgettingAttention(SoftmaxAttention):
                  "objective": "none: softmax attention re-weighted by a cumulative forget gate, not one regression"}]
 
     def forward(self, x, state=None, *, attention_mask=None):
-        check_mixer_input(x, attention_mask, self.d_model)
-        B, T = x.shape[:2]
-        conv_cache, past = state if state is not None else (None, None)
-        given_mask = attention_mask.bool() if attention_mask is not None else None
-        q, k, v, conv_cache = self._project(x, conv_cache, given_mask, past)
+        q, k, v, conv_cache, past, given_mask, mask = self._prologue(x, state, attention_mask)
         offset = past.k.shape[1] if past is not None else 0
-        mask = given_mask if given_mask is not None else torch.ones(B, T, dtype=torch.bool, device=x.device)
         if self.bilinear is not None:
             o, cache = self._bilinear_read(x, q, k, v, mask, past)
             return self._output(o), AttentionState(conv_cache, cache)
