@@ -267,6 +267,8 @@ def test_unknown_mixer_and_bad_input_raise():
         _mixer("gla")(_x(2, 5)[..., :-1])
     with pytest.raises(ValueError, match="attention_mask"):
         _mixer("attn")(_x(2, 5), attention_mask=torch.ones(2, 6))
+    with pytest.raises(ValueError, match="position_step"):  # official TTT's step: no momentum, no weight decay
+        build_mixer("titans_mlp", D_MODEL, HEADS, position_step=True)
 
 
 def test_registry_covers_the_issue_mixers():

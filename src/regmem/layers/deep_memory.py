@@ -13,11 +13,12 @@
 - `TitansMLP`: the deep neural memory of Titans (Behrouz et al., arXiv:2501.00663, Sec. 3.1, eqs. 9-14): a residual
   bias-free GELU MLP of depth 2 (width 4K) with output layer norm, SGD with data-dependent momentum and weight decay.
   `TitansLinear` (titans.py) is the same memory with a linear regressor and its closed-form chunk algebra.
-- `position_step=True`: official TTT's inner step (ttt-lm-pytorch, `token_idx` and its learnt bias): the output at
-  position i of a mini-batch reads the anchor minus c_i times the mini-batch's summed eta-weighted gradients so far,
-  c_i = max(1/(i + 1) + b_i, 0) with b (`position_bias` [mini_batch]) learnt from zero, and the state ends the
-  mini-batch at c_{C-1}: each output reads the mean of the gradients before it (`ttt(read_scale=)`,
-  regmem/ops/ttt/state.py). Off by default: regmem's TTT steps every token by eta alone.
+- `position_step=True` (TTT-Linear and TTT-MLP: no momentum, no weight decay): official TTT's inner step
+  (ttt-lm-pytorch, `token_idx` and its learnt bias). The output at position i of a mini-batch reads the anchor minus
+  c_i times the mini-batch's summed eta-weighted gradients so far, c_i = max(1/(i + 1) + b_i, 0) with b
+  (`position_bias` [mini_batch]) learnt from zero, and the state ends the mini-batch at c_{C-1}: each output reads
+  the mean of the gradients before it (`ttt(read_scale=)`, regmem/ops/ttt/state.py). Off by default: regmem's TTT
+  steps every token by eta alone.
 - `dgd=True` on any of them adds Delta Gradient Descent's state-dependent decay (Nested Learning, arXiv:2512.24695,
   eq. 88), layer by layer; `step_rule="proximal"` replaces the printed explicit step by one that cannot expand
   (regmem/ops/ttt/DERIVATION.md §6). The default stays "explicit": TTT's and Titans' rules as published, with
@@ -89,6 +90,9 @@ class DeepMemoryMixer(MemoryMixer):
             bias[-1] = -4.6
         self.gate_bias = nn.Parameter(bias.flatten())  # [n_gates * H]
         self.num_params = P
+        if position_step and (self.momentum or self.weight_decay):
+            raise ValueError("position_step is official TTT's step, which has no momentum or weight decay: the read "
+                             "scale would scale those too (use it on ttt_linear or ttt_mlp)")
         self.position_step = position_step
         if position_step:  # official TTT's learnt offset of the 1/(i + 1) factors (module docstring), zero at init
             self.position_bias = nn.Parameter(torch.zeros(mini_batch))
@@ -120,11 +124,11 @@ class DeepMemoryMixer(MemoryMixer):
     def _position_step(self, beta):
         """Official TTT's step (module docstring): c_i = max(1/(i + 1) + bias_i, 0) for position i of a mini-batch;
         the state steps with c_{C-1} beta and output i reads c_i / c_{C-1} of the change (`ttt(read_scale=)`).
-        c_{C-1} is kept >= 1e-6 in the division (official TTT's state simply stops moving at 0)."""
+        c_{C-1} is kept >= 1e-6 in both (official TTT's state stops moving at 0; here it moves by 1e-6 of a step)."""
         positions = torch.arange(1, self.mini_batch + 1, dtype=beta.dtype, device=beta.device)
         c = (1.0 / positions + self.position_bias).clamp(min=0.0)
-        last = c[-1]
-        return beta * last, c / last.clamp(min=1e-6)
+        last = c[-1].clamp(min=1e-6)  # one value for the step and the division, so the reads stay c_i's
+        return beta * last, c / last
 
     @property
     def n_gates(self) -> int:

@@ -192,7 +192,7 @@ def _hla3_paper(B, T, H, K, V, dtype, gen) -> Made:
     return _qkv(B, T, H, K, V, dtype, gen), {}, state
 
 
-def _ttt(model: InnerModel, *, momentum=True, square=False, **options):
+def _ttt(model: InnerModel, *, momentum=True, square=False, read_scale=False, **options):
     """The engine with `model`; square: V = K (a residual inner model). The state has a random anchor and an offset
     in [0, 4): the forms' tests use mini-batches of 8 and 16, so the state continues a mini-batch midway."""
     def make(B, T, H, K, V, dtype, gen) -> Made:
@@ -209,6 +209,8 @@ def _ttt(model: InnerModel, *, momentum=True, square=False, **options):
         extra = {}
         if model.layer_norm:
             extra = {"ln_weight": 1 + 0.1 * _randn(gen, dtype, H, V), "ln_bias": 0.1 * _randn(gen, dtype, H, V)}
+        if read_scale:  # official TTT's 1/(i + 1) over the last position's, for the default mini-batch of 16
+            extra["read_scale"] = 16.0 / torch.arange(1, 17, dtype=dtype, device=gen.device)
         return tokens, {"model": model, **extra, **options}, TTTState(params, mom, anchor, offset)
     return make
 
@@ -275,10 +277,10 @@ VARIANTS: dict[str, tuple[str, Example]] = {
     "ttt(TTT-MLP)": ("ttt", Example(_ttt(InnerModel((8,), "gelu", bias=True, residual=True, layer_norm=True),
                                          momentum=False, square=True), max_len=24, recipe="ttt_mlp")),
     "ttt(linear, huber)": ("ttt", Example(_ttt(InnerModel(), loss="huber", loss_param=0.5), max_len=24)),
-    # official TTT's position-dependent read (ttt(read_scale=...)): 1/(i + 1) over the last position's 1/16
+    # official TTT's position-dependent read (ttt(read_scale=...))
     "ttt(TTT-MLP, read scale)": ("ttt", Example(_ttt(InnerModel((8,), "gelu", bias=True, residual=True,
                                                                 layer_norm=True), momentum=False, square=True,
-                                                     read_scale=16.0 / torch.arange(1.0, 17.0)), max_len=24)),
+                                                     read_scale=True), max_len=24)),
 }
 
 

@@ -87,6 +87,13 @@ def ttt(q, k, v, beta, g=None, log_eta=None, *, model: InnerModel | None = None,
         cu_seqlens: [N + 1] integer offsets of packed sequences (B = 1).
         token_mask: [B, T] bool, False at padded tokens, True on a prefix of each row (right padding): padded tokens
             change nothing and do not count towards the mini-batch.
+        read_scale: [C] or [H, C] (C = `mini_batch`), or None (all ones). The output of the token at position i
+            (0-based) of its mini-batch reads every layer at theta_{s(t)} + r_i (theta_t - theta_{s(t)}): the anchor
+            plus r_i times the change the mini-batch has made so far (state.py); the state is never scaled. Official
+            TTT (ttt-lm-pytorch, `token_idx` plus its learnt bias) reads the summed gradients scaled by
+            c_i = 1/(i + 1) + bias_i and ends the mini-batch at c_{C-1}: beta = c_{C-1} eta and r_i = c_i / c_{C-1}
+            (official TTT has no decay or momentum; with them, r scales their change within the mini-batch too).
+            Padded tokens read theta_t (r = 1). Gradients flow to r.
 
     Returns:
         o: [B, T, H, V] in the input dtype, and the final TTTState or None.
