@@ -252,7 +252,7 @@ def unit_key_inputs(B, T, H, K, V, *, state=None, decay=False, dtype=torch.float
     q, k, v = random_qkv(B, T, H, K, V, dtype=dtype, seed=seed)
     inputs = {"q": q, "k": k * K**-0.5, "v": v}
     if decay:
-        inputs["decay"] = -0.3 * torch.rand(H, generator=torch.Generator().manual_seed(seed + 2), dtype=dtype)
+        inputs["g"] = -0.3 * torch.rand(H, generator=torch.Generator().manual_seed(seed + 2), dtype=dtype)
     if state is not None:
         inputs["initial_state"] = state(B, H, K, V, dtype, seed + 1)
     return inputs

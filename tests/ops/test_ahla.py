@@ -140,7 +140,7 @@ def test_state_is_the_summaries_of_theorem_6_1():
 @pytest.mark.parametrize("mode", MODES)
 def test_split_and_carry_state_equals_one_call(mode, decay):
     tokens = ahla_inputs(2, 50, 2, 4, 3, with_state=False, decay=decay)
-    op = _op(mode, decay=tokens.pop("decay", None))
+    op = _op(mode, g=tokens.pop("g", None))
     for cuts in ([0, 7], [16, 33, 49]):
         assert_split_equals_one_call(op, tokens, cuts)
 
@@ -149,7 +149,7 @@ def test_split_and_carry_state_equals_one_call(mode, decay):
 def test_step_by_step_decoding_equals_the_parallel_forward(decay):
     tokens = ahla_inputs(1, 40, 2, 5, 4, decay=decay)
     initial_state = tokens.pop("initial_state")
-    op = partial(ahla, decay=tokens.pop("decay", None))
+    op = partial(ahla, g=tokens.pop("g", None))
     assert_decoding_equals_full(op, tokens, prefill=23, initial_state=initial_state)
 
 
@@ -157,7 +157,7 @@ def test_step_by_step_decoding_equals_the_parallel_forward(decay):
 def test_cu_seqlens_equals_per_sequence_calls_with_grads(mode):
     lengths = [5, 0, 33, 17, 1]
     tokens = ahla_inputs(1, sum(lengths), 2, 4, 3, with_state=False)
-    op = _op(mode, decay=tokens.pop("decay"))
+    op = _op(mode, g=tokens.pop("g"))
     assert_cu_seqlens_equals_per_sequence(op, tokens, lengths, random_state(len(lengths), 2, 4, 3))
 
 
@@ -183,8 +183,8 @@ BAD = {
     "q rank 3": ({"q": torch.randn(B, T, H)}, "q"),
     "k mismatched K": ({"k": torch.randn(B, T, H, K + 1)}, "k"),
     "v mismatched H": ({"v": torch.randn(B, T, H + 1, V)}, "v"),
-    "decay wrong shape": ({"decay": torch.zeros(B, H)}, "decay"),
-    "decay positive": ({"decay": torch.full((H,), 0.1)}, "decay"),
+    "decay wrong shape": ({"g": torch.zeros(B, H)}, "g must|g is"),
+    "decay positive": ({"g": torch.full((H,), 0.1)}, "g must|g is"),
     "initial_state a tuple": ({"initial_state": tuple(_state())}, "initial_state"),
     "initial_state.P wrong shape": ({"initial_state": _state(P=torch.zeros(B, H, K, K))}, "initial_state.P"),
     "initial_state.n wrong shape": ({"initial_state": _state(n=torch.zeros(B, H, V))}, "initial_state.n"),
@@ -285,7 +285,7 @@ def test_negative_denominator_is_pushed_away_from_zero():
 @pytest.mark.parametrize("mode", MODES)
 def test_normalized_split_and_carry_state_equals_one_call(mode):
     tokens = ahla_inputs(1, 40, 2, 4, 3, with_state=False)
-    op = _op(mode, decay=tokens.pop("decay"), normalize=True)
+    op = _op(mode, g=tokens.pop("g"), normalize=True)
     assert_split_equals_one_call(op, tokens, [9, 25])
 
 

@@ -107,7 +107,7 @@ def test_unmasked_output_is_eq_3_1():
 @pytest.mark.parametrize("mode", MODES)
 def test_split_and_carry_state_equals_one_call(mode, decay):
     tokens = hla_inputs(2, 50, 2, 4, 3, with_state=False, decay=decay)
-    op = _op(mode, decay=tokens.pop("decay", None))
+    op = _op(mode, g=tokens.pop("g", None))
     for cuts in ([0, 7], [16, 33, 49]):
         assert_split_equals_one_call(op, tokens, cuts)
 
@@ -116,7 +116,7 @@ def test_split_and_carry_state_equals_one_call(mode, decay):
 def test_step_by_step_decoding_equals_the_parallel_forward(decay):
     tokens = hla_inputs(1, 40, 2, 5, 4, decay=decay)
     initial_state = tokens.pop("initial_state")
-    op = partial(hla2, decay=tokens.pop("decay", None))
+    op = partial(hla2, g=tokens.pop("g", None))
     assert_decoding_equals_full(op, tokens, prefill=23, initial_state=initial_state)
 
 
@@ -124,7 +124,7 @@ def test_step_by_step_decoding_equals_the_parallel_forward(decay):
 def test_cu_seqlens_equals_per_sequence_calls_with_grads(mode):
     lengths = [5, 0, 33, 17, 1]
     tokens = hla_inputs(1, sum(lengths), 2, 4, 3, with_state=False)
-    op = _op(mode, decay=tokens.pop("decay"))
+    op = _op(mode, g=tokens.pop("g"))
     assert_cu_seqlens_equals_per_sequence(op, tokens, lengths, random_state(len(lengths), 2, 4, 3))
 
 
@@ -163,9 +163,9 @@ BAD = {
     "q rank 3": ({"q": torch.randn(B, T, H)}, "q"),
     "k mismatched K": ({"k": torch.randn(B, T, H, K + 1)}, "k"),
     "v mismatched H": ({"v": torch.randn(B, T, H + 1, V)}, "v"),
-    "decay wrong shape": ({"decay": torch.zeros(B, H)}, "decay"),
-    "decay positive": ({"decay": torch.full((H,), 0.1)}, "decay"),
-    "decay integer": ({"decay": torch.zeros(H, dtype=torch.int64)}, "decay"),
+    "decay wrong shape": ({"g": torch.zeros(B, H)}, "g must|g is"),
+    "decay positive": ({"g": torch.full((H,), 0.1)}, "g must|g is"),
+    "decay integer": ({"g": torch.zeros(H, dtype=torch.int64)}, "g must|g is"),
     "masked not a bool": ({"masked": "yes"}, "masked"),
     "initial_state a tuple": ({"initial_state": tuple(_state())}, "initial_state"),
     "initial_state.S wrong shape": ({"initial_state": _state(S=torch.zeros(B, H, K, V))}, "initial_state.S"),
@@ -304,7 +304,7 @@ def test_ridge_adds_lambda_q_c_per_token():
     """o(ridge) = o(0) + lambda q_t^T C_t, and normalised (num + lambda q_t^T C_t) / (den + lambda q_t^T m_t),
     with C_t, m_t by an explicit per-token loop (decay and initial state included)."""
     inputs = hla_inputs(2, 19, 2, 4, 3, seed=4)
-    q, v, decay, state = inputs["q"] * 0.5, inputs["v"], inputs["decay"], inputs["initial_state"]  # scale 1/sqrt(K)
+    q, v, decay, state = inputs["q"] * 0.5, inputs["v"], inputs["g"], inputs["initial_state"]  # scale 1/sqrt(K)
     lam, eps = 0.7, 1e-3
     gamma = decay.exp().view(1, -1, 1)  # [1, H, 1]
     C, m, qC, qm = state.C, state.m, [], []
@@ -327,7 +327,7 @@ def test_ridge_adds_lambda_q_c_per_token():
 @pytest.mark.parametrize("mode", MODES)
 def test_normalized_split_and_carry_state_equals_one_call(mode):
     tokens = hla_inputs(1, 40, 2, 4, 3, with_state=False)
-    op = _op(mode, decay=tokens.pop("decay"), normalize=True, ridge=0.2)
+    op = _op(mode, g=tokens.pop("g"), normalize=True, ridge=0.2)
     assert_split_equals_one_call(op, tokens, [9, 25])
 
 

@@ -51,7 +51,7 @@ def serial_states(op, q, k, v, decay, initial_state, state_cls):
     """The state after every token (fields [B, T, H, ...]) and the outputs of `op`, one recurrent call per token."""
     state, states, outputs = initial_state, [], []
     for t in range(q.shape[1]):
-        o, state = op(q[:, t : t + 1], k[:, t : t + 1], v[:, t : t + 1], decay=decay, initial_state=state,
+        o, state = op(q[:, t : t + 1], k[:, t : t + 1], v[:, t : t + 1], g=decay, initial_state=state,
                       output_final_state=True, mode="recurrent")  # fmt: skip
         states.append(state)
         outputs.append(o)
@@ -85,7 +85,7 @@ def test_hla2_scan_states_match_serial(seed, decay, with_state):
     expected, o = serial_states(hla2, q, k, v, decay, init, HLA2State)
     q_scaled = q * K**-0.5
     for lengths in segmentations(seed):
-        states = hla2_scan_states(q, k, v, decay=decay, segment_lengths=lengths, initial_state=init)
+        states = hla2_scan_states(q, k, v, g=decay, segment_lengths=lengths, initial_state=init)
         assert_states_close(states, expected, f"segments {lengths}")
         # o_t = q_t^T (S_t C_t - G_t), eq 3.3
         read = torch.einsum("bthk,bthkv->bthv", q_scaled, states.S @ states.C - states.G)
@@ -100,7 +100,7 @@ def test_ahla_scan_states_match_serial(seed, decay, with_state):
     init = AHLAState(*random_fields([(K, V), (K,), (K, V), (K,)], seed)) if with_state else None
     expected, o = serial_states(ahla, q, k, v, decay, init, AHLAState)
     for lengths in segmentations(seed):
-        states = ahla_scan_states(q, k, v, decay=decay, segment_lengths=lengths, initial_state=init)
+        states = ahla_scan_states(q, k, v, g=decay, segment_lengths=lengths, initial_state=init)
         assert_states_close(states, expected, f"segments {lengths}")
         read = torch.einsum("bthk,bthkv->bthv", q * K**-0.5, states.E)  # o_t = q_t^T E_t, Theorem 6.1
         assert_close(read, o, f"segments {lengths} o")
@@ -189,7 +189,7 @@ def test_printed_decayed_operator_fails_and_corrected_is_exact(op, tokens, combi
     for decay, printed_exact in ((None, True), ((-0.7, -0.3), False)):
         q, k, v, decay = inputs(decay)
         expected, _ = serial_states(op, q, k, v, decay, None, state_cls)
-        segments = tokens(q, k, v, decay=decay)
+        segments = tokens(q, k, v, g=decay)
         corrected = associative_scan(combine, segments, dim=1)
         assert worst_rel_error(as_state(corrected, state_cls), expected) < 1e-12
         printed = associative_scan(paper_combine, segments, dim=1)
@@ -254,8 +254,8 @@ BAD = {
     "negative length": ({"segment_lengths": [T + 1, -1]}, "segment_lengths"),
     "float length": ({"segment_lengths": [6.5, 6.5]}, "segment_lengths"),
     "lengths an int": ({"segment_lengths": T}, "segment_lengths"),
-    "decay wrong shape": ({"decay": torch.zeros(H + 1, dtype=torch.float64)}, "decay"),
-    "decay positive": ({"decay": torch.full((H,), 0.1, dtype=torch.float64)}, "decay"),
+    "decay wrong shape": ({"g": torch.zeros(H + 1, dtype=torch.float64)}, "g must|g is"),
+    "decay positive": ({"g": torch.full((H,), 0.1, dtype=torch.float64)}, "g must|g is"),
 }
 
 

@@ -63,7 +63,7 @@ class _HigherOrder(MemoryMixer):
         if mask is not None:  # neutral padded tokens (module docstring)
             q, k = zero_padding(q, mask), zero_padding(k, mask)
             decay = zero_padding(decay.expand(*mask.shape, -1), mask) if decay is not None else None  # [B, T, H]
-        return self.op(q, k, v, decay=decay, initial_state=memory, output_final_state=True, mode=mode,
+        return self.op(q, k, v, g=decay, initial_state=memory, output_final_state=True, mode=mode,
                        chunk_size=self.chunk_size)
 
     def op(self, q, k, v, **kwargs):

@@ -173,13 +173,13 @@ def _decay(gen, dtype, H):
 def _hla2(B, T, H, K, V, dtype, gen) -> Made:
     tokens = _qkv(B, T, H, K, V, dtype, gen)
     state = HLA2State(*(0.3 * _randn(gen, dtype, B, H, *s) for s in ((K, K), (K, V), (K,), (K, V), (K,))))
-    return tokens, {"decay": _decay(gen, dtype, H)}, state
+    return tokens, {"g": _decay(gen, dtype, H)}, state
 
 
 def _ahla(B, T, H, K, V, dtype, gen) -> Made:
     tokens = _qkv(B, T, H, K, V, dtype, gen)
     state = AHLAState(*(0.3 * _randn(gen, dtype, B, H, *s) for s in ((K, V), (K,), (K, V), (K,))))
-    return tokens, {"decay": _decay(gen, dtype, H)}, state
+    return tokens, {"g": _decay(gen, dtype, H)}, state
 
 
 def _hla3(B, T, H, K, V, dtype, gen) -> Made:

@@ -227,14 +227,14 @@ register(RecipeEntry(
 # it comes (HLA sec. 3-7 against TTR Sec. 4) rather than forcing it into a category.
 register(RecipeEntry(
     "hla2", Recipe(Weights("constant_decay"), _LINEAR, Solver("metric_gd_step")),
-    "hla2(q, k, v, decay=log_gamma)", "not in TTR; HLA eq. (3.3), sec. 4.3", ("HLA",),
+    "hla2(q, k, v, g=log_gamma)", "not in TTR; HLA eq. (3.3), sec. 4.3", ("HLA",),
     "unmasked o_t = C_t^T S_t q_t is one GD step from 0 on the regression of v_j on the QUERIES q_j, with the key "
     "second moment S_t = sum k k^T as a data-adaptive metric where least squares would use an inverse second "
     "moment; masked, pair j is written under the key S_j q_j; with decay the op is its serial recurrence",
 ))
 register(RecipeEntry(
     "ahla", Recipe(Weights("constant_decay"), _LINEAR, _GD_STEP),
-    "ahla(q, k, v, decay=log_gamma)", "not in TTR; HLA Theorem 6.1", ("AHLA",),
+    "ahla(q, k, v, g=log_gamma)", "not in TTR; HLA Theorem 6.1", ("AHLA",),
     "linear attention over the pairs (k_i, r_i) whose values r_i = P_i^T q_i are a first linear-attention "
     "memory's own answers: two stacked GD-step memories sharing keys, not a single regression",
 ))

@@ -30,12 +30,14 @@ from regmem.ops.common.validate import (
     check_token_scalar,
     checks_values,
     num_states,
+    renamed_argument,
     set_value_checks,
     value_checks,
 )
 from regmem.ops.common.varlen import Packing, shared_offset
 
 __all__ = [
+    "renamed_argument",
     "MODES",
     "CompileBackend",
     "SCORE_KERNELS",

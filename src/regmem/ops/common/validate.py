@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Literal, get_args
 
@@ -90,6 +91,19 @@ def check_qkv(q, k, v) -> tuple[int, int, int, int, int]:
             raise ValueError(f"{name} must have the dtype of q ({q.dtype}), got {x.dtype}")
     check_same_device(q=q, k=k, v=v)
     return B, T, H, K, v.shape[-1]
+
+
+def renamed_argument(op_name: str, new: str, new_value, old: str, old_value, *, stacklevel: int = 4):
+    """The value of argument `new`, given under its old name `old` for one release: a DeprecationWarning pointing
+    at the caller names both (stacklevel 4: the caller of an op, through `Op.__call__` and the op's prepare
+    function); both given is a ValueError (CHANGELOG.md lists every renamed argument)."""
+    if old_value is None:
+        return new_value
+    if new_value is not None:
+        raise ValueError(f"{op_name}: {old} is the old name of {new}; give {new} only")
+    warnings.warn(f"{op_name}: the argument {old}= is renamed {new}=; {old}= will be removed in the next release",
+                  DeprecationWarning, stacklevel=stacklevel)
+    return old_value
 
 
 def check_same_device(**tensors: torch.Tensor | None) -> None:

@@ -4,10 +4,10 @@ Each op validates its arguments here and runs one of the forms of reference.py, 
 (`op(..., mode=...)` or `op.reference / .recurrent / .chunk`); the states are in state.py, the associative scan of
 hla2 and ahla in scan.py, the math and the paper's errata in DERIVATION.md.
 
-A per-head decay [H] (log gamma <= 0, sec. 4.3) is handed to the cores as a per-token log gate [B, T, H]
-(g_t = log gamma), so the zero-gate padding of varlen packing and of chunking leaves the state unchanged. The decay
-may also be given per token, [B, T, H]: a layer gives a padded token decay 0 (retention 1) and q = k = 0, which
-leaves every state unchanged (regmem/ops/common/padding.py, "neutral tokens").
+A per-head decay `g` [H] (log gamma <= 0, sec. 4.3; `decay` is its deprecated old name) is handed to the cores as a
+per-token log gate [B, T, H] (g_t = log gamma), so the zero-gate padding of varlen packing and of chunking leaves the
+state unchanged. The decay may also be given per token, [B, T, H]: a layer gives a padded token decay 0 (retention
+1) and q = k = 0, which leaves every state unchanged (regmem/ops/common/padding.py, "neutral tokens").
 
 Normalised read-outs (`normalize=True`: eq 3.4 for hla2, Theorem 6.1 for ahla) use the ones-column trick of
 `regmem/ops/common/normalize.py`: the denominator is the numerator of v = 1, whose memory is (m, h) for hla2 and
@@ -38,6 +38,7 @@ from regmem.ops.common import (
     check_tensor,
     num_states,
     op,
+    renamed_argument,
     scaled_queries,
 )
 from regmem.ops.common.normalize import append_column, append_ones, divide_by_ones_column, split_column
@@ -58,8 +59,8 @@ from regmem.ops.hla.state import AHLAState, HLA2State, HLA3PaperState, HLA3State
 
 
 @op(reference=hla2_reference_core, recurrent=hla2_recurrent_core, chunk=hla2_chunk_core)
-def hla2(q, k, v, *, masked=True, decay=None, scale=None, initial_state=None, cu_seqlens=None, normalize=False,
-         eps=1e-6, ridge=0.0):
+def hla2(q, k, v, *, masked=True, g=None, scale=None, initial_state=None, cu_seqlens=None, normalize=False,
+         eps=1e-6, ridge=0.0, decay=None):
     """Second-order higher-order linear attention, strictly causal by default: eq 3.3 (Theorem 3.1) of
     *Higher-order Linear Attention* (arXiv:2510.27258), with the optional decay of sec. 4.3; unnormalised unless
     `normalize` (eq 3.4), optionally with the ridge read-out of Alg. 1.
@@ -73,8 +74,8 @@ def hla2(q, k, v, *, masked=True, decay=None, scale=None, initial_state=None, cu
         q, k: [B, T, H, K]; v: [B, T, H, V], all one floating dtype (bf16/fp16 compute in float32).
         masked: True for the strictly causal eq 3.3; False for eq 3.1, o_t = q_t^T S_t C_t (every pair i, j <= t;
             the state is the same 5-tuple).
-        decay: log retention (<= 0, gamma = exp(decay)): [H] per head (sec. 4.3), or [B, T, H] per token (the
-            serial recurrence with gamma_t in place of gamma); None for gamma = 1.
+        g: log retention (<= 0, gamma = exp(g)), as every op names it: [H] per head (sec. 4.3), or [B, T, H] per
+            token (the serial recurrence with gamma_t in place of gamma); None for gamma = 1.
         scale: multiplies q; None means K ** -0.5.
         initial_state: HLA2State of earlier tokens (shapes above), or None for zeros.
         output_final_state: return the HLA2State after the last token (float32, or float64 for float64 input).
@@ -88,6 +89,7 @@ def hla2(q, k, v, *, masked=True, decay=None, scale=None, initial_state=None, cu
         ridge: lambda >= 0 of the stabilised read-out S_eff = S_t + lambda I (Alg. 1), in the read-out only:
             adds lambda q_t^T C_t to the output (lambda q_t^T m_t to den_t). The paper calls this a stabilised
             variant; for lambda > 0 it is not the exact masked operator. The state is unchanged by it.
+        decay: the old name of `g` (a DeprecationWarning; removed in the next release).
 
     Returns:
         o: [B, T, H, V] in the input dtype, and the final HLA2State or None.
@@ -97,7 +99,8 @@ def hla2(q, k, v, *, masked=True, decay=None, scale=None, initial_state=None, cu
     _check_flag("normalize", normalize)
     check_real("eps", eps, positive=True)
     check_real("ridge", ridge, positive=False)
-    tokens = decayed_tokens(q, k, v, decay, scale)
+    g = renamed_argument("hla2", "g", g, "decay", decay)
+    tokens = decayed_tokens(q, k, v, g, scale)
     B, T, H, K = q.shape
     V = v.shape[-1]
     check_hla2_state(initial_state, num_states(B, T, cu_seqlens), H, K, V, q)
@@ -117,14 +120,16 @@ def hla2(q, k, v, *, masked=True, decay=None, scale=None, initial_state=None, cu
 
 
 @op(reference=ahla_reference_core, recurrent=ahla_recurrent_core, chunk=ahla_chunk_core)
-def ahla(q, k, v, *, decay=None, scale=None, initial_state=None, cu_seqlens=None, normalize=False, eps=1e-6):
+def ahla(q, k, v, *, g=None, scale=None, initial_state=None, cu_seqlens=None, normalize=False, eps=1e-6,
+         decay=None):
     """Asymmetric HLA, strictly causal: o_t = q_t^T E_t (Theorem 6.1 of arXiv:2510.27258), i.e.
     o = ((A A) ⊙ L) V with A = L ⊙ Q K^T for gamma = 1 (eq 6.1); with decay defined by the serial recurrence;
     with `normalize` o_t = q_t^T E_t / (q_t^T n_t ± eps) (Theorem 6.1's normalised form, sign-safe).
 
     Args:
         q, k: [B, T, H, K]; v: [B, T, H, V], one floating dtype (bf16/fp16 compute in float32).
-        decay: log retention (<= 0, gamma = exp(decay)): [H] per head, or [B, T, H] per token; None for gamma = 1.
+        g: log retention (<= 0, gamma = exp(g)): [H] per head, or [B, T, H] per token; None for gamma = 1.
+        decay: the old name of `g` (a DeprecationWarning; removed in the next release).
         scale: multiplies q; None means K ** -0.5.
         initial_state: AHLAState(P [N, H, K, V], m [N, H, K], E [N, H, K, V], n [N, H, K]) or None for zeros.
         output_final_state: return the AHLAState after the last token (float32, or float64 for float64 input).
@@ -140,7 +145,8 @@ def ahla(q, k, v, *, decay=None, scale=None, initial_state=None, cu_seqlens=None
     """
     _check_flag("normalize", normalize)
     check_real("eps", eps, positive=True)
-    tokens = decayed_tokens(q, k, v, decay, scale)
+    g = renamed_argument("ahla", "g", g, "decay", decay)
+    tokens = decayed_tokens(q, k, v, g, scale)
     B, T, H, K = q.shape
     V = v.shape[-1]
     N = num_states(B, T, cu_seqlens)
@@ -227,21 +233,19 @@ def check_hla2_state(initial_state, N: int, H: int, K: int, V: int, q: torch.Ten
     check_state_tuple(initial_state, HLA2State, {"S": kk, "C": kv, "m": k, "G": kv, "h": k}, q)
 
 
-def decayed_tokens(q, k, v, decay, scale) -> dict:
-    """Validates q, k, v, decay and scale; returns the cores' tokens: q scaled [B, T, H, K] (compute dtype), k, v,
-    and the decay ([H] or [B, T, H]) as a per-token log gate `log_gamma` [B, T, H] (None without decay)."""
+def decayed_tokens(q, k, v, g, scale) -> dict:
+    """Validates q, k, v, g and scale; returns the cores' tokens: q scaled [B, T, H, K] (compute dtype), k, v,
+    and the log retention g ([H] or [B, T, H]) as a per-token log gate `log_gamma` [B, T, H] (None without it)."""
     B, T, H, _, _ = check_qkv(q, k, v)
-    if decay is not None:
-        check_tensor("decay", decay, 3 if isinstance(decay, torch.Tensor) and decay.ndim == 3 else 1,
-                     "[H] or [B, T, H]")
-        if tuple(decay.shape) not in ((H,), (B, T, H)):
-            raise ValueError(f"decay must have shape [H] = {[H]} or [B, T, H] = {[B, T, H]}, "
-                             f"got shape {list(decay.shape)}")
-        check_same_device(q=q, decay=decay)
-        check_at_most("decay", decay, 0.0, "is a log retention factor and must be <= 0 everywhere")
+    if g is not None:
+        check_tensor("g", g, 3 if isinstance(g, torch.Tensor) and g.ndim == 3 else 1, "[H] or [B, T, H]")
+        if tuple(g.shape) not in ((H,), (B, T, H)):
+            raise ValueError(f"g must have shape [H] = {[H]} or [B, T, H] = {[B, T, H]}, got shape {list(g.shape)}")
+        check_same_device(q=q, g=g)
+        check_at_most("g", g, 0.0, "is a log retention factor and must be <= 0 everywhere")
     check_scale(scale)
     q_scaled = scaled_queries(q, scale)  # [B, T, H, K]
-    log_gamma = None if decay is None else decay.to(q_scaled.dtype).expand(B, T, H)
+    log_gamma = None if g is None else g.to(q_scaled.dtype).expand(B, T, H)
     return {"q": q_scaled, "k": k, "v": v, "log_gamma": log_gamma}
 
 

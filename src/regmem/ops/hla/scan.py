@@ -33,7 +33,7 @@ printed operators are exact. With these fixes Theorem 4.1 (serial == scan) holds
 The chunk forms (chunk.py) are this same scan with chunks as segments: each chunk's summary by matmuls,
 the exclusive scan over chunk summaries run serially over the chunks, and the local part inside each chunk.
 
-Shapes: q, k [B, T, H, K], v [B, T, H, V]; decay None or a per-head log retention [H] (<= 0, gamma = exp(decay));
+Shapes: q, k [B, T, H, K], v [B, T, H, V]; g None or a per-head log retention [H] (<= 0, gamma = exp(g));
 q is multiplied by scale (None means K ** -0.5). Legend: B batch, T time, H heads, K key dim, V value dim,
 N segments, L the longest segment.
 """
@@ -45,7 +45,7 @@ from typing import NamedTuple
 
 import torch
 
-from regmem.ops.common import associative_scan, check_qkv, check_state_tuple, map_fields
+from regmem.ops.common import associative_scan, check_qkv, check_state_tuple, map_fields, renamed_argument
 from regmem.ops.hla.api import check_hla2_state, decayed_tokens
 from regmem.ops.hla.state import AHLAState, HLA2State
 
@@ -88,17 +88,17 @@ def _matvec(M: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _prepare(q, k, v, decay, scale):
+def _prepare(q, k, v, g, scale):
     """Validates and returns q (scaled), k, v in the compute dtype and the log gate [B, T, H] (zeros for None)."""
-    tokens = decayed_tokens(q, k, v, decay, scale)
+    tokens = decayed_tokens(q, k, v, g, scale)
     q_scaled, g = tokens["q"], tokens["log_gamma"]
     k, v = k.to(q_scaled.dtype), v.to(q_scaled.dtype)
     return q_scaled, k, v, q_scaled.new_zeros(q.shape[:3]) if g is None else g
 
 
-def hla2_token_segments(q, k, v, *, decay=None, scale=None) -> HLA2Segment:
+def hla2_token_segments(q, k, v, *, g=None, scale=None, decay=None) -> HLA2Segment:
     """Every token as a segment (k k^T, q v^T, q, 0, 0, k k^T, log gamma), fields [B, T, H, ...], q scaled."""
-    q, k, v, g = _prepare(q, k, v, decay, scale)
+    q, k, v, g = _prepare(q, k, v, renamed_argument("token_segments", "g", g, "decay", decay, stacklevel=3), scale)
     kk = _outer(k, k)  # [B, T, H, K, K]
     C = _outer(q, v)  # [B, T, H, K, V]
     return HLA2Segment(kk, C, q, torch.zeros_like(C), torch.zeros_like(q), kk, g)
@@ -120,9 +120,9 @@ def hla2_combine(a: HLA2Segment, b: HLA2Segment) -> HLA2Segment:
     )
 
 
-def ahla_token_segments(q, k, v, *, decay=None, scale=None) -> AHLASegment:
+def ahla_token_segments(q, k, v, *, g=None, scale=None, decay=None) -> AHLASegment:
     """Every token as a segment (k q^T, k v^T, k, k (q.k) v^T, k (q.k), log gamma), fields [B, T, H, ...]."""
-    q, k, v, g = _prepare(q, k, v, decay, scale)
+    q, k, v, g = _prepare(q, k, v, renamed_argument("token_segments", "g", g, "decay", decay, stacklevel=3), scale)
     kq = k * (q * k).sum(-1, keepdim=True)  # [B, T, H, K], k (q.k): E uses the inclusive P = k v^T
     return AHLASegment(_outer(k, q), _outer(k, v), k, _outer(kq, v), kq, g)
 
@@ -194,12 +194,13 @@ def _scan_states(tokens, combine, initial, lengths: list[int]):
     return map_fields(lambda f: f.index_select(1, keep), states)  # [B, T, H, ...]
 
 
-def hla2_scan_states(q, k, v, *, decay=None, scale=None, segment_lengths, initial_state=None) -> HLA2State:
+def hla2_scan_states(q, k, v, *, g=None, scale=None, segment_lengths, initial_state=None, decay=None) -> HLA2State:
     """The HLA2State after every token (fields [B, T, H, ...], compute dtype) by the associative scan of eq 4.1
     (corrected): token segments, a local scan inside each segment of `segment_lengths` (positive ints summing to
     T), an exclusive scan over the segment summaries with `initial_state` (HLA2State [B, H, ...] or None for
     zeros) entering first, and prefix ⊕ local. Read out o_t = q_t^T (S_t C_t - G_t) with q scaled."""
-    tokens = hla2_token_segments(q, k, v, decay=decay, scale=scale)
+    tokens = hla2_token_segments(q, k, v, g=renamed_argument("hla2_scan_states", "g", g, "decay", decay, stacklevel=3),
+                                 scale=scale)
     B, T, H, K, V = check_qkv(q, k, v)
     check_hla2_state(initial_state, B, H, K, V, q)
     lengths = _check_segment_lengths(segment_lengths, T)
@@ -212,10 +213,11 @@ def hla2_scan_states(q, k, v, *, decay=None, scale=None, segment_lengths, initia
     return HLA2State(states.S, states.C, states.m, states.G, states.h)
 
 
-def ahla_scan_states(q, k, v, *, decay=None, scale=None, segment_lengths, initial_state=None) -> AHLAState:
+def ahla_scan_states(q, k, v, *, g=None, scale=None, segment_lengths, initial_state=None, decay=None) -> AHLAState:
     """The AHLAState after every token (fields [B, T, H, ...], compute dtype) by the associative scan of eq 6.2
     (corrected), as hla2_scan_states; initial_state: AHLAState [B, H, ...] or None. Read out o_t = q_t^T E_t."""
-    tokens = ahla_token_segments(q, k, v, decay=decay, scale=scale)
+    tokens = ahla_token_segments(q, k, v, g=renamed_argument("ahla_scan_states", "g", g, "decay", decay, stacklevel=3),
+                                 scale=scale)
     B, T, H, K, V = check_qkv(q, k, v)
     kv, kd = ((B, H, K, V), "[N, H, K, V]"), ((B, H, K), "[N, H, K]")
     check_state_tuple(initial_state, AHLAState, {"P": kv, "m": kd, "E": kv, "n": kd}, q)
