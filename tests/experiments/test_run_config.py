@@ -115,8 +115,8 @@ def test_compare_takes_the_file_s_model_options_task_fields_and_lr(tmp_path, mon
     from regmem.experiments.runs import build_task
 
     seen = {}
-    monkeypatch.setattr(compare_module, "compare", lambda task, mixers, preset, **kw: seen.update(
-        task=task, mixers=mixers, preset=preset, lrs=kw["lrs"]))
+    monkeypatch.setattr(compare_module, "run_compare", lambda plan, **kw: seen.update(
+        task=plan.task_name, mixers=plan.mixers, preset=plan.preset, lrs=plan.lrs))
     path = tmp_path / "run.toml"
     path.write_text('mixer = "moba"\npreset = "tiny"\n[model]\nn_layers = 2\n[mixer_options]\ntop_k = 2\n'
                     '[task_config]\nnum_kv_pairs = 3\n[train]\nlr = 0.02\n')

@@ -142,21 +142,6 @@ def add_compare(commands) -> None:
     parser.set_defaults(handler=_compare, parser=parser)
 
 
-def _check_sweep(args, preset) -> tuple[str | None, list[dict]]:
-    """The sweep's field and every value build the task (before any run starts); returns the field and the swept
-    settings (`sweep_points`)."""
-    from regmem.experiments.compare import sweep_points
-    from regmem.experiments.runs import build_task
-
-    try:
-        field, settings = sweep_points(args.sweep)
-        for setting in settings:
-            build_task(args.task, preset, setting)
-    except (ValueError, TypeError) as err:
-        args.parser.error(f"argument --sweep: {err}")
-    return field, settings
-
-
 def _check_run_dir(args, settings: dict, run_dir: str | Path) -> None:
     """An existing run directory must hold a sweep of the same settings (protocol.check_sweep_dir)."""
     from regmem.experiments.protocol import check_sweep_dir
@@ -168,27 +153,21 @@ def _check_run_dir(args, settings: dict, run_dir: str | Path) -> None:
 
 
 def _compare(args) -> None:
-    from regmem.experiments.compare import check_compare_dir, compare, planned_runs
-    from regmem.experiments.lengths import check_eval_lengths
+    """Checks everything once (`plan_compare`: a bad argument is an error under its flag before anything runs),
+    then runs the plan."""
+    from regmem.experiments.compare import PlanError, plan_compare, run_compare
 
     preset, lrs = _protocol_inputs(args, COMPARE_MIXERS, task=args.task)
     check_device_options(args)
-    field, settings = _check_sweep(args, preset)
     try:
-        check_eval_lengths(args.task, preset, settings, args.eval_lengths)
-    except ValueError as err:
-        args.parser.error(f"argument --eval-lengths: {err}")
-    if args.run_dir is not None:
-        runs = planned_runs(args.task, args.mixers, preset, settings, args.seeds, lrs)
-        try:
-            check_compare_dir(args.run_dir, args.task, preset, field, runs, tuple(args.eval_lengths))
-        except ValueError as err:
-            flag = "--eval-lengths" if str(err).startswith("eval_lengths:") else "--run-dir"
-            args.parser.error(f"argument {flag}: {str(err).removeprefix('eval_lengths: ')}")
-    compare(args.task, args.mixers, preset, sweep=args.sweep, seeds=args.seeds, lrs=lrs, out_dir=args.out_dir,
-            run_dir=args.run_dir, progress=not args.no_progress, workers=args.workers, save_tuned_to=args.save_tuned,
-            eval_lengths=args.eval_lengths, device=args.device, cuda_graphs=args.cuda_graphs,
-            extend_grid=args.extend_grid, by_position=args.by_position)
+        plan = plan_compare(args.task, args.mixers, preset, sweep=args.sweep, seeds=args.seeds, lrs=lrs,
+                            out_dir=args.out_dir, run_dir=args.run_dir, eval_lengths=tuple(args.eval_lengths))
+    except PlanError as err:
+        args.parser.error(f"argument {'--' + err.argument.replace('_', '-') if err.argument != 'task' else 'task'}: "
+                          f"{err}")
+    run_compare(plan, progress=not args.no_progress, workers=args.workers, save_tuned_to=args.save_tuned,
+                device=args.device, cuda_graphs=args.cuda_graphs, extend_grid=args.extend_grid,
+                by_position=args.by_position)
 
 
 def add_suite(commands) -> None:

@@ -45,7 +45,7 @@ from regmem.experiments.protocol import (
     train_run,
     write_results,
 )
-from regmem.experiments.runs import Run
+from regmem.experiments.runs import Run, build_task
 from regmem.experiments.tuned import best_lrs_by_setting, load_tuned, save_tuned, setting_key, tuned_lr
 from regmem.tasks import TASKS
 
@@ -120,46 +120,107 @@ def lr_source(preset: Preset, lrs: list[float] | None, task: str, mixers: list[s
     return text + (f"; not tuned, the preset's {preset.lr:g}: {', '.join(untuned)}" if untuned else "")
 
 
+class PlanError(ValueError):
+    """A compare that cannot start, naming the argument at fault (`argument`: "task", "seeds", "sweep",
+    "eval_lengths", "lrs" or "run_dir"), so a command line reports it under its flag."""
+
+    def __init__(self, argument: str, message: str):
+        super().__init__(message)
+        self.argument = argument
+
+
+@dataclasses.dataclass(frozen=True)
+class ComparePlan:
+    """Everything `compare` checked before training: the runs it plans and where they go (`plan_compare`)."""
+
+    task_name: str
+    mixers: list[str]
+    preset: Preset
+    field: str | None
+    settings: list[dict]
+    lrs: list[float] | None
+    run_dir: Path
+    runs: list[Run]
+    eval_lengths: tuple[int, ...]
+
+
+def plan_compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | None = None,
+                 seeds: list[int] = SEEDS, lrs: list[float] | None = None, out_dir: str | Path = "results",
+                 run_dir: str | Path | None = None, eval_lengths: tuple[int, ...] = ()) -> ComparePlan:
+    """Checks every argument of a compare once, before anything trains or is written: the task, the seeds, the
+    sweep (each swept value builds the task), the lengths to score at, the lr grid and an existing run directory.
+    Raises PlanError naming the argument."""
+    if task_name not in TASKS:
+        raise PlanError("task", f"task must be one of {sorted(TASKS)}, got {task_name!r}")
+    if not seeds:
+        raise PlanError("seeds", "seeds must name at least one seed")
+    try:
+        field, settings = sweep_points(sweep)
+        for setting in settings:
+            build_task(task_name, preset, setting)
+    except (ValueError, TypeError) as err:
+        raise PlanError("sweep", str(err)) from err
+    try:
+        eval_lengths = check_eval_lengths(task_name, preset, settings, eval_lengths)
+    except ValueError as err:
+        raise PlanError("eval_lengths", str(err)) from err
+    if run_dir is None:
+        run_dir = Path(out_dir) / f"{task_name}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    try:
+        runs = planned_runs(task_name, mixers, preset, settings, seeds, lrs)
+    except ValueError as err:
+        raise PlanError("lrs", str(err)) from err
+    try:
+        check_compare_dir(run_dir, task_name, preset, field, runs, eval_lengths)  # before anything is written
+    except ValueError as err:
+        message = str(err)
+        argument = "eval_lengths" if message.startswith("eval_lengths:") else "run_dir"
+        raise PlanError(argument, message.removeprefix("eval_lengths: ")) from err
+    return ComparePlan(task_name, list(mixers), preset, field, settings, lrs, Path(run_dir), runs, eval_lengths)
+
+
+def run_compare(plan: ComparePlan, *, progress: bool = True, log=print, workers: int = 1,
+                save_tuned_to: str | Path | None = None, device: str = "cpu", cuda_graphs: bool = False,
+                extend_grid: int = 0, by_position: bool = False) -> Path:
+    """Trains every run of `plan` not yet in its run directory; writes the leaderboard, CSV, JSON and plot; with
+    `save_tuned_to`, also each mixer's best lr at each swept setting (tuned.py); with the plan's eval_lengths,
+    scores every run at those lengths too (module docstring); device, cuda_graphs: where and how each run trains
+    (`train_run`); extend_grid: points a cell's grid may grow past the edge its best lr is at
+    (`protocol.execute_bracketed`); by_position: also each run's test accuracy by position (module docstring);
+    returns the run directory."""
+    preset, run_dir = plan.preset, plan.run_dir
+    claim_sweep_dir(run_dir, sweep_settings(plan.task_name, preset, plan.field))
+    store = RunStore(run_dir, preset)
+    train = functools.partial(train_run, device=device, cuda_graphs=cuda_graphs)
+    hooks = ([functools.partial(scores_at_lengths, preset=preset, lengths=plan.eval_lengths)]
+             if plan.eval_lengths else []) + ([functools.partial(positions.by_position, preset=preset)]
+                                               if by_position else [])
+    if hooks:
+        train = functools.partial(train, evaluate=functools.partial(_all_of, hooks))
+    records = execute_bracketed(plan.runs, preset, store, extend=extend_grid, progress=progress, log=log,
+                                workers=workers, train=train)
+    summaries = summarize(records)
+    source = lr_source(preset, plan.lrs, plan.task_name, plan.mixers, plan.settings)
+    if save_tuned_to is not None:
+        save_tuned(preset.name, best_lrs_by_setting(summaries), source=str(run_dir), path=save_tuned_to)
+        log(f"[compare] tuned learning rates written to {save_tuned_to}")
+    board = write_outputs(run_dir, plan.task_name, preset, plan.field, records, summaries, source, plan.eval_lengths)
+    log(board)
+    log(f"wrote {run_dir}")
+    return run_dir
+
+
 def compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: str | None = None,
             seeds: list[int] = SEEDS, lrs: list[float] | None = None, out_dir: str | Path = "results",
             run_dir: str | Path | None = None, progress: bool = True, log=print, workers: int = 1,
             save_tuned_to: str | Path | None = None, eval_lengths: tuple[int, ...] = (), device: str = "cpu",
             cuda_graphs: bool = False, extend_grid: int = 0, by_position: bool = False) -> Path:
-    """Trains every (mixer, sweep value, lr, seed) not yet in `run_dir`; writes the leaderboard, CSV, JSON and
-    plot; with `save_tuned_to`, also each mixer's best lr at each swept setting (tuned.py); with `eval_lengths`,
-    scores every run at those lengths too (module docstring); device, cuda_graphs: where and how each run trains
-    (`train_run`); extend_grid: points a cell's grid may grow past the edge its best lr is at
-    (`protocol.execute_bracketed`); by_position: also each run's test accuracy by position (module docstring);
-    returns the run directory."""
-    if task_name not in TASKS:
-        raise ValueError(f"task must be one of {sorted(TASKS)}, got {task_name!r}")
-    if not seeds:
-        raise ValueError("seeds must name at least one seed")
-    field, settings = sweep_points(sweep)
-    eval_lengths = check_eval_lengths(task_name, preset, settings, eval_lengths)
-    if run_dir is None:
-        run_dir = Path(out_dir) / f"{task_name}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    run_dir = Path(run_dir)
-    runs = planned_runs(task_name, mixers, preset, settings, seeds, lrs)
-    check_compare_dir(run_dir, task_name, preset, field, runs, eval_lengths)  # before anything is written
-    claim_sweep_dir(run_dir, sweep_settings(task_name, preset, field))
-    store = RunStore(run_dir, preset)
-    train = functools.partial(train_run, device=device, cuda_graphs=cuda_graphs)
-    hooks = ([functools.partial(scores_at_lengths, preset=preset, lengths=eval_lengths)] if eval_lengths else []) + (
-        [functools.partial(positions.by_position, preset=preset)] if by_position else [])
-    if hooks:
-        train = functools.partial(train, evaluate=functools.partial(_all_of, hooks))
-    records = execute_bracketed(runs, preset, store, extend=extend_grid, progress=progress, log=log, workers=workers,
-                                train=train)
-    summaries = summarize(records)
-    source = lr_source(preset, lrs, task_name, mixers, settings)
-    if save_tuned_to is not None:
-        save_tuned(preset.name, best_lrs_by_setting(summaries), source=str(run_dir), path=save_tuned_to)
-        log(f"[compare] tuned learning rates written to {save_tuned_to}")
-    write_outputs(run_dir, task_name, preset, field, records, summaries, source, eval_lengths)
-    log((run_dir / "leaderboard.md").read_text())
-    log(f"wrote {run_dir}")
-    return run_dir
+    """`plan_compare` then `run_compare`: trains every (mixer, sweep value, lr, seed) not yet in `run_dir` and
+    writes the leaderboard; returns the run directory."""
+    plan = plan_compare(task_name, mixers, preset, sweep=sweep, seeds=seeds, lrs=lrs, out_dir=out_dir,
+                        run_dir=run_dir, eval_lengths=eval_lengths)
+    return run_compare(plan, progress=progress, log=log, workers=workers, save_tuned_to=save_tuned_to,
+                       device=device, cuda_graphs=cuda_graphs, extend_grid=extend_grid, by_position=by_position)
 
 
 def _all_of(hooks, run: Run, trained) -> dict:
@@ -168,7 +229,8 @@ def _all_of(hooks, run: Run, trained) -> dict:
 
 
 def write_outputs(run_dir: Path, task_name: str, preset: Preset, field: str | None, records: list[dict],
-                  summaries: list[CellSummary], source: str, eval_lengths: tuple[int, ...] = ()) -> None:
+                  summaries: list[CellSummary], source: str, eval_lengths: tuple[int, ...] = ()) -> str:
+    """Writes the leaderboard, CSV, JSON and plots of a compare into `run_dir`; returns the leaderboard's text."""
     meta = {"task": task_name, "preset": preset.to_dict(), "sweep_field": field, "learning_rates": source}
     cells = [dataclasses.asdict(s) for s in summaries]
     board = leaderboard(task_name, preset, field, summaries, source)
@@ -186,6 +248,7 @@ def write_outputs(run_dir: Path, task_name: str, preset: Preset, field: str | No
         plot_positions(run_dir / "positions.png", task_name, curves)
     write_results(run_dir, [s.row() for s in summaries], {"meta": meta, "cells": cells, "runs": records}, board)
     plot_results(run_dir / "plot.png", task_name, field, summaries)
+    return board
 
 
 def position_curves(records: list[dict], summaries: list[CellSummary]) -> dict[tuple[str, str], list]:
