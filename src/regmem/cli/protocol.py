@@ -163,8 +163,8 @@ def _compare(args) -> None:
         plan = plan_compare(args.task, args.mixers, preset, sweep=args.sweep, seeds=args.seeds, lrs=lrs,
                             out_dir=args.out_dir, run_dir=args.run_dir, eval_lengths=tuple(args.eval_lengths))
     except PlanError as err:
-        args.parser.error(f"argument {'--' + err.argument.replace('_', '-') if err.argument != 'task' else 'task'}: "
-                          f"{err}")
+        flag = "task" if err.argument == "task" else "--" + err.argument.replace("_", "-")
+        args.parser.error(f"argument {flag}: {str(err).removeprefix(err.argument + ': ')}")
     run_compare(plan, progress=not args.no_progress, workers=args.workers, save_tuned_to=args.save_tuned,
                 device=args.device, cuda_graphs=args.cuda_graphs, extend_grid=args.extend_grid,
                 by_position=args.by_position)

@@ -175,7 +175,7 @@ def plan_compare(task_name: str, mixers: list[str], preset: Preset, *, sweep: st
     except ValueError as err:
         message = str(err)
         argument = "eval_lengths" if message.startswith("eval_lengths:") else "run_dir"
-        raise PlanError(argument, message.removeprefix("eval_lengths: ")) from err
+        raise PlanError(argument, message) from err
     return ComparePlan(task_name, list(mixers), preset, field, settings, lrs, Path(run_dir), runs, eval_lengths)
 
 
