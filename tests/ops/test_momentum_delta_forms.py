@@ -1,5 +1,5 @@
 """reference == recurrent == chunk for momentum_delta_rule (Titans linear memory): outputs, both final state
-fields and the gradients of every input (q, k, v, g, beta, log_eta, initial_state.S, initial_state.P), in float64
+fields and the gradients of every input (q, k, v, g, beta, log_mu, initial_state.S, initial_state.P), in float64
 and float32."""
 
 from functools import partial
@@ -32,7 +32,7 @@ def titans_inputs(B, T, H, K, V, *, strength=1.0, dtype=torch.float64, with_stat
         "v": v,
         "g": random_log_gate((B, T, H), strength, dtype=dtype, seed=seed + 2),
         "beta": torch.rand(B, T, H, generator=gen, dtype=dtype),
-        "log_eta": random_log_gate((B, T, H), strength, dtype=dtype, seed=seed + 3),
+        "log_mu": random_log_gate((B, T, H), strength, dtype=dtype, seed=seed + 3),
     }
     if with_state:
         S0 = torch.randn(B, H, K, V, generator=gen, dtype=dtype)

@@ -11,13 +11,13 @@ B, T, H, K, V = 2, 10, 3, 4, 5
 def _good():
     return {
         "q": torch.randn(B, T, H, K), "k": torch.randn(B, T, H, K), "v": torch.randn(B, T, H, V),
-        "g": -torch.rand(B, T, H), "beta": torch.rand(B, T, H), "log_eta": -torch.rand(B, T, H),
+        "g": -torch.rand(B, T, H), "beta": torch.rand(B, T, H), "log_mu": -torch.rand(B, T, H),
     }
 
 
 def _call(**override):
     args = {**_good(), **override}
-    positional = [args.pop(n) for n in ("q", "k", "v", "g", "beta", "log_eta")]
+    positional = [args.pop(n) for n in ("q", "k", "v", "g", "beta", "log_mu")]
     return momentum_delta_rule(*positional, **args)
 
 
@@ -27,8 +27,8 @@ BAD = {
     "v mismatched T": ({"v": torch.randn(B, T + 1, H, V)}, "v"),
     "g diagonal": ({"g": -torch.rand(B, T, H, K)}, "g"),
     "g positive": ({"g": torch.rand(B, T, H)}, "g"),
-    "log_eta wrong shape": ({"log_eta": -torch.rand(B, T, H + 1)}, "log_eta"),
-    "log_eta positive": ({"log_eta": torch.rand(B, T, H)}, "log_eta"),
+    "log_mu wrong shape": ({"log_mu": -torch.rand(B, T, H + 1)}, "log_mu"),
+    "log_mu positive": ({"log_mu": torch.rand(B, T, H)}, "log_mu"),
     "beta rank 4": ({"beta": torch.rand(B, T, H, 1)}, "beta"),
     "beta negative": ({"beta": -torch.rand(B, T, H)}, "beta"),
     "beta integer": ({"beta": torch.ones(B, T, H, dtype=torch.int64)}, "beta"),
@@ -63,3 +63,23 @@ def test_initial_state_count_must_match_the_number_of_sequences():
     state = MomentumState(torch.zeros(1, H, K, V), torch.zeros(1, H, K, V))
     with pytest.raises(ValueError, match="initial_state.S"):
         _call(**args, cu_seqlens=torch.tensor([0, 3, T]), initial_state=state)
+
+
+def test_the_old_argument_name_log_eta_still_works_for_one_release_with_a_warning():
+    """`log_eta` was renamed `log_mu` (regmem keeps eta for step sizes, mu for momentum retentions; CHANGELOG.md), in
+    momentum_delta_rule and ttt: the old name gives the same result with a DeprecationWarning; both is a ValueError."""
+    from regmem.ops import ttt
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 6, 2, 3, generator=gen, dtype=torch.float64) for _ in range(3))
+    g, beta = -0.1 * torch.rand(1, 6, 2, generator=gen, dtype=torch.float64), torch.rand(1, 6, 2, dtype=torch.float64)
+    log_mu = -0.5 * torch.rand(1, 6, 2, generator=gen, dtype=torch.float64)
+    for op, args in ((momentum_delta_rule, (q, k, v, g, beta)), (ttt, (q, k, v, beta, g))):
+        expected, _ = op(*args, log_mu=log_mu)
+        with pytest.warns(DeprecationWarning, match="log_eta= is renamed log_mu="):
+            o, _ = op(*args, log_eta=log_mu)
+        torch.testing.assert_close(o, expected, rtol=0, atol=0)
+        with pytest.raises(ValueError, match="give log_mu only"):
+            op(*args, log_mu=log_mu, log_eta=log_mu)
+    with pytest.raises(ValueError, match="log_mu .* is required"):
+        momentum_delta_rule(q, k, v, g, beta)

@@ -45,9 +45,9 @@ def test_linear_l2_sgd_is_the_delta_rule(mode):
 @pytest.mark.parametrize("mode", ["reference", "recurrent", "chunk"])
 def test_linear_l2_with_decay_and_momentum_is_the_titans_linear_memory(mode):
     q, k, v, beta = _inputs(K=4, V=3)
-    g, log_eta = random_log_gate(beta.shape, 0.5, seed=2), random_log_gate(beta.shape, 1.0, seed=3)
-    o, _ = ttt(q, k, v, beta, g, log_eta, mini_batch=1, mode=mode, chunk_size=4)
-    expected, _ = momentum_delta_rule(q, k, v, g, beta, log_eta, scale=1.0)
+    g, log_mu = random_log_gate(beta.shape, 0.5, seed=2), random_log_gate(beta.shape, 1.0, seed=3)
+    o, _ = ttt(q, k, v, beta, g, log_mu, mini_batch=1, mode=mode, chunk_size=4)
+    expected, _ = momentum_delta_rule(q, k, v, g, beta, log_mu, scale=1.0)
     assert_close(o, expected, "o with momentum")
     o, _ = ttt(q, k, v, beta, g, mini_batch=1, mode=mode, chunk_size=4)  # weight decay alone: momentum retention 0
     expected, _ = momentum_delta_rule(q, k, v, g, beta, torch.full_like(g, -1e4), scale=1.0)
@@ -135,18 +135,18 @@ def test_read_scale_is_official_ttts_position_dependent_step():
 
 def test_read_scale_changes_the_outputs_only_and_its_gradient_agrees_across_forms():
     q, k, v, beta = _inputs(T=13)
-    g, log_eta = random_log_gate(beta.shape, 0.5, seed=2), random_log_gate(beta.shape, 1.0, seed=3)
+    g, log_mu = random_log_gate(beta.shape, 0.5, seed=2), random_log_gate(beta.shape, 1.0, seed=3)
     model = InnerModel((6,), "gelu", bias=True)
     state = _state(model, 2, 2, 4, 4, momentum=True)
     state = state._replace(anchor=state.params + 0.1, offset=torch.tensor([[1.0, 3.0], [0.0, 2.0]]).double())
     kw = {"model": model, "mini_batch": 4, "initial_state": state, "output_final_state": True, "dgd": True}
-    o_none, s_none = ttt(q, k, v, beta, g, log_eta, mode="reference", **kw)
-    o_ones, _ = ttt(q, k, v, beta, g, log_eta, mode="reference", read_scale=torch.ones(4).double(), **kw)
+    o_none, s_none = ttt(q, k, v, beta, g, log_mu, mode="reference", **kw)
+    o_ones, _ = ttt(q, k, v, beta, g, log_mu, mode="reference", read_scale=torch.ones(4).double(), **kw)
     assert_close(o_ones, o_none, "read_scale of ones")
     results = {}
     for mode, chunk_size in (("reference", 64), ("recurrent", 64), ("chunk", 1), ("chunk", 2), ("chunk", 4)):
         r = torch.tensor([[0.5, 1.5, 0.25, 2.0], [1.0, 0.0, 3.0, 0.75]], dtype=torch.float64, requires_grad=True)
-        o, s = ttt(q, k, v, beta, g, log_eta, mode=mode, chunk_size=chunk_size, read_scale=r, **kw)
+        o, s = ttt(q, k, v, beta, g, log_mu, mode=mode, chunk_size=chunk_size, read_scale=r, **kw)
         grad, = torch.autograd.grad((o * torch.cos(o)).sum(), r)
         results[mode, chunk_size] = o, s, grad
         for name, a, b in zip(TTTState._fields, s, s_none, strict=True):
@@ -176,15 +176,15 @@ def test_mini_batch_changes_the_function_and_chunk_size_does_not():
 @pytest.mark.parametrize("dgd", [False, True])
 def test_causal_for_any_mini_batch(mini_batch, dgd):
     q, k, v, beta = _inputs(T=12)
-    g, log_eta = random_log_gate(beta.shape, 0.5, seed=2), random_log_gate(beta.shape, 1.0, seed=3)
+    g, log_mu = random_log_gate(beta.shape, 0.5, seed=2), random_log_gate(beta.shape, 1.0, seed=3)
     model = InnerModel((6,), "gelu")
     state = _state(model, 2, 2, 4, 4, momentum=True)
-    o, _ = ttt(q, k, v, beta, g, log_eta, model=model, mini_batch=mini_batch, dgd=dgd, initial_state=state)
+    o, _ = ttt(q, k, v, beta, g, log_mu, model=model, mini_batch=mini_batch, dgd=dgd, initial_state=state)
     for t in (0, 5, 9):
         later = [x.clone() for x in (q, k, v, beta)]
         for x in later:
             x[:, t + 1:] = x[:, t + 1:] + 1.0
-        o2, _ = ttt(*later, g, log_eta, model=model, mini_batch=mini_batch, dgd=dgd, initial_state=state)
+        o2, _ = ttt(*later, g, log_mu, model=model, mini_batch=mini_batch, dgd=dgd, initial_state=state)
         assert_close(o2[:, :t + 1], o[:, :t + 1], f"outputs up to {t}")
 
 
@@ -311,14 +311,14 @@ def test_dgd_step_rejects_mismatched_statistics_naming_the_argument(W, grad, mom
 def test_hand_derived_gradients_match_autograd_for_every_loss_and_activation(loss, param, act):
     """recurrent (hand-derived backward) == reference (autograd on the literal loss), dgd and momentum on."""
     q, k, v, beta = _inputs(T=7)
-    g, log_eta = random_log_gate(beta.shape, 0.5, seed=2), random_log_gate(beta.shape, 1.0, seed=3)
+    g, log_mu = random_log_gate(beta.shape, 0.5, seed=2), random_log_gate(beta.shape, 1.0, seed=3)
     model = InnerModel((5,), act, bias=True)
     state = _state(model, 2, 2, 4, 4, momentum=True)
     kw = {"model": model, "loss": loss, "loss_param": param, "dgd": True, "mini_batch": 2, "initial_state": state}
     for step_rule in ("explicit", "proximal"):
-        ref, _ = ttt(q, k, v, beta, g, log_eta, mode="reference", step_rule=step_rule, **kw)
+        ref, _ = ttt(q, k, v, beta, g, log_mu, mode="reference", step_rule=step_rule, **kw)
         for mode in ("recurrent", "chunk"):
-            o, _ = ttt(q, k, v, beta, g, log_eta, mode=mode, step_rule=step_rule, **kw)
+            o, _ = ttt(q, k, v, beta, g, log_mu, mode=mode, step_rule=step_rule, **kw)
             assert_close(o, ref, f"{mode} o, {step_rule}")
 
 
@@ -330,7 +330,7 @@ def test_hand_derived_gradients_match_autograd_for_every_loss_and_activation(los
 def test_forms_agree_over_shapes(B, T, H, K, V, depth, mini_batch, chunk_size, dgd, momentum, offset, step_rule):
     q, k, v, beta = _inputs(B, T, H, K, V, seed=T)
     g = random_log_gate(beta.shape, 0.5, seed=2)
-    log_eta = random_log_gate(beta.shape, 1.0, seed=3) if momentum else None
+    log_mu = random_log_gate(beta.shape, 1.0, seed=3) if momentum else None
     model = InnerModel((3,) * (depth - 1), "silu", bias=depth % 2 == 0)
     state = _state(model, B, H, K, V, momentum=momentum)
     gen = torch.Generator().manual_seed(offset)
@@ -339,9 +339,9 @@ def test_forms_agree_over_shapes(B, T, H, K, V, depth, mini_batch, chunk_size, d
                            offset=torch.full((B, H), float(offset % mini_batch), dtype=torch.float64))
     kw = {"model": model, "dgd": dgd, "mini_batch": mini_batch, "initial_state": state, "output_final_state": True,
           "step_rule": step_rule}
-    ref, s_ref = ttt(q, k, v, beta, g, log_eta, mode="reference", **kw)
+    ref, s_ref = ttt(q, k, v, beta, g, log_mu, mode="reference", **kw)
     for mode in ("recurrent", "chunk"):
-        o, s = ttt(q, k, v, beta, g, log_eta, mode=mode, chunk_size=chunk_size, **kw)
+        o, s = ttt(q, k, v, beta, g, log_mu, mode=mode, chunk_size=chunk_size, **kw)
         assert_close(o, ref, f"{mode} o")
         for name, a, b in zip(TTTState._fields, s, s_ref, strict=True):
             assert_close(a, b, f"{mode} {name}")

@@ -203,7 +203,7 @@ _least_squares_cg.backends = least_squares.backends  # `backend=` reaches the op
 def _deep(momentum: bool, **model_options):
     """The engine with a 2-layer GELU MLP memory of width 4 x head dim (TTT-MLP: with biases; Titans: with momentum
     and weight decay), inner mini-batch 16, from a fixed random initial memory (zero is a fixed point of an MLP)."""
-    def call(q, k, v, beta, g=None, log_eta=None, *, mode, chunk_size=16, initial_state=None,
+    def call(q, k, v, beta, g=None, log_mu=None, *, mode, chunk_size=16, initial_state=None,
              output_final_state=False):
         B, _, H, K = q.shape
         sized = InnerModel((4 * K,), "gelu", residual=True, layer_norm=True, **model_options)
@@ -212,7 +212,7 @@ def _deep(momentum: bool, **model_options):
             params = params.to(q.device).unsqueeze(0).expand(B, -1, -1)  # [B, H, P]
             initial_state = TTTState(params, params.new_zeros(B, H, params.shape[-1] if momentum else 0), params,
                                      params.new_zeros(B, H))
-        return ttt(q, k, v, beta, g, log_eta, model=sized, initial_state=initial_state, mini_batch=16, mode=mode,
+        return ttt(q, k, v, beta, g, log_mu, model=sized, initial_state=initial_state, mini_batch=16, mode=mode,
                    chunk_size=min(chunk_size, 16), output_final_state=output_final_state)
     return call
 
@@ -247,7 +247,7 @@ CASES = {case.name: case for case in (
     OpCase("ahla", "ahla", ahla, _ahla_flops),
     OpCase("ttt_mlp", "ttt", _deep(False, bias=True), _deep_flops, tokens=("q", "k", "v", "beta"), options={},
            forms=("chunk", "recurrent")),
-    OpCase("titans_mlp", "ttt", _deep(True), _deep_flops, tokens=("q", "k", "v", "beta", "g", "log_eta"),
+    OpCase("titans_mlp", "ttt", _deep(True), _deep_flops, tokens=("q", "k", "v", "beta", "g", "log_mu"),
            options={}, forms=("chunk", "recurrent")),
 )}
 DEFAULT_CASES = ("linear_attn", "gla_scalar", "gla_diagonal")

@@ -100,19 +100,19 @@ class DeepMemoryMixer(MemoryMixer):
     def memory(self, x, q, k, v, mask, memory, mode):
         logits = (self.gate_proj(x) + self.gate_bias).chunk(self.n_gates, dim=-1)  # [B, T, H] each
         beta = self.inner_lr * torch.sigmoid(logits[0])
-        log_eta = F.logsigmoid(logits[1]) if self.momentum else None
+        log_mu = F.logsigmoid(logits[1]) if self.momentum else None
         g = F.logsigmoid(-logits[-1]) if self.weight_decay else None  # log(1 - alpha), alpha = sigmoid(logit)
         if memory is None:
             memory = self._initial_state(x.shape[0])
         order = None
         if mask is not None:  # real tokens first (module docstring)
             order = real_first_order(mask)  # [B, T]
-            q, k, v, beta, g, log_eta, mask = (permute_time(t, order) for t in (q, k, v, beta, g, log_eta, mask))
+            q, k, v, beta, g, log_mu, mask = (permute_time(t, order) for t in (q, k, v, beta, g, log_mu, mask))
         ln = {"ln_weight": self.ln_weight, "ln_bias": self.ln_bias} if self.inner_model.layer_norm else {}
         read = {}
         if self.position_step:
             beta, read["read_scale"] = self._position_step(beta)
-        o, state = ttt(q, k, v, beta, g, log_eta, model=self.inner_model, loss=self.loss, dgd=self.dgd,
+        o, state = ttt(q, k, v, beta, g, log_mu, model=self.inner_model, loss=self.loss, dgd=self.dgd,
                        step_rule=self.step_rule,
                        mini_batch=self.mini_batch, initial_state=memory, output_final_state=True, mode=mode,
                        chunk_size=min(self.chunk_size, self.mini_batch), token_mask=mask, **ln, **read,

@@ -30,9 +30,9 @@ class TitansLinear(MemoryMixer):
     def memory(self, x, q, k, v, mask, memory, mode):
         theta, eta, alpha = self.gate_proj(x).chunk(3, dim=-1)  # [B, T, H] each
         beta = zero_padding(torch.sigmoid(theta), mask)
-        log_eta = zero_padding(F.logsigmoid(eta), mask)  # momentum retention
+        log_mu = zero_padding(F.logsigmoid(eta), mask)  # momentum retention
         g = zero_padding(F.logsigmoid(-alpha), mask)  # log(1 - alpha), memory retention
-        return momentum_delta_rule(q, k, v, g, beta, log_eta, initial_state=memory, output_final_state=True,
+        return momentum_delta_rule(q, k, v, g, beta, log_mu, initial_state=memory, output_final_state=True,
                                    mode=mode, chunk_size=self.chunk_size, token_mask=mask)
 
     def memory_floats(self) -> int:

@@ -117,7 +117,7 @@ def _multistep(B, T, H, K, V, dtype, gen) -> Made:
 
 def _momentum(B, T, H, K, V, dtype, gen) -> Made:
     tokens = {**_qkv(B, T, H, K, V, dtype, gen), "g": _log_gate(gen, dtype, B, T, H),
-              "beta": _half_rand(gen, dtype, B, T, H), "log_eta": _log_gate(gen, dtype, B, T, H)}
+              "beta": _half_rand(gen, dtype, B, T, H), "log_mu": _log_gate(gen, dtype, B, T, H)}
     return tokens, {}, MomentumState(_kv_state(gen, dtype, B, H, K, V), _kv_state(gen, dtype, B, H, K, V))
 
 
@@ -200,7 +200,7 @@ def _ttt(model: InnerModel, *, momentum=True, square=False, read_scale=False, **
         tokens = {**_qkv(B, T, H, K, V, dtype, gen), "beta": _half_rand(gen, dtype, B, T, H),
                   "g": _log_gate(gen, dtype, B, T, H)}
         if momentum:
-            tokens["log_eta"] = _log_gate(gen, dtype, B, T, H)
+            tokens["log_mu"] = _log_gate(gen, dtype, B, T, H)
         P = model.num_params(K, V)
         params = 0.3 * _randn(gen, dtype, B, H, P)
         anchor = params + 0.1 * _randn(gen, dtype, B, H, P)

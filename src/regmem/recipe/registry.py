@@ -136,7 +136,7 @@ register(RecipeEntry(
 ))
 register(RecipeEntry(
     "titans_linear", Recipe(Weights("uniform"), _LINEAR, Solver("sgd_momentum")),
-    "momentum_delta_rule(q, k, v, g, beta, log_eta)", "Fig. 1 (+ Momentum); arXiv:2501.00663",
+    "momentum_delta_rule(q, k, v, g, beta, log_mu)", "Fig. 1 (+ Momentum); arXiv:2501.00663",
     ("Titans LMM (linear)",),
     "SGD with momentum and weight decay",
 ))
@@ -159,7 +159,7 @@ register(RecipeEntry(
 ))
 register(RecipeEntry(
     "titans_mlp", Recipe(Weights("uniform"), Regressor("mlp"), Solver("sgd_momentum")),
-    "ttt(q, k, v, beta, g, log_eta, model=InnerModel((4K,), 'gelu', residual, layer_norm))",
+    "ttt(q, k, v, beta, g, log_mu, model=InnerModel((4K,), 'gelu', residual, layer_norm))",
     "Fig. 1 (+ Momentum), Sec. 8; arXiv:2501.00663", ("Titans LMM (deep)",),
     "SGD with momentum and weight decay on an MLP memory",
 ))

@@ -3,14 +3,14 @@ DeltaNet with a scalar decay kernel), matmuls for outputs and chunk-end states, 
 
 Implements the Titans linear memory (Behrouz, Zhong, Mirrokni; arXiv:2501.00663, Sec. 3.1, eqs. 9-15) in
 regmem's layout; the algebra is in DERIVATION.md beside this file. Inside a chunk, with (S_0, P_0)
-entering it, token positions i, r and gamma = exp(g), eta = exp(log_eta):
+entering it, token positions i, r and gamma = exp(g), eta = exp(log_mu):
     S_i = a_i S_0 + b_i P_0 + sum_{r<=i} W_ir beta_r k_r e_r^T,    P_i = c_i P_0 + sum_{r<=i} Eta_ir beta_r k_r e_r^T
     a_i = prod_{j<=i} gamma_j,  c_i = prod_{j<=i} eta_j,  Gam_iu = prod_{u<j<=i} gamma_j,  Eta_ur = prod_{r<j<=u} eta_j
     W = Gam Eta (product of two lower-triangular decay matrices),  b = Gam c
 and the errors e_i = v_i - S_{i-1}^T k_i (the rows of E) solve one unit-lower-triangular system per chunk,
     (I + L) E = V - a_prev ⊙ K S_0 - b_prev ⊙ K P_0,   L_ir = W_{i-1,r} beta_r k_i.k_r  (r < i),
 with a_prev_i = a_{i-1}, b_prev_i = b_{i-1} the coefficients of the memory before token i.
-Every decay factor is exp of a direct sum of log retentions (<= 0), so g, log_eta = -20 per step and = 0 are exact;
+Every decay factor is exp of a direct sum of log retentions (<= 0), so g, log_mu = -20 per step and = 0 are exact;
 W and b are sums of products of such factors.
 
 Legend: B batch, T time, H heads, K key dim, V value dim, N chunks, C chunk size.
@@ -25,8 +25,8 @@ from regmem.ops.common import fit_chunk, merge_chunks, segsum, split_chunks, suf
 from regmem.ops.momentum_delta.state import MomentumState
 
 
-def momentum_chunk_core(q, k, v, g, beta, log_eta, live, *, initial_state, chunk_size):
-    """q, k: [B, T, H, K] (q already scaled); v: [B, T, H, V]; g, beta, log_eta: [B, T, H]; live: [B, T, H] or
+def momentum_chunk_core(q, k, v, g, beta, log_mu, live, *, initial_state, chunk_size):
+    """q, k: [B, T, H, K] (q already scaled); v: [B, T, H, V]; g, beta, log_mu: [B, T, H]; live: [B, T, H] or
     None (all ones); initial_state: MomentumState of [B, H, K, V] or None. Returns o: [B, T, H, V] and the
     MomentumState after the last token."""
     B, T, H, K = q.shape
@@ -38,10 +38,10 @@ def momentum_chunk_core(q, k, v, g, beta, log_eta, live, *, initial_state, chunk
     # Step 0: split into chunks; the padding past T is neutral because live = 0 there (state.py).
     live = live if live is not None else torch.ones_like(beta)
     q, k, v = (split_chunks(x, chunk_size) for x in (q, k, v))  # [B, H, N, C, K|V]
-    g, beta, log_eta, live = (split_chunks(x, chunk_size) for x in (g, beta, log_eta, live))  # [B, H, N, C]
+    g, beta, log_mu, live = (split_chunks(x, chunk_size) for x in (g, beta, log_mu, live))  # [B, H, N, C]
 
     # Step 1: decay kernels of the chunk, every factor <= 1.
-    coef = _decay_kernels(g, log_eta, live)
+    coef = _decay_kernels(g, log_mu, live)
 
     # Step 2: the triangular system for the errors, solved once per chunk for the three right-hand sides
     # V, a_prev ⊙ K and b_prev ⊙ K (WY form): E = U - Wa S_0 - Wb P_0.
@@ -75,13 +75,13 @@ def momentum_chunk_core(q, k, v, g, beta, log_eta, live, *, initial_state, chunk
     return merge_chunks(o, T), MomentumState(S, P)
 
 
-def _decay_kernels(g, log_eta, live):
-    """g, log_eta: [B, H, N, C] log retentions; live: [B, H, N, C] in {0, 1}. Returns the chunk's coefficients
+def _decay_kernels(g, log_mu, live):
+    """g, log_mu: [B, H, N, C] log retentions; live: [B, H, N, C] in {0, 1}. Returns the chunk's coefficients
     (all [B, H, N, C] or [B, H, N, C, C]); "prev" is the coefficient of the memory before token i."""
     Gam = torch.exp(segsum(g)) * live.unsqueeze(-2)  # [B, H, N, C(i), C(u)], prod_{u<j<=i} gamma_j, live_u
-    Eta = torch.exp(segsum(log_eta))  # [B, H, N, C(u), C(r)], prod_{r<j<=u} eta_j
+    Eta = torch.exp(segsum(log_mu))  # [B, H, N, C(u), C(r)], prod_{r<j<=u} eta_j
     a = torch.exp(g.cumsum(dim=-1))  # [B, H, N, C], prod_{j<=i} gamma_j
-    c = torch.exp(log_eta.cumsum(dim=-1))  # [B, H, N, C], prod_{j<=i} eta_j
+    c = torch.exp(log_mu.cumsum(dim=-1))  # [B, H, N, C], prod_{j<=i} eta_j
     W = Gam @ Eta  # [B, H, N, C, C], W_ir = sum_{r<=u<=i} Gam_iu Eta_ur, zero above the diagonal
     b = (Gam @ c.unsqueeze(-1)).squeeze(-1)  # [B, H, N, C], b_i = sum_{u<=i} Gam_iu c_u
     return {
@@ -92,7 +92,7 @@ def _decay_kernels(g, log_eta, live):
         "a_prev": F.pad(a[..., :-1], (1, 0), value=1.0),  # [B, H, N, C], a_{i-1}, a_{-1} = 1
         "b_prev": F.pad(b[..., :-1], (1, 0)),  # [B, H, N, C], b_{i-1}, b_{-1} = 0
         "W_end": W[..., -1, :],  # [B, H, N, C], W_{C,r}
-        "E_end": torch.exp(suffix_exclusive(log_eta, dim=-1)),  # [B, H, N, C], prod_{r<j<=C} eta_j
+        "E_end": torch.exp(suffix_exclusive(log_mu, dim=-1)),  # [B, H, N, C], prod_{r<j<=C} eta_j
         "a_end": a[..., -1],  # [B, H, N]
         "b_end": b[..., -1],  # [B, H, N]
         "c_end": c[..., -1],  # [B, H, N]

@@ -7,8 +7,8 @@ arXiv:2501.12352, Fig. 1 "+ Momentum"):
     P_t = eta_t P_{t-1} - theta_t grad_t                      (momentum of the surprise; eqs. 10, 14)
     M_t = (1 - alpha_t) M_{t-1} + P_t                          (forgetting; eq. 13)
     y_t = M_t q_t                                              (retrieval; eq. 15)
-with 1 - alpha_t = exp(g_t), eta_t = exp(log_eta_t), theta_t = beta_t. The paper's loss ||M k - v||^2 has no 1/2;
-its factor 2 is absorbed in theta. regmem stores S = M^T and P^T (state.MomentumState).
+with 1 - alpha_t = exp(g_t), eta_t = exp(log_mu_t) (regmem's mu), theta_t = beta_t. The paper's loss
+||M k - v||^2 has no 1/2; its factor 2 is absorbed in theta. regmem stores S = M^T and P^T (state.MomentumState).
 
 Legend: B batch, T time, H heads, K key dim, V value dim.
 """
@@ -20,8 +20,8 @@ import torch
 from regmem.ops.momentum_delta.state import MomentumState
 
 
-def momentum_reference_core(q, k, v, g, beta, log_eta, live, *, initial_state):
-    """q, k: [B, T, H, K] (q already scaled); v: [B, T, H, V]; g, beta, log_eta: [B, T, H]; live: [B, T, H] or
+def momentum_reference_core(q, k, v, g, beta, log_mu, live, *, initial_state):
+    """q, k: [B, T, H, K] (q already scaled); v: [B, T, H, V]; g, beta, log_mu: [B, T, H]; live: [B, T, H] or
     None (all ones); initial_state: MomentumState of [B, H, K, V] or None. Returns o: [B, T, H, V] and the
     MomentumState after the last token."""
     B, T, H, K = q.shape
@@ -38,7 +38,7 @@ def momentum_reference_core(q, k, v, g, beta, log_eta, live, *, initial_state):
     for t in range(T):
         k_t, v_t, q_t = k[:, t], v[:, t], q[:, t]  # [B, H, K], [B, H, V], [B, H, K]
         retain = torch.exp(g[:, t])[..., None, None]  # [B, H, 1, 1], 1 - alpha_t
-        eta = torch.exp(log_eta[:, t])[..., None, None]  # [B, H, 1, 1]
+        eta = torch.exp(log_mu[:, t])[..., None, None]  # [B, H, 1, 1]
         theta = beta[:, t][..., None, None]  # [B, H, 1, 1]
         residual = torch.einsum("bhvk,bhk->bhv", M, k_t) - v_t  # [B, H, V], M_{t-1} k_t - v_t
         grad = residual.unsqueeze(-1) * k_t.unsqueeze(-2)  # [B, H, V, K]

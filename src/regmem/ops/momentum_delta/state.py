@@ -6,7 +6,7 @@ matrix. N = B, or the number of sequences with `cu_seqlens`.
 
 Varlen: the common frame pads each packed sequence with zero tokens. A zero token is not neutral for this
 recurrence (S_t = gamma S_{t-1} + P_t keeps adding the momentum), so with `cu_seqlens` the frame also carries
-`live` = 1 per real token (0 on padding) and the cores write S_t = gamma_t S_{t-1} + live_t P_t; with g = log_eta
+`live` = 1 per real token (0 on padding) and the cores write S_t = gamma_t S_{t-1} + live_t P_t; with g = log_mu
 = beta = 0 on padding this leaves (S, P) unchanged. The chunk form uses the same mask for its own padding.
 """
 

@@ -4,7 +4,7 @@ It validates its arguments here and runs one of the forms of reference.py, recur
 (`ttt(..., mode=...)` or `ttt.reference / .recurrent / .chunk`). The inner model and losses are in model.py, the
 state and the mini-batch semantics in state.py, the algebra of the chunk form in DERIVATION.md beside this file.
 
-Shapes: q, k: [B, T, H, K]; v: [B, T, H, V]; beta, g, log_eta: [B, T, H]; ln_weight, ln_bias: [H, V];
+Shapes: q, k: [B, T, H, K]; v: [B, T, H, V]; beta, g, log_mu: [B, T, H]; ln_weight, ln_bias: [H, V];
 state TTTState(params [N, H, P], momentum [N, H, P] or [N, H, 0], anchor [N, H, P], offset [N, H]); N = B, or the
 number of sequences with `cu_seqlens` (then B = 1). P = `model.num_params(K, V)`.
 """
@@ -28,6 +28,7 @@ from regmem.ops.common import (
     compute_dtype,
     num_states,
     op,
+    renamed_argument,
 )
 from regmem.ops.ttt.chunk import ttt_chunk_core
 from regmem.ops.ttt.model import STEP_RULES, InnerModel, Loss, StepRule, check_loss
@@ -37,16 +38,16 @@ from regmem.ops.ttt.state import TTTState
 
 
 @op(reference=ttt_reference_core, recurrent=ttt_recurrent_core, chunk=ttt_chunk_core)
-def ttt(q, k, v, beta, g=None, log_eta=None, *, model: InnerModel | None = None, loss: Loss = "l2",
+def ttt(q, k, v, beta, g=None, log_mu=None, *, model: InnerModel | None = None, loss: Loss = "l2",
         loss_param: float | None = None, dgd: bool = False, step_rule: StepRule = "explicit", ln_weight=None,
         ln_bias=None, scale=None, initial_state=None, cu_seqlens=None, token_mask=None, mini_batch: int = 16,
-        read_scale=None):
+        read_scale=None, log_eta=None):
     """Test-time training of a small regressor f_theta (model.py) on the stream of (k_t, v_t), read at q_t.
 
     Per token (1-based t), with theta_{s(t)} the parameters at the start of the token's mini-batch of `mini_batch`
     tokens (state.py):
         G_t = grad_theta loss(f_theta(k_t), v_t) at theta_{s(t)}
-        Pi_t = exp(log_eta_t) Pi_{t-1} - beta_t G_t                   (momentum; Pi_t = -beta_t G_t without it)
+        Pi_t = exp(log_mu_t) Pi_{t-1} - beta_t G_t                   (momentum; Pi_t = -beta_t G_t without it)
         W_{l,t} = (exp(g_t) I - rho_t x_l x_l^T) W_{l,t-1} + Pi_{l,t}   (rho_t = beta_t with dgd, else 0)
     (with step_rule="proximal" layer l steps with a smaller beta_t that cannot expand: model.layer_steps)
         o_t = f_{theta_t}(scale * q_t)
@@ -66,8 +67,8 @@ def ttt(q, k, v, beta, g=None, log_eta=None, *, model: InnerModel | None = None,
         q, k: [B, T, H, K]; v: [B, T, H, V], one floating dtype (bf16/fp16 compute in float32).
         beta: [B, T, H], the inner step size eta_t (>= 0).
         g: [B, T, H] log retention of weight decay, exp(g) = 1 - alpha_t (<= 0), or None for no weight decay.
-        log_eta: [B, T, H] log retention of the momentum (<= 0), or None for no momentum (then the state's momentum
-            field is [N, H, 0]).
+        log_mu: [B, T, H] log retention of the momentum, log mu_t (<= 0), or None for no momentum (then the
+            state's momentum field is [N, H, 0]). It was `log_eta`, now a deprecated alias (CHANGELOG.md).
         model: the inner model (`InnerModel`; None means the linear map k -> W^T k).
         loss: "l2" | "dot" | "huber" | "lp" (model.py); loss_param: the Huber delta or the exponent p.
         dgd: add Delta Gradient Descent's state-dependent decay -beta_t x_l x_l^T to every layer.
@@ -98,6 +99,7 @@ def ttt(q, k, v, beta, g=None, log_eta=None, *, model: InnerModel | None = None,
     Returns:
         o: [B, T, H, V] in the input dtype, and the final TTTState or None.
     """
+    log_mu = renamed_argument("ttt", "log_mu", log_mu, "log_eta", log_eta)
     B, T, H, K, V = check_qkv(q, k, v)
     model = InnerModel() if model is None else model
     if not isinstance(model, InnerModel):
@@ -109,9 +111,9 @@ def ttt(q, k, v, beta, g=None, log_eta=None, *, model: InnerModel | None = None,
     if step_rule not in STEP_RULES:
         raise ValueError(f"step_rule must be one of {STEP_RULES}, got {step_rule!r}")
     check_tensor("beta", beta, 3, "[B, T, H]")
-    check_same_device(q=q, beta=beta, g=g, log_eta=log_eta)  # before any check that reads values
+    check_same_device(q=q, beta=beta, g=g, log_mu=log_mu)  # before any check that reads values
     check_token_scalar("beta", beta, B, T, H, low=0.0)
-    for name, gate in (("g", g), ("log_eta", log_eta)):
+    for name, gate in (("g", g), ("log_mu", log_mu)):
         if gate is not None:
             check_log_gate(name, gate, B, T, H, K, ("scalar",))
     check_scale(scale)
@@ -119,10 +121,10 @@ def ttt(q, k, v, beta, g=None, log_eta=None, *, model: InnerModel | None = None,
     N = num_states(B, T, cu_seqlens)
     P = model.num_params(K, V)
     params = ((N, H, P), "[N, H, P]")
-    momentum = ((N, H, P if log_eta is not None else 0), "[N, H, P]" if log_eta is not None else "[N, H, 0]")
+    momentum = ((N, H, P if log_mu is not None else 0), "[N, H, P]" if log_mu is not None else "[N, H, 0]")
     check_state_tuple(initial_state, TTTState, {"params": params, "momentum": momentum, "anchor": params,
                                                 "offset": ((N, H), "[N, H]")}, q,
-                      context=" (momentum [N, H, 0] when log_eta is None)")
+                      context=" (momentum [N, H, 0] when log_mu is None)")
     dtype = compute_dtype(q)
     live = torch.ones(B, T, H, dtype=dtype, device=q.device)
     g = torch.zeros_like(live) if g is None else g
@@ -131,9 +133,9 @@ def ttt(q, k, v, beta, g=None, log_eta=None, *, model: InnerModel | None = None,
         keep = token_mask.unsqueeze(-1)  # [B, T, 1]
         live = live * keep
         beta, g = beta.masked_fill(~keep, 0.0), g.masked_fill(~keep, 0.0)
-        log_eta = log_eta.masked_fill(~keep, 0.0) if log_eta is not None else None
+        log_mu = log_mu.masked_fill(~keep, 0.0) if log_mu is not None else None
     q_read = q.to(dtype) * (1.0 if scale is None else scale)
-    tokens = {"q": q_read, "k": k, "v": v, "beta": beta, "g": g, "log_eta": log_eta, "live": live}
+    tokens = {"q": q_read, "k": k, "v": v, "beta": beta, "g": g, "log_mu": log_mu, "live": live}
     check_chunk_size(mini_batch, "mini_batch")
     read_scale = _read_scale(read_scale, H, mini_batch, q)
     options = {"model": model, "loss": loss, "loss_param": loss_param, "dgd": dgd, "ln": ln, "mini_batch": mini_batch,

@@ -48,7 +48,7 @@ from regmem.ops.ttt.model import InnerModel, activation, layer_norm, layer_steps
 from regmem.ops.ttt.state import TTTState, start_anchor, zero_state
 
 
-def ttt_chunk_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: InnerModel, loss, loss_param, dgd, ln,
+def ttt_chunk_core(q, k, v, beta, g, log_mu, live, *, initial_state, model: InnerModel, loss, loss_param, dgd, ln,
                    mini_batch, chunk_size, step_rule, read_scale, compile_blocks: bool | CompileBackend = False):
     """Arguments and returns as `ttt_reference_core`; the mini-batch runs in blocks of min(chunk_size, mini_batch)
     tokens (both powers of two), the anchor moving only at mini-batch boundaries. `compile_blocks` (True, or a
@@ -61,11 +61,11 @@ def ttt_chunk_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: Inn
     C = mini_batch
     c = min(chunk_size, C)  # block length; c divides C
     ln = None if ln is None else tuple(p.to(q.dtype)[:, None, :] for p in ln)  # [H, 1, V]
-    with_momentum = log_eta is not None
+    with_momentum = log_mu is not None
     state = initial_state or zero_state(B, H, model.num_params(K, V), with_momentum, q)
     offset0 = state.offset
     seen = live.sum(dim=1)  # [B, H], live tokens of this call
-    tokens = {"q": q, "k": k, "v": v, "beta": beta, "g": g, "log_eta": log_eta, "live": live}
+    tokens = {"q": q, "k": k, "v": v, "beta": beta, "g": g, "log_mu": log_mu, "live": live}
     shift = None
     if initial_state is not None:  # continue the state's mini-batch grid (module docstring)
         shift = offset0.long()  # [B, H]
@@ -73,7 +73,7 @@ def ttt_chunk_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: Inn
     T_run = tokens["q"].shape[1]
     qc, kc, vc = (split_chunks(tokens[n], c) for n in ("q", "k", "v"))  # [B, H, N, c, K|V]
     gates = {n: split_chunks(tokens[n], c) for n in ("beta", "g", "live")}  # [B, H, N, c]
-    kern = _kernels(gates["g"], split_chunks(tokens["log_eta"], c) if with_momentum else None, gates["live"])
+    kern = _kernels(gates["g"], split_chunks(tokens["log_mu"], c) if with_momentum else None, gates["live"])
 
     # Parameters stay per layer inside the loop ([B, H, rows, columns] each) and are packed once at the end.
     W_now = model.unpack(state.params, K, V)
@@ -83,7 +83,7 @@ def ttt_chunk_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: Inn
     outputs = []
     per_chunk = [x.unbind(2) for x in (qc, kc, vc, gates["beta"], gates["live"])]
     per_kernel = {n: x.unbind(2) for n, x in kern.items()}
-    mu_n = split_chunks(tokens["log_eta"], c).unbind(2) if with_momentum else None  # [B, H, c] per block
+    mu_n = split_chunks(tokens["log_mu"], c).unbind(2) if with_momentum else None  # [B, H, c] per block
     for n, (q_n, k_n, v_n, eta_n, live_n) in enumerate(zip(*per_chunk, strict=True)):
         kn = {name: x[n] for name, x in per_kernel.items()}
         if n > 0 and n % (C // c) == 0:  # a mini-batch starts: its gradients are taken here
@@ -153,14 +153,14 @@ def _block(anchor_w, W_now, P_now, q_n, k_n, v_n, eta_n, mu_n, kn, *, model: Inn
     return (out + q_n if model.residual else out), new_w, new_p
 
 
-def ttt_mini_batch(q, k, v, beta, g, log_eta, weights: list, momenta: list, *, model: InnerModel, loss="l2",
+def ttt_mini_batch(q, k, v, beta, g, log_mu, weights: list, momenta: list, *, model: InnerModel, loss="l2",
                    loss_param=None, dgd: bool = False, step_rule="explicit", ln=None,
                    read=None) -> tuple[torch.Tensor, list, list]:
     """Exactly one whole mini-batch from a mini-batch start, heads first and per layer: `ttt(..., mode="chunk",
     mini_batch=T)` on a state whose offset is 0, every token live, without the checks, the realignment and the dead
     block a continued call pays for, and without packing the parameters (a caller that runs a sequence mini-batch
     by mini-batch, like self-modifying Titans, knows it is aligned and keeps its layers apart between calls).
-    k: [..., T, K]; v: [..., T, V]; beta, g (or None), log_eta (or None): [..., T]; weights: the layers
+    k: [..., T, K]; v: [..., T, V]; beta, g (or None), log_mu (or None): [..., T]; weights: the layers
     [..., rows, columns] (`model.unpack` of the parameters, which are the anchor); momenta: the same for the
     momentum, or [None] * depth without it. The leading dims ([B, H], or e.g. [B, memories, H]) broadcast, so
     inputs shared by several memories are passed once. q: [..., T, K] of the memories `read` selects (`_block`), or
@@ -170,8 +170,8 @@ def ttt_mini_batch(q, k, v, beta, g, log_eta, weights: list, momenta: list, *, m
     momenta after the mini-batch."""
     live = torch.ones_like(beta)
     g = torch.zeros_like(beta) if g is None else g
-    kn = _kernels(g, log_eta, live)  # the one block's kernels
-    return _block(weights, weights, momenta, q, k, v, beta, log_eta, kn, model=model, loss=loss,
+    kn = _kernels(g, log_mu, live)  # the one block's kernels
+    return _block(weights, weights, momenta, q, k, v, beta, log_mu, kn, model=model, loss=loss,
                   loss_param=loss_param, dgd=dgd, ln=ln, step_rule=step_rule, read=read)
 
 
@@ -209,8 +209,8 @@ def _layer_read(Z, W0, P0, X, D, E, kn):
     return h
 
 
-def _kernels(g, log_eta, live):
-    """g, live: [..., C]; log_eta: [..., C] or None; the leading dims are any ([B, H, N] for N mini-batches, or one
+def _kernels(g, log_mu, live):
+    """g, live: [..., C]; log_mu: [..., C] or None; the leading dims are any ([B, H, N] for N mini-batches, or one
     mini-batch's [B, H]). The decay coefficients of each mini-batch, shaped as `_layer_state` and `_layer_read` use
     them: the matrices [..., C, C], the per-token factors [..., C, 1] and the "_end" scalars [..., 1, 1] (the rows
     "_end" of a matrix [..., C, 1]), each made once per mini-batch rather than reshaped in every layer; every factor
@@ -219,15 +219,15 @@ def _kernels(g, log_eta, live):
     a = torch.exp(g.cumsum(dim=-1)).unsqueeze(-1)  # [..., C, 1]
     out = {"Gam": Gam, "a": a, "a_end": a[..., -1:, :], "Gam_end": Gam[..., -1, :].unsqueeze(-1),
            "a_prev": F.pad(a[..., :-1, :], (0, 0, 1, 0), value=1.0), "Gam_prev": _prev_rows(Gam)}
-    if log_eta is None:
+    if log_mu is None:
         M = Gam
     else:
-        Eta = torch.exp(segsum(log_eta))  # [..., C(u), C(r)]
-        c = torch.exp(log_eta.cumsum(dim=-1)).unsqueeze(-1)  # [..., C, 1]
+        Eta = torch.exp(segsum(log_mu))  # [..., C(u), C(r)]
+        c = torch.exp(log_mu.cumsum(dim=-1)).unsqueeze(-1)  # [..., C, 1]
         M = matmul(Gam, Eta)
         b = matmul(Gam, c)  # [..., C, 1]
         out |= {"b": b, "b_end": b[..., -1:, :], "b_prev": F.pad(b[..., :-1, :], (0, 0, 1, 0)),
-                "c_end": c[..., -1:, :], "E_end": torch.exp(suffix_exclusive(log_eta, dim=-1)).unsqueeze(-1)}
+                "c_end": c[..., -1:, :], "E_end": torch.exp(suffix_exclusive(log_mu, dim=-1)).unsqueeze(-1)}
     return out | {"M": M, "M_end": M[..., -1, :].unsqueeze(-1), "M_prev": _prev_rows(M)}
 
 

@@ -17,30 +17,30 @@ from regmem.ops.ttt.model import InnerModel, layer_steps, loss_grad, norms_sq
 from regmem.ops.ttt.state import TTTState, read_point, start_anchor, zero_state
 
 
-def ttt_recurrent_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: InnerModel, loss, loss_param,
+def ttt_recurrent_core(q, k, v, beta, g, log_mu, live, *, initial_state, model: InnerModel, loss, loss_param,
                        dgd, ln, mini_batch, step_rule, read_scale):
     """Arguments and returns as `ttt_reference_core`."""
     B, T, H, K = q.shape
     V = v.shape[-1]
     ln = None if ln is None else tuple(p.to(q.dtype)[:, None, :] for p in ln)  # [H, 1, V]
     reads = None if read_scale is None else read_scale.to(q.dtype).expand(B, *read_scale.shape)  # [B, H, C]
-    state = initial_state or zero_state(B, H, model.num_params(K, V), log_eta is not None, q)
+    state = initial_state or zero_state(B, H, model.num_params(K, V), log_mu is not None, q)
     theta, momentum, _, offset = state
     anchor = start_anchor(state)
-    with_momentum = log_eta is not None
-    mus = log_eta.unbind(1) if with_momentum else [None] * T
+    with_momentum = log_mu is not None
+    mus = log_mu.unbind(1) if with_momentum else [None] * T
     # unbind, not q[:, t]: the backward of indexing would zero-fill all of q once per token (O(T^2)).
     steps = zip(q.unbind(1), k.unbind(1), v.unbind(1), beta.unbind(1), g.unbind(1), mus, live.unbind(1), strict=True)
     outputs = []
-    for q_t, k_t, v_t, beta_t, g_t, log_mu, live_t in steps:
+    for q_t, k_t, v_t, beta_t, g_t, log_mu_t, live_t in steps:
         anchor_w = model.unpack(anchor, K, V)
         y, trace = model.forward(anchor_w, k_t.unsqueeze(-2), ln)  # [B, H, 1, V]
         dy = loss_grad(loss, y, v_t.unsqueeze(-2), loss_param)
         deltas = model.backward(anchor_w, trace, dy, ln)
         etas, rhos = layer_steps(step_rule, beta_t[..., None, None], *norms_sq(trace[0], deltas, dy),
-                                 log_mu[..., None, None] if with_momentum else None)  # per layer, [B, H, 1, 1]
+                                 log_mu_t[..., None, None] if with_momentum else None)  # per layer, [B, H, 1, 1]
         alpha = torch.exp(g_t)[..., None, None]
-        mu = torch.exp(log_mu)[..., None, None] if with_momentum else None
+        mu = torch.exp(log_mu_t)[..., None, None] if with_momentum else None
         live_w = live_t[..., None, None]
         new_w, new_p = [], []
         P_w = model.unpack(momentum, K, V) if with_momentum else [None] * model.depth

@@ -2,7 +2,7 @@
 (`torch.func.grad`) on the literal inner loss at the mini-batch anchor, the update written as the papers write it.
 
 For token t (1-based) with step eta_t = beta_t, weight-decay retention alpha_t = exp(g_t), momentum retention
-mu_t = exp(log_eta_t), and theta_{s(t)} the parameters at the start of its mini-batch (state.py):
+mu_t = exp(log_mu_t), and theta_{s(t)} the parameters at the start of its mini-batch (state.py):
     G_t = grad_theta loss(f_theta(k_t), v_t) at theta = theta_{s(t)}
     Pi_t = mu_t Pi_{t-1} - eta_t G_t                         (momentum; without it Pi_t = -eta_t G_t)
     W_{l,t} = (alpha_t I - rho_t x_l x_l^T) W_{l,t-1} + Pi_{l,t}    (each layer l; rho_t = eta_t with dgd, else 0)
@@ -24,15 +24,15 @@ from regmem.ops.ttt.model import InnerModel, inner_loss, layer_steps
 from regmem.ops.ttt.state import TTTState, read_point, start_anchor, zero_state
 
 
-def ttt_reference_core(q, k, v, beta, g, log_eta, live, *, initial_state, model: InnerModel, loss, loss_param,
+def ttt_reference_core(q, k, v, beta, g, log_mu, live, *, initial_state, model: InnerModel, loss, loss_param,
                        dgd, ln, mini_batch, step_rule, read_scale):
-    """q, k: [B, T, H, K]; v: [B, T, H, V]; beta, g, live: [B, T, H]; log_eta: [B, T, H] or None (no momentum);
+    """q, k: [B, T, H, K]; v: [B, T, H, V]; beta, g, live: [B, T, H]; log_mu: [B, T, H] or None (no momentum);
     initial_state: TTTState or None; ln: (gamma, beta) [H, V] or None. Returns o: [B, T, H, V], the TTTState."""
     B, T, H, K = q.shape
     V = v.shape[-1]
     ln = None if ln is None else tuple(p.to(q.dtype)[:, None, :] for p in ln)  # [H, 1, V]
     reads = None if read_scale is None else read_scale.to(q.dtype).expand(B, *read_scale.shape)  # [B, H, C]
-    state = initial_state or zero_state(B, H, model.num_params(K, V), log_eta is not None, q)
+    state = initial_state or zero_state(B, H, model.num_params(K, V), log_mu is not None, q)
     theta, momentum, _, offset = state
     anchor = start_anchor(state)
     eye = torch.eye(max(r for r, _ in model.shapes(K, V)), dtype=q.dtype)
@@ -50,12 +50,12 @@ def ttt_reference_core(q, k, v, beta, g, log_eta, live, *, initial_state, model:
         grads = model.unpack(grad, K, V)
         x_sq = [x.pow(2).sum(-1, keepdim=True) for x in inputs]
         g_sq = [G.pow(2).sum((-2, -1))[..., None, None] for G in grads]
-        log_mu = log_eta[:, t, :, None, None] if log_eta is not None else None
+        log_mu_t = log_mu[:, t, :, None, None] if log_mu is not None else None
         etas, rhos = layer_steps(step_rule, beta[:, t, :, None, None], x_sq, g_sq, dy.pow(2).sum(-1, keepdim=True),
-                                 log_mu)  # each layer's steps, [B, H, 1, 1]
+                                 log_mu_t)  # each layer's steps, [B, H, 1, 1]
         scaled = model.pack([eta * G for eta, G in zip(etas, grads, strict=True)])  # eta_l G_l
-        if log_eta is not None:
-            momentum = torch.exp(log_eta[:, t, :, None]) * momentum - scaled
+        if log_mu is not None:
+            momentum = torch.exp(log_mu[:, t, :, None]) * momentum - scaled
             step = live[:, t, :, None] * momentum
         else:
             step = -scaled
