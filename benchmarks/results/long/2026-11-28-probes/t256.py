@@ -2,4 +2,4 @@ import sys
 from regmem.experiments import presets
 presets.PRESETS["long256"] = presets.long_preset(seq_len=int(sys.argv[1]))
 sys.argv = ["x", "long256"] + sys.argv[2:]
-exec(open("/tmp/p45/long_run.py").read())
+exec(open(__file__.replace("t256.py", "long_run.py")).read())
