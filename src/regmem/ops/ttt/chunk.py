@@ -73,7 +73,9 @@ def ttt_chunk_core(q, k, v, beta, g, log_mu, live, *, initial_state, model: Inne
     T_run = tokens["q"].shape[1]
     qc, kc, vc = (split_chunks(tokens[n], c) for n in ("q", "k", "v"))  # [B, H, N, c, K|V]
     gates = {n: split_chunks(tokens[n], c) for n in ("beta", "g", "live")}  # [B, H, N, c]
-    kern = _kernels(gates["g"], split_chunks(tokens["log_mu"], c) if with_momentum else None, gates["live"])
+    mus = split_chunks(tokens["log_mu"], c) if with_momentum else None  # [B, H, N, c]
+    kern = _kernels(gates["g"], mus, gates["live"])
+    reads = read_scale.to(q.dtype) if read_scale is not None else None  # [H, C]
 
     # Parameters stay per layer inside the loop ([B, H, rows, columns] each) and are packed once at the end.
     W_now = model.unpack(state.params, K, V)
@@ -83,7 +85,7 @@ def ttt_chunk_core(q, k, v, beta, g, log_mu, live, *, initial_state, model: Inne
     outputs = []
     per_chunk = [x.unbind(2) for x in (qc, kc, vc, gates["beta"], gates["live"])]
     per_kernel = {n: x.unbind(2) for n, x in kern.items()}
-    mu_n = split_chunks(tokens["log_mu"], c).unbind(2) if with_momentum else None  # [B, H, c] per block
+    mu_n = mus.unbind(2) if with_momentum else None  # [B, H, c] per block
     for n, (q_n, k_n, v_n, eta_n, live_n) in enumerate(zip(*per_chunk, strict=True)):
         kn = {name: x[n] for name, x in per_kernel.items()}
         if n > 0 and n % (C // c) == 0:  # a mini-batch starts: its gradients are taken here
@@ -94,9 +96,9 @@ def ttt_chunk_core(q, k, v, beta, g, log_mu, live, *, initial_state, model: Inne
             final_anchor = torch.where(has_live, model.pack(anchor_w), final_anchor)
         mu = mu_n[n] if with_momentum else None
         r_n = None
-        if read_scale is not None:  # the block's positions in its mini-batch; padded tokens read at 1 (state.py)
+        if reads is not None:  # the block's positions in its mini-batch; padded tokens read at 1 (state.py)
             first = (n % (C // c)) * c
-            r_n = read_scale.to(q.dtype)[:, first:first + c]  # [H, c]
+            r_n = reads[:, first:first + c]  # [H, c]
             r_n = (1 + live_n * (r_n - 1)).unsqueeze(-1)  # [B, H, c, 1]
         out, new_w, new_p = block(anchor_w, W_now, P_now, q_n, k_n, v_n, eta_n, mu, kn, model=model, loss=loss,
                                   loss_param=loss_param, dgd=dgd, ln=ln, step_rule=step_rule, read_scale=r_n)
