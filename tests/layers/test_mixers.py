@@ -53,6 +53,7 @@ OPTION_VARIANTS = {  # "<registry key>-<what the options do>": options beyond th
     "ttt_mlp-position-step": {"mini_batch": 4, "position_step": True},
     "titans_mlp-mb4-dgd-depth3": {"mini_batch": 4, "dgd": True, "depth": 3, "expand": 1},
     "titans_mlp-noconv": {"mini_batch": 2, "short_conv": 0},
+    "titans_mlp-nomomentum-nodecay": {"mini_batch": 2, "momentum": False, "weight_decay": False},
     "mamba-simple-noconv": {"discretization": "simple", "short_conv": 0},
     "self_modifying_titans-mb2-4": {"mini_batch": 2, "mini_batch_memory": 4},
     "hope-cms-nested": {"mini_batch": 2, "cms_chunk_sizes": (2, 4), "cms_variant": "nested", "cms_lr": 0.05},
@@ -269,6 +270,34 @@ def test_unknown_mixer_and_bad_input_raise():
         _mixer("attn")(_x(2, 5), attention_mask=torch.ones(2, 6))
     with pytest.raises(ValueError, match="position_step"):  # official TTT's step: no momentum, no weight decay
         build_mixer("titans_mlp", D_MODEL, HEADS, position_step=True)
+
+
+def test_titans_mlp_without_a_gate_is_the_gate_held_at_zero():
+    """`momentum=False` / `weight_decay=False` (Titans' Table 5 ablations) equal the full memory with mu_t = 0 and
+    alpha_t = 0: the full layer's mu and alpha logits pinned far below zero, every other weight shared."""
+    torch.manual_seed(0)
+    full = build_mixer("titans_mlp", D_MODEL, HEADS, mini_batch=2).double()
+    x = _x(2, 9).double()
+    for momentum, weight_decay in [(False, True), (True, False), (False, False)]:
+        ablated = build_mixer("titans_mlp", D_MODEL, HEADS, mini_batch=2, momentum=momentum,
+                              weight_decay=weight_decay).double()
+        kept = [0] + ([1] if momentum else []) + ([2] if weight_decay else [])  # full's gates: eta, mu, alpha
+        state = {k: v for k, v in full.state_dict().items() if not k.startswith("gate_")}
+        ablated.load_state_dict(state, strict=False)
+        w = full.gate_proj.weight.view(3, HEADS, D_MODEL)
+        b = full.gate_bias.view(3, HEADS)
+        with torch.no_grad():
+            ablated.gate_proj.weight.copy_(w[kept].reshape(-1, D_MODEL))
+            ablated.gate_bias.copy_(b[kept].reshape(-1))
+            reference = build_mixer("titans_mlp", D_MODEL, HEADS, mini_batch=2).double()
+            reference.load_state_dict(full.state_dict())
+            for gate in {1, 2} - set(kept):  # mu = sigmoid(-1e4) = 0; alpha = sigmoid(-1e4) = 0
+                reference.gate_proj.weight.view(3, HEADS, D_MODEL)[gate] = 0.0
+                reference.gate_bias.view(3, HEADS)[gate] = -1e4
+        expected, _ = reference(x)
+        got, _ = ablated(x)
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+        assert not torch.allclose(got, full(x)[0], atol=1e-6)  # the gate mattered
 
 
 def test_registry_covers_the_issue_mixers():

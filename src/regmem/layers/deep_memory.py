@@ -11,7 +11,8 @@
 - `TTTLinear`, `TTTMLP`: TTT (Sun et al., arXiv:2407.04620, Sec. 2.7 and 3.1): f(x) = x + LN(g(x)) with g linear
   (with bias) or a 2-layer GELU MLP of width 4K, plain inner GD in mini-batches of 16, learnable inner lr.
 - `TitansMLP`: the deep neural memory of Titans (Behrouz et al., arXiv:2501.00663, Sec. 3.1, eqs. 9-14): a residual
-  bias-free GELU MLP of depth 2 (width 4K) with output layer norm, SGD with data-dependent momentum and weight decay.
+  bias-free GELU MLP of depth 2 (width 4K) with output layer norm, SGD with data-dependent momentum and weight decay;
+  `momentum=False` / `weight_decay=False` are Titans' Table 5 ablations (the gate held at 0).
   `TitansLinear` (titans.py) is the same memory with a linear regressor and its closed-form chunk algebra.
 - `position_step=True` (TTT-Linear and TTT-MLP: no momentum, no weight decay): official TTT's inner step
   (ttt-lm-pytorch, `token_idx` and its learnt bias). The output at position i of a mini-batch reads the anchor minus
@@ -178,7 +179,9 @@ class TitansMLP(DeepMemoryMixer):
     weight_decay = True
 
     def __init__(self, d_model: int, n_heads: int, *, depth: int = 2, expand: int = 4, inner_lr: float = 0.1,
-                 **kwargs):
+                 momentum: bool = True, weight_decay: bool = True, **kwargs):
+        # Titans' ablations "w/o momentum" and "w/o weight decay" (arXiv:2501.00663, Table 5) switch a gate off
+        self.momentum, self.weight_decay = bool(momentum), bool(weight_decay)
         if depth < 2:
             raise ValueError(f"depth must be >= 2 for a deep memory (TitansLinear is depth 1), got {depth}")
         head_dim = kwargs.get("head_dim") or d_model // n_heads
