@@ -54,6 +54,7 @@ OPTION_VARIANTS = {  # "<registry key>-<what the options do>": options beyond th
     "titans_mlp-mb4-dgd-depth3": {"mini_batch": 4, "dgd": True, "depth": 3, "expand": 1},
     "titans_mlp-noconv": {"mini_batch": 2, "short_conv": 0},
     "titans_mlp-nomomentum-nodecay": {"mini_batch": 2, "momentum": False, "weight_decay": False},
+    "titans_mlp-decay-spread": {"mini_batch": 2, "decay_init": (1e-4, 1e-2)},
     "mamba-simple-noconv": {"discretization": "simple", "short_conv": 0},
     "self_modifying_titans-mb2-4": {"mini_batch": 2, "mini_batch_memory": 4},
     "hope-cms-nested": {"mini_batch": 2, "cms_chunk_sizes": (2, 4), "cms_variant": "nested", "cms_lr": 0.05},
@@ -298,6 +299,27 @@ def test_titans_mlp_without_a_gate_is_the_gate_held_at_zero():
         got, _ = ablated(x)
         torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
         assert not torch.allclose(got, full(x)[0], atol=1e-6)  # the gate mattered
+
+
+@pytest.mark.parametrize("name", ["titans_mlp", "self_modifying_titans", "hope"])
+def test_decay_init_sets_the_initial_weight_decay_per_head(name):
+    """`decay_init`: None keeps Titans' alpha = sigmoid(-4.6) ~ 0.01 a token; (lo, hi) spreads alpha geometrically over
+    the heads from hi to lo (layers/gates.py), so the slowest head keeps exp(-1) of a value for ~1 / lo tokens."""
+    def alpha(mixer):
+        if name == "titans_mlp":
+            return torch.sigmoid(mixer.gate_bias.detach().view(3, HEADS)[-1])
+        return torch.sigmoid(-mixer.b_alpha.detach())  # b_alpha is the retention's logit
+    titans = torch.sigmoid(torch.tensor(-4.6)).expand(HEADS)
+    torch.testing.assert_close(alpha(build_mixer(name, D_MODEL, HEADS)), titans)
+    spread = alpha(build_mixer(name, D_MODEL, HEADS, decay_init=(1e-4, 1e-2)))
+    torch.testing.assert_close(spread, torch.logspace(-2, -4, HEADS), rtol=1e-5, atol=0)
+    one = alpha(build_mixer(name, D_MODEL, HEADS, decay_init=1e-3))
+    torch.testing.assert_close(one, torch.full((HEADS,), 1e-3), rtol=1e-5, atol=0)
+    for bad in (0.0, 1.5, (1e-2, 1e-4), (1e-4,)):
+        with pytest.raises(ValueError, match="decay_init"):
+            build_mixer(name, D_MODEL, HEADS, decay_init=bad)
+    with pytest.raises(ValueError, match="decay_init.*weight_decay"):
+        build_mixer(name, D_MODEL, HEADS, decay_init=1e-3, weight_decay=False)
 
 
 def test_registry_covers_the_issue_mixers():

@@ -12,7 +12,8 @@
   (with bias) or a 2-layer GELU MLP of width 4K, plain inner GD in mini-batches of 16, learnable inner lr.
 - `TitansMLP`: the deep neural memory of Titans (Behrouz et al., arXiv:2501.00663, Sec. 3.1, eqs. 9-14): a residual
   bias-free GELU MLP of depth 2 (width 4K) with output layer norm, SGD with data-dependent momentum and weight decay;
-  `momentum=False` / `weight_decay=False` are Titans' Table 5 ablations (the gate held at 0).
+  `momentum=False` / `weight_decay=False` are Titans' Table 5 ablations (the gate held at 0); `decay_init` sets
+  alpha_t's initial value, one for every head or a (lo, hi) spread over the heads (layers/gates.py).
   `TitansLinear` (titans.py) is the same memory with a linear regressor and its closed-form chunk algebra.
 - `position_step=True` (TTT-Linear and TTT-MLP: no momentum, no weight decay): official TTT's inner step
   (ttt-lm-pytorch, `token_idx` and its learnt bias). The output at position i of a mini-batch reads the anchor minus
@@ -50,6 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from regmem.layers.gates import decay_logits
 from regmem.layers.memory import MemoryMixer
 from regmem.ops import InnerModel, TTTState, ttt
 from regmem.ops.common import CompileBackend, check_compile_option, permute_time, real_first_order, restore_time
@@ -85,10 +87,11 @@ class DeepMemoryMixer(MemoryMixer):
         n_gates = self.n_gates
         self.gate_proj = nn.Linear(d_model, n_gates * n_heads, bias=False)  # eta [, mu] [, alpha] logits per head
         # The gates' biases are a parameter of their own, not the Linear's (an LM re-initialises every Linear bias to
-        # zero): alpha = sigmoid(-4.6) ~ 0.01 at init, so the memory keeps ~99% per token, not 50%.
+        # zero): alpha = sigmoid(-4.6) ~ 0.01 at init, so the memory keeps ~99% per token, not 50% (TitansMLP's
+        # `decay_init`: another alpha, or a spread over the heads; layers/gates.py).
         bias = torch.zeros(n_gates, n_heads)
         if self.weight_decay:
-            bias[-1] = -4.6
+            bias[-1] = decay_logits(None, n_heads)
         self.gate_bias = nn.Parameter(bias.flatten())  # [n_gates * H]
         self.num_params = P
         if position_step and (self.momentum or self.weight_decay):
@@ -179,11 +182,17 @@ class TitansMLP(DeepMemoryMixer):
     weight_decay = True
 
     def __init__(self, d_model: int, n_heads: int, *, depth: int = 2, expand: int = 4, inner_lr: float = 0.1,
-                 momentum: bool = True, weight_decay: bool = True, **kwargs):
+                 momentum: bool = True, weight_decay: bool = True,
+                 decay_init: float | tuple[float, float] | None = None, **kwargs):
         # Titans' ablations "w/o momentum" and "w/o weight decay" (arXiv:2501.00663, Table 5) switch a gate off
         self.momentum, self.weight_decay = bool(momentum), bool(weight_decay)
         if depth < 2:
             raise ValueError(f"depth must be >= 2 for a deep memory (TitansLinear is depth 1), got {depth}")
+        if decay_init is not None and not weight_decay:
+            raise ValueError("decay_init sets the weight decay's initial value: it needs weight_decay=True")
         head_dim = kwargs.get("head_dim") or d_model // n_heads
         model = InnerModel((expand * head_dim,) * (depth - 1), "gelu", residual=True, layer_norm=True)
         super().__init__(d_model, n_heads, inner_model=model, inner_lr=inner_lr, **kwargs)
+        if decay_init is not None:  # alpha_t's initial value (module docstring; None: ~0.01 a token)
+            with torch.no_grad():
+                self.gate_bias.view(self.n_gates, n_heads)[-1] = decay_logits(decay_init, n_heads)

@@ -27,6 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 
 DT_LOG_RANGE = (-6.9, -2.3)  # log dt_0 ~ U(-6.9, -2.3), i.e. dt_0 in about [1e-3, 1e-1]
+# Titans' weight decay at initialisation (deep_memory.py, self_modifying.py): alpha = sigmoid(-4.6) ~ 0.01 a token
+TITANS_DECAY_LOGIT = -4.6
 
 
 def a_log_parameter(n_heads: int) -> nn.Parameter:
@@ -74,3 +76,20 @@ class BilinearGate(nn.Module):
         """x_query [B, T, d_model] (the x_t), x_keys [B, S, d_model] (the x_i) -> g [B, H, T, S]."""
         written = torch.einsum("hde,bse->bshd", self.weight.to(x_keys.dtype), x_keys)  # [B, S, H, d]: W_G x_i
         return torch.einsum("bshd,btd->bhts", written, x_query)
+
+
+def decay_logits(decay_init: float | tuple[float, float] | None, n_heads: int) -> torch.Tensor:
+    """[H] initial logits of a per-token weight decay alpha = sigmoid(logit) (Titans, arXiv:2501.00663, eq. 13).
+
+    None: Titans' -4.6 for every head (alpha ~ 0.01: a memory keeps e^-1 of what it stored ~100 tokens before, and
+    ~4e-5 after 1024); a float: that alpha for every head; (lo, hi): alpha spread geometrically over the heads from
+    hi (head 0) to lo, so some heads remember about 1 / lo tokens, as Mamba-2's time steps spread over a range."""
+    if decay_init is None:
+        return torch.full((n_heads,), TITANS_DECAY_LOGIT)
+    values = decay_init if isinstance(decay_init, tuple | list) else (decay_init, decay_init)
+    if len(values) != 2 or not all(isinstance(a, int | float) and 0 < a < 1 for a in values) or values[0] > values[1]:
+        raise ValueError(f"decay_init must be None, an alpha in (0, 1) or a pair (lo, hi) with 0 < lo <= hi < 1, "
+                         f"got {decay_init!r}")
+    lo, hi = values
+    alpha = torch.logspace(math.log10(hi), math.log10(lo), n_heads, dtype=torch.float64)
+    return torch.logit(alpha).float()

@@ -70,6 +70,7 @@ from torch import nn
 
 from regmem.layers.base import Mixer, check_mixer_input, split_heads
 from regmem.layers.conv import ShortConvolution
+from regmem.layers.gates import decay_logits
 from regmem.layers.memory import MemoryState
 from regmem.layers.norm import GatedRMSNorm
 from regmem.nested import OuterParams, SelfModifyingConfig, self_modifying_titans
@@ -116,7 +117,8 @@ class SelfModifyingTitans(Mixer):
         self.ln_bias = nn.ParameterDict({name: nn.Parameter(torch.zeros(H, d)) for name in affine})
         self.w_eta = nn.Parameter(torch.randn(H, d) * d**-0.5)
         self.w_alpha = nn.Parameter(torch.randn(H, d) * d**-0.5) if config.weight_decay else None
-        self.b_alpha = nn.Parameter(torch.full((H,), 4.6)) if config.weight_decay else None  # retention ~0.99 at init
+        # the retention logit: minus the decay's (gates.py), 4.6 by default (retention ~0.99 a token at init)
+        self.b_alpha = nn.Parameter(-decay_logits(config.decay_init, H)) if config.weight_decay else None
         self.w_mu = nn.Parameter(torch.randn(H, d) * d**-0.5) if config.momentum else None
         self.w_q = nn.Parameter(torch.eye(d).repeat(H, 1, 1)) if not config.adaptive_q else None
         self.g_proj = nn.Linear(d_model, inner, bias=False)

@@ -86,6 +86,9 @@ class SelfModifyingConfig:
     dgd: bool = True
     momentum: bool = True  # inner momentum (Table 6's full model; "w/o momentum" is False)
     weight_decay: bool = True  # False: alpha_t = 1 ("w/o weight decay")
+    # the per-token decay 1 - alpha_t at initialisation (its bias b_alpha): None, Titans' ~0.01 a token; a float for
+    # every head, or (lo, hi) spread over the heads (regmem/layers/gates.py, `decay_logits`); needs weight_decay
+    decay_init: float | tuple[float, float] | None = None
     adaptive_q: bool = True  # False: q = x W_q, a static linear projection
     static: frozenset[StaticMemory] = frozenset()  # memories (not the main one) never updated at test time
     # True: every memory regresses onto its own M(v_t) (eqs. 87/95, the self-modification); False: onto v_t (eq. 84,
@@ -145,6 +148,8 @@ class SelfModifyingConfig:
                                       or self.bptt % step):
             raise ValueError(f"bptt must be None or a positive multiple of the mini-batches ({step}), "
                              f"got {self.bptt!r}")
+        if self.decay_init is not None and not self.weight_decay:
+            raise ValueError("decay_init sets the weight decay's initial value: it needs weight_decay=True")
         if not self.eta_max >= 0:
             raise ValueError(f"eta_max must be >= 0, got {self.eta_max!r}")
         if not self.generator_gain >= 0:

@@ -31,11 +31,14 @@ Tokens = Mapping[str, torch.Tensor | None]
 class Backend:
     """forms: mode -> core; usable(tokens) -> (runs this call, a warning to give when it does not, or None);
     refuses(form options) -> why the backend cannot run a call with these options of the form, or None: "auto" then
-    runs the torch form, a backend named explicitly raises ValueError with the reason."""
+    runs the torch form, a backend named explicitly raises ValueError with the reason (None: it takes every option)."""
 
     forms: Mapping[str, Callable]
     usable: Callable[[Tokens], tuple[bool, str | None]]
-    refuses: Callable[[Mapping[str, Any]], str | None] = lambda options: None
+    refuses: Callable[[Mapping[str, Any]], str | None] | None = None
+
+    def refusal(self, options: Mapping[str, Any]) -> str | None:
+        return None if self.refuses is None else self.refuses(options)
 
 
 _WARNED: set[str] = set()
@@ -55,7 +58,9 @@ def fla_usable(tokens: Tokens) -> tuple[bool, str | None]:
     """fla runs a call whose tensors are on CUDA in a dtype its kernels take, when it is installed, unless its own
     version checks refuse the call's backward (fla 0.6 refuses the gated kernels' backward on Hopper with Triton
     >= 3.4, < 3.7.1, which compute wrong gradients there): then the torch form runs, with one warning."""
-    first = next(t for t in tokens.values() if t is not None)
+    for first in tokens.values():  # the first tensor (a loop, not a call: this runs on every op call)
+        if first is not None:
+            break
     if not first.is_cuda or first.dtype not in FLA_DTYPES or not _installed("fla"):
         return False, None
     gated = tokens.get("g") is not None
@@ -106,7 +111,9 @@ def triton_interpreting() -> bool:
 
 def triton_usable(tokens: Tokens) -> tuple[bool, str | None]:
     """regmem's Triton kernels run a call whose tensors are on CUDA in a dtype they take, when triton is installed."""
-    first = next(t for t in tokens.values() if t is not None)
+    for first in tokens.values():
+        if first is not None:
+            break
     return first.is_cuda and first.dtype in TRITON_DTYPES and _installed("triton"), None
 
 

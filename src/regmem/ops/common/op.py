@@ -55,7 +55,8 @@ def compute_dtype(x: torch.Tensor) -> torch.dtype:
 
 def scaled_queries(q: torch.Tensor, scale: float | None) -> torch.Tensor:
     """q in the compute dtype times `scale`; None means K ** -0.5 (the op contract)."""
-    return q.to(compute_dtype(q)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32  # compute_dtype(q), without its call
+    return q.to(dtype) * (q.shape[-1] ** -0.5 if scale is None else scale)
 
 
 def map_state(fn: Callable[[torch.Tensor], torch.Tensor], state):
@@ -93,6 +94,7 @@ class Op:
         self.backends = dict(backends or {})
         functools.update_wrapper(self, prepare)
         self.form_options = {mode: _form_options(core) for mode, core in self.forms.items()}
+        self._form_option_names = frozenset(name for names in self.form_options.values() for name in names)
         # frame keywords a prepare names in its signature reach it too, so it can veto combinations
         self._frame_keywords = {"output_final_state", "backend"} & set(inspect.signature(prepare).parameters)
         self.__signature__ = _public_signature(prepare, self.form_options, self.backends)
@@ -106,16 +108,25 @@ class Op:
 
     def __call__(self, *args, mode: Mode = "chunk", chunk_size: int = 64, output_final_state: bool = False,
                  backend: str = "auto", **kwargs):
-        self._check_backend(mode, backend)
-        check_chunk_size(chunk_size)
-        options = self._take_form_options(mode, kwargs)
+        # One pass over the frame's arguments; the helpers named run only where a value needs explaining or work
+        if mode not in MODES or backend not in ("auto", "torch"):
+            self._check_backend(mode, backend)
+        if not (type(chunk_size) is int and chunk_size >= 1 and not chunk_size & (chunk_size - 1)):
+            check_chunk_size(chunk_size)
+        options = {}
+        if kwargs and not self._form_option_names.isdisjoint(kwargs):
+            options = self._take_form_options(mode, kwargs)
         if mode == "chunk":
             options["chunk_size"] = chunk_size
-        frame = {"output_final_state": output_final_state, "backend": backend}
-        call = self.prepare(*args, **kwargs, **{name: frame[name] for name in self._frame_keywords})
-        tokens, initial_state, packing = _enter(call)
-        core = self._core(mode, backend, call, tokens, options)
-        if _empty(tokens):  # nothing to compute: every form gives the same empty output and unchanged state
+        if self._frame_keywords:
+            frame = {"output_final_state": output_final_state, "backend": backend}
+            for name in self._frame_keywords:
+                kwargs[name] = frame[name]
+        call = self.prepare(*args, **kwargs)
+        tokens, initial_state, packing, empty = _enter(call)
+        core = self.forms[mode] if backend == "torch" or not self.backends else self._core(mode, backend, call,
+                                                                                            tokens, options)
+        if empty:  # nothing to compute: every form gives the same empty output and unchanged state
             o, state = self.forms["reference"](**tokens, initial_state=initial_state, **call.options)
             return _leave(call, o, state, packing, output_final_state)
         try:
@@ -127,6 +138,8 @@ class Op:
             warn_once(f"{self.__name__}: the {core.__module__} kernel failed ({reason}); "
                       "backend='auto' runs the torch form (a backend named explicitly raises instead)")
             o, state = self.forms[mode](**tokens, initial_state=initial_state, **call.options, **options)
+        if packing is None and call.finish is None:
+            return o.to(call.out_dtype), (state if output_final_state else None)
         return _leave(call, o, state, packing, output_final_state)
 
     def _check_backend(self, mode: str, backend: str) -> None:
@@ -148,15 +161,15 @@ class Op:
         if backend == "torch":
             return self.forms[mode]
         if backend != "auto":
-            reason = self.backends[backend].refuses(options)
+            reason = self.backends[backend].refusal(options)
             if reason is not None:
                 raise ValueError(reason)
             return self.backends[backend].forms[mode]
         for library in self.backends.values():
-            if mode not in library.forms or call.torch_only or library.refuses(options) is not None:
+            if mode not in library.forms or call.torch_only:
                 continue
-            usable, warning = library.usable(tokens)
-            if usable:
+            usable, warning = library.usable(tokens)  # first: off CUDA it answers at once
+            if usable and library.refusal(options) is None:
                 return library.forms[mode]
             if warning is not None:
                 warn_once(warning)
@@ -180,21 +193,28 @@ def op(*, reference: Callable, recurrent: Callable, chunk: Callable,
 
 
 def _enter(call: Call):
-    """The core's inputs in the compute dtype, padded from the packed row when the call has `cu_seqlens`."""
-    first = next(t for t in call.tokens.values() if t is not None)
-    dtype = compute_dtype(first)
-    tokens = {n: (t.to(dtype) if t is not None else None) for n, t in call.tokens.items()}
-    initial_state = map_state(lambda s: s.to(dtype), call.initial_state)
+    """The core's inputs in the compute dtype, padded from the packed row when the call has `cu_seqlens`, and
+    whether the batch or the sequence is empty (B = 0 or T = 0: every per-token tensor is [B, T, ...])."""
+    tokens, first = {}, None
     packing = Packing(call.cu_seqlens) if call.cu_seqlens is not None else None
-    if packing is not None:
-        tokens = {n: (packing.pad(t) if t is not None else None) for n, t in tokens.items()}  # [N, T_max, H, ...]
-    return tokens, initial_state, packing
-
-
-def _empty(tokens: Mapping[str, torch.Tensor | None]) -> bool:
-    """Whether the batch or the sequence is empty: B = 0 or T = 0 (the per-token tensors are [B, T, ...])."""
-    first = next(t for t in tokens.values() if t is not None)
-    return first.shape[0] == 0 or first.shape[1] == 0
+    for name, t in call.tokens.items():
+        if t is not None:
+            if first is None:  # the first tensor sets the compute dtype (`compute_dtype`)
+                dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
+            t = t.to(dtype)
+            if packing is not None:
+                t = packing.pad(t)  # [N, T_max, H, ...]
+            if first is None:
+                first = t
+        tokens[name] = t
+    if first is None:
+        raise ValueError("a call needs at least one per-token tensor")
+    initial_state = call.initial_state
+    if isinstance(initial_state, torch.Tensor):
+        initial_state = initial_state.to(dtype)
+    elif initial_state is not None:  # a NamedTuple of tensors
+        initial_state = map_state(lambda s: s.to(dtype), initial_state)
+    return tokens, initial_state, packing, first.shape[0] == 0 or first.shape[1] == 0
 
 
 def _leave(call: Call, o: torch.Tensor, state, packing: Packing | None, output_final_state: bool):

@@ -79,6 +79,17 @@ def check_shape(name: str, x: torch.Tensor, expected: Sequence[int], doc: str) -
 
 def check_qkv(q, k, v) -> tuple[int, int, int, int, int]:
     """Checks q, k: [B, T, H, K] and v: [B, T, H, V] on one device; returns (B, T, H, K, V)."""
+    tensor = torch.Tensor
+    if not (isinstance(q, tensor) and isinstance(k, tensor) and isinstance(v, tensor) and q.is_floating_point()
+            and q.ndim == 4 and v.ndim == 4 and q.shape == k.shape and q.shape[:3] == v.shape[:3]
+            and q.dtype == k.dtype == v.dtype and q.device == k.device == v.device):
+        _explain_qkv(q, k, v)  # the one-pass test above failed: name the argument
+    B, T, H, K = q.shape
+    return B, T, H, K, v.shape[-1]
+
+
+def _explain_qkv(q, k, v) -> None:
+    """Raises the ValueError that names what check_qkv's one-pass test found wrong."""
     check_tensor("q", q, 4, "[B, T, H, K]")
     check_tensor("k", k, 4, "[B, T, H, K]")
     check_tensor("v", v, 4, "[B, T, H, V]")
@@ -90,7 +101,6 @@ def check_qkv(q, k, v) -> tuple[int, int, int, int, int]:
         if x.dtype != q.dtype:
             raise ValueError(f"{name} must have the dtype of q ({q.dtype}), got {x.dtype}")
     check_same_device(q=q, k=k, v=v)
-    return B, T, H, K, v.shape[-1]
 
 
 def renamed_argument(op_name: str, new: str, new_value, old: str, old_value, *, stacklevel: int = 4):
@@ -107,10 +117,13 @@ def renamed_argument(op_name: str, new: str, new_value, old: str, old_value, *, 
 
 
 def check_same_device(**tensors: torch.Tensor | None) -> None:
-    named = [(n, t) for n, t in tensors.items() if t is not None]
-    first_name, first = named[0]
-    for name, t in named[1:]:
-        if t.device != first.device:
+    first_name = first = None
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if first is None:
+            first_name, first = name, t
+        elif t.device != first.device:
             raise ValueError(
                 f"{name} is on {t.device} but {first_name} is on {first.device}; all inputs must share a device"
             )
@@ -120,14 +133,19 @@ def check_log_gate(name: str, g, B: int, T: int, H: int, K: int, kinds: Sequence
     """A log-space gate is scalar [B, T, H] or diagonal [B, T, H, K]; returns "scalar" or "diagonal".
 
     Gates are log retention (decay) factors, so every entry must be <= 0 (retention <= 1)."""
-    docs = {"scalar": "[B, T, H]", "diagonal": "[B, T, H, K]"}
-    shapes = {"scalar": (B, T, H), "diagonal": (B, T, H, K)}
-    allowed = " or ".join(f"{docs[k]} = {list(shapes[k])}" for k in kinds)
-    if not isinstance(g, torch.Tensor) or not g.is_floating_point():
-        got = f"dtype {g.dtype}" if isinstance(g, torch.Tensor) else type(g).__name__
-        raise ValueError(f"{name} must be a floating-point tensor of shape {allowed}, got {got}")
-    kind = next((k for k in kinds if tuple(g.shape) == shapes[k]), None)
+    kind = None
+    if isinstance(g, torch.Tensor) and g.is_floating_point():
+        if g.ndim == 3 and "scalar" in kinds and g.shape == (B, T, H):
+            kind = "scalar"
+        elif g.ndim == 4 and "diagonal" in kinds and g.shape == (B, T, H, K):
+            kind = "diagonal"
     if kind is None:
+        docs = {"scalar": "[B, T, H]", "diagonal": "[B, T, H, K]"}
+        shapes = {"scalar": (B, T, H), "diagonal": (B, T, H, K)}
+        allowed = " or ".join(f"{docs[k]} = {list(shapes[k])}" for k in kinds)
+        if not isinstance(g, torch.Tensor) or not g.is_floating_point():
+            got = f"dtype {g.dtype}" if isinstance(g, torch.Tensor) else type(g).__name__
+            raise ValueError(f"{name} must be a floating-point tensor of shape {allowed}, got {got}")
         raise ValueError(f"{name} must have shape {allowed}, got shape {_shape(g)}")
     check_at_most(name, g, 0.0, "is a log retention factor and must be <= 0 everywhere")
     return kind
@@ -137,8 +155,9 @@ def check_token_scalar(name: str, x, B: int, T: int, H: int, *, extra: Sequence[
                        low: float | None = None, high: float | None = None) -> None:
     """A per-token, per-head scalar such as a step size beta: [B, T, H] (+ `extra` trailing dims), optionally
     bounded to [low, high]."""
-    check_tensor(name, x, 3 + len(extra), doc)
-    check_shape(name, x, (B, T, H, *extra), doc)
+    if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.shape == (B, T, H, *extra)):
+        check_tensor(name, x, 3 + len(extra), doc)  # the one-pass test failed: name what is wrong
+        check_shape(name, x, (B, T, H, *extra), doc)
     if low is not None:
         check_at_least(name, x, low, f"must be >= {low} everywhere")
     if high is not None:
@@ -147,18 +166,14 @@ def check_token_scalar(name: str, x, B: int, T: int, H: int, *, extra: Sequence[
 
 def check_at_most(name: str, x: torch.Tensor, high: float, message: str) -> None:
     """A value check (module docstring): every entry of x must be <= high, so a NaN fails it too."""
-    if checks_values(x) and x.numel():
-        with torch.no_grad():
-            if not bool((x <= high).all()):  # not `(x > high).any()`: every comparison with NaN is False
-                raise ValueError(f"{name} {message}, got {_extreme(x, 'max')}")
+    if checks_values(x) and x.numel() and not bool((x <= high).all()):  # a comparison records no graph
+        raise ValueError(f"{name} {message}, got {_extreme(x, 'max')}")  # `<=`, not `>`: NaN fails it too
 
 
 def check_at_least(name: str, x: torch.Tensor, low: float, message: str) -> None:
     """A value check (module docstring): every entry of x must be >= low, so a NaN fails it too."""
-    if checks_values(x) and x.numel():
-        with torch.no_grad():
-            if not bool((x >= low).all()):  # not `(x < low).any()`: every comparison with NaN is False
-                raise ValueError(f"{name} {message}, got {_extreme(x, 'min')}")
+    if checks_values(x) and x.numel() and not bool((x >= low).all()):  # a comparison records no graph
+        raise ValueError(f"{name} {message}, got {_extreme(x, 'min')}")  # `>=`, not `<`: NaN fails it too
 
 
 def _extreme(x: torch.Tensor, which: str) -> str:
@@ -169,8 +184,9 @@ def _extreme(x: torch.Tensor, which: str) -> str:
 
 
 def check_state(name: str, state, expected: Sequence[int], doc: str) -> None:
-    check_tensor(name, state, len(expected), doc)
-    check_shape(name, state, expected, doc)
+    if not (isinstance(state, torch.Tensor) and state.is_floating_point() and state.shape == tuple(expected)):
+        check_tensor(name, state, len(expected), doc)  # the one-pass test failed: name what is wrong
+        check_shape(name, state, expected, doc)
 
 
 def check_state_tuple(initial_state, cls, shapes, q: torch.Tensor, *, context: str = "") -> None:
@@ -185,7 +201,8 @@ def check_state_tuple(initial_state, cls, shapes, q: torch.Tensor, *, context: s
     for name, field in zip(cls._fields, initial_state, strict=True):
         shape, doc = shapes[name]
         check_state(f"initial_state.{name}", field, shape, doc)
-        check_same_device(q=q, **{f"initial_state.{name}": field})
+        if field.device != q.device:
+            check_same_device(q=q, **{f"initial_state.{name}": field})
 
 
 def check_cu_seqlens(cu_seqlens, B: int, T: int) -> int:
@@ -212,8 +229,11 @@ def num_states(B: int, T: int, cu_seqlens) -> int:
 
 def check_initial_state(initial_state, expected: Sequence[int], doc: str, q: torch.Tensor) -> None:
     """An optional state tensor of shape `expected` (documented as `doc`) on the device of q."""
-    if initial_state is not None:
-        check_state("initial_state", initial_state, expected, doc)
+    if initial_state is None:
+        return
+    if not (isinstance(initial_state, torch.Tensor) and initial_state.is_floating_point()
+            and initial_state.shape == tuple(expected) and initial_state.device == q.device):
+        check_state("initial_state", initial_state, expected, doc)  # the one-pass test failed: name what is wrong
         check_same_device(q=q, initial_state=initial_state)
 
 

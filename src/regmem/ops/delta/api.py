@@ -44,12 +44,16 @@ def delta_call(q, k, v, g, beta, *, scale, initial_state, cu_seqlens, out_dtype=
     B, T, H, K, V = check_qkv(q, k, v)
     if g is not None:
         check_log_gate("g", g, B, T, H, K, ("scalar", "diagonal"))
-        check_same_device(q=q, g=g)
+        if g.device != q.device:
+            check_same_device(q=q, g=g)
     check_token_scalar("beta", beta, B, T, H, low=0.0)
-    check_same_device(q=q, beta=beta)
-    check_scale(scale)
-    N = num_states(B, T, cu_seqlens)
-    check_initial_state(initial_state, (N, H, K, V), "[N, H, K, V]", q)
+    if beta.device != q.device:
+        check_same_device(q=q, beta=beta)
+    if scale is not None:
+        check_scale(scale)
+    N = B if cu_seqlens is None else num_states(B, T, cu_seqlens)
+    if initial_state is not None:
+        check_initial_state(initial_state, (N, H, K, V), "[N, H, K, V]", q)
     tokens = {"q": scaled_queries(q, scale), "k": k, "v": v, "g": g, "beta": beta}
     return Call(tokens, out_dtype or q.dtype, initial_state, cu_seqlens=cu_seqlens, finish=finish)
 
