@@ -112,7 +112,7 @@ EXAMPLES = {
 # The work each command ends in: replaced by `_reached_the_work` (module, attribute)
 WORK = [("regmem.experiments.runs", "train_and_evaluate"), ("regmem.experiments.compare", "run_compare"),
         ("regmem.experiments.suite", "suite"), ("regmem.experiments.repro", "run_repro"),
-        ("regmem.experiments.text", "generate_text"), ("regmem.experiments.analyze", "analyze_snr"),
+        ("regmem.experiments.generation", "generate_text"), ("regmem.experiments.analyze", "analyze_snr"),
         ("regmem.experiments.analyze_context_growth", "analyze_context_growth"), ("regmem.bench", "run"),
         ("regmem.experiments.showcase", "showcase"), ("regmem.nested", "describe_levels"),
         ("regmem.tasks.tokenizer", "train_bpe"), ("regmem.tasks.corpus", "prepare_corpus")]

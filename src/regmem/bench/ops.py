@@ -10,7 +10,7 @@ from dataclasses import asdict
 import torch
 
 from regmem.bench.cases import ALL_CASES, Shape, case_inputs, forward_flops, op_step
-from regmem.bench.memory import peak_mb
+from regmem.bench.peak_memory import peak_mb
 from regmem.bench.timing import matmul_gflops, median_seconds
 
 
@@ -19,7 +19,7 @@ def run(
     max_token_loop_len=None, progress=print,
 ) -> dict:
     """Times every (case, form, T, pass); with `memory`, also measures each one's peak memory in a fresh process
-    (bench/memory.py); forms other than chunk only up to T = `max_token_loop_len` (None: every T).
+    (bench/peak_memory.py); forms other than chunk only up to T = `max_token_loop_len` (None: every T).
     Returns {"meta": ..., "rows": [...]}."""
     peak = matmul_gflops(1024, dtype, min_run_time=min_run_time)
     progress(f"dense matmul 1024^3 ({dtype}): {peak:.1f} GFLOP/s")

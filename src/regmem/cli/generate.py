@@ -34,7 +34,7 @@ def add_generate(commands) -> None:
 
 
 def _generate(args) -> None:
-    from regmem.experiments.text import generate_text
+    from regmem.experiments.generation import generate_text
 
     if not args.prompt:
         args.parser.error("argument --prompt: must not be empty")

@@ -4,7 +4,7 @@ The paper trains from scratch and scores RULER's needle tasks (Hsieh et al. 2024
 16K tokens; its claims: deep memories (Titans, Hope) stay above linear memories as the context grows, attention
 keeps the single-needle tasks near 100 %, and every attention-free model falls on multi-key and multi-value
 needles. Here: regmem's tiny-vocabulary needles (regmem/tasks/niah.py), a one-layer d_model-64 model trained at
-`train_len` tokens and scored at 1x, 2x and 4x that length by needle depth (experiments/niah.py), each mixer at
+`train_len` tokens and scored at 1x, 2x and 4x that length by needle depth (experiments/niah_maps.py), each mixer at
 the better of two learning rates over two seeds (the fair protocol), one heat map per variant. Runs are stored
 under the output directory, so the command resumes. Hope is not built yet; RWKV-7, Comba and DLA are not in
 regmem.
@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from regmem.experiments.niah import run_niah
+from regmem.experiments.niah_maps import run_niah
 from regmem.experiments.presets import PRESETS
 from regmem.experiments.repro.record import Repro
 
@@ -51,7 +51,7 @@ QUICK = NIAHSettings(mixers=("attn", "linear"), variants=("niah_single",), prese
 
 
 def run(settings: NIAHSettings, out_dir: Path, *, log=print, progress: bool = True) -> dict:
-    """Each variant's heat maps (experiments/niah.py; runs stored under `out_dir`/nl-niah-runs); {"settings",
+    """Each variant's heat maps (experiments/niah_maps.py; runs stored under `out_dir`/nl-niah-runs); {"settings",
     "runs": {variant: its niah.json without the runs}}."""
     preset = PRESETS[settings.preset]
     if settings.steps is not None:
@@ -116,7 +116,7 @@ def _length_mean(run: dict, mixer: str, i: int) -> float:
 
 
 def heat_maps(result: dict, path: Path) -> dict[str, Path]:
-    """Each variant's heat map, drawn with its runs (experiments/niah.py); nothing is drawn at `path`."""
+    """Each variant's heat map, drawn with its runs (experiments/niah_maps.py); nothing is drawn at `path`."""
     return {variant: Path(run["dir"]) / "niah.png" for variant, run in result["runs"].items()}
 
 

@@ -3,7 +3,7 @@
 u depends on every earlier u, so the T new tokens are processed in chunks of C rows. For the chunk of rows
 [s, e) (absolute rows S + s .. S + e - 1 after S cached pairs):
 
-  1. A_c = erase weights of the chunk's rows against all the pairs they can see, [C, S + e] (scores.py). For
+  1. A_c = erase weights of the chunk's rows against all the pairs they can see, [C, S + e] (similarities.py). For
      kappa_1 = softmax the row normalisation Z^(1)_t of eq. 94 runs over the previous pairs and the earlier rows of
      the chunk together. Listing 1 computes it as two partial softmaxes and mixes them by their shares of the mass
      (its Z_intra / Z_inter names are swapped); one softmax over the [C, S + e] block is the same number.
@@ -30,7 +30,7 @@ import torch
 from einops import rearrange
 
 from regmem.ops.deltaformer.reference import read
-from regmem.ops.deltaformer.scores import erase_allowed, erase_matrix
+from regmem.ops.deltaformer.similarities import erase_allowed, erase_matrix
 from regmem.ops.deltaformer.state import KUState, cached_pairs
 from regmem.ops.nonparametric.chunk import softmax_chunk_core
 from regmem.ops.nonparametric.state import KVState

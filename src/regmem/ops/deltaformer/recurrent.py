@@ -23,7 +23,7 @@ import torch
 from einops import rearrange
 
 from regmem.ops.common import score_kernel
-from regmem.ops.deltaformer.scores import erase_allowed, read_allowed
+from regmem.ops.deltaformer.similarities import erase_allowed, read_allowed
 from regmem.ops.deltaformer.state import KUState, cached_pairs
 
 HISTORY_BLOCK = 64  # u per stored block of the history

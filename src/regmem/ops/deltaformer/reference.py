@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from einops import rearrange
 
-from regmem.ops.deltaformer.scores import erase_allowed, erase_matrix, read_allowed, read_matrix
+from regmem.ops.deltaformer.similarities import erase_allowed, erase_matrix, read_allowed, read_matrix
 from regmem.ops.deltaformer.state import KUState, cached_pairs
 
 
