@@ -11,7 +11,7 @@ DGD"), `self_values=False`) and `cms=False` ("w/o CMS", which leaves self-modify
 Hope has the paper's mechanisms (regmem/layers/self_modifying.py names each departure from the printed equations)
 but one: its CMS steps by the "normalized" rule at lr 1e-3, which barely moves the levels in context. The "capped"
 rule at `cms_lr=1` moves them (17 % over 1024 tokens), and with it Hope learned neither MQAR nor a needle at quick
-scale, where either part alone trained (benchmarks/README.md, "Hope with the paper's mechanisms").
+scale, where either part alone trained (benchmarks/nested-learning.md, "Hope with the paper's mechanisms").
 `HopeStandIn` (mixer "hope_standin") is the stabilised model it was before LMConfig format 7.
 
 CMS options: `cms_chunk_sizes` (one per level, fast first as in Fig. 5), `cms_lr` (inner learning rate),

@@ -14,7 +14,7 @@ Defaults (SelfModifyingConfig holds them, the only place) and each departure fro
   M k -> (1 - 2 rho) M k + rho v, so repeated writes of a pair converge to v / 2, not v
   (tests/nested/test_dgd_double_delta.py). The halving is harmless here: every read of a memory is normalised (k, q,
   v) or passes a learnt read-out (eta, alpha) or the output norm. It costs time: within a mini-batch the DGD
-  transitions are chained (benchmarks/README.md, "Hope with the paper's mechanisms"). `dgd=False` is Table 6's
+  transitions are chained (benchmarks/nested-learning.md, "Hope with the paper's mechanisms"). `dgd=False` is Table 6's
   "w/o DGD".
 - the main memory is Titans-MLP's (`memory_expand=4`, `memory_activation="gelu"`: a residual MLP 4 d wide with GELU),
   the five generating memories the narrow SiLU MLP of eq. 89 (`hidden` 0: d wide); the paper gives every memory one

@@ -81,7 +81,7 @@ class SelfModifyingConfig:
     generator_gain: float = 0.1
     # True: eq. 88's DGD term on top of the l2 gradient (Table 6's full model), which halves what a memory recalls
     # (fixed point v/2, which the normalisations after every read make harmless); with self_values it costs Hope
-    # 1.4x the stand-in's training step (benchmarks/README.md, "Hope with the paper's mechanisms"); False:
+    # 1.4x the stand-in's training step (benchmarks/nested-learning.md, "Hope with the paper's mechanisms"); False:
     # plain GD with momentum and weight decay, Table 6's "w/o DGD" row (regmem/layers/self_modifying.py)
     dgd: bool = True
     momentum: bool = True  # inner momentum (Table 6's full model; "w/o momentum" is False)
@@ -120,7 +120,7 @@ class SelfModifyingConfig:
     # True: each whole mini-batch's fused piece runs through torch.compile (a name: that backend instead of inductor),
     # one graph traced once and reused by every mini-batch (fixed shapes), not the layer's unrolled loop; same
     # results to float round-off. It pays where the layer is bound by many small ops: 2.3x a training step on one CPU
-    # thread at T 512, after a compile of 3-5 min on a loaded 2-core CPU (benchmarks/README.md, "compile_pieces")
+    # thread at T 512, after a compile of 3-5 min on a loaded 2-core CPU (benchmarks/nested-learning.md, "compile_pieces")
     compile_pieces: bool | CompileBackend = False
     # Tokens the outer gradient flows back through the memories' states: None, the whole context (Fig. 5's BPTT
     # length L); a multiple of the mini-batches, truncated BPTT: every `bptt` tokens of a call the states are carried

@@ -35,7 +35,7 @@ Open details of Algorithm 1, decided here:
     parameter's dtype elsewhere, where bfloat16 is emulated and ~27x slower; the read-outs return to the parameter's
     dtype. In float32 a step cost 2.8x torch.optim.Muon's on one thread of a CPU with AVX512-BF16 (four 256 x 256
     weights; float32 Newton-Schulz 2.7x its bfloat16) and 1.1x MuonMemory's float32 step: the iteration's
-    precision, not Algorithm 1's extra memories, was the cost (benchmarks/README.md, "Optimisers").
+    precision, not Algorithm 1's extra memories, was the cost (benchmarks/optimizers.md, "Optimisers").
 """
 
 from __future__ import annotations

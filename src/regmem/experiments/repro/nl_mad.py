@@ -69,7 +69,7 @@ class MADSettings:
     task_points: dict = field(default_factory=lambda: dict(MAD_POINTS))  # each task's config fields
     # The lr of every MLP (the blocks' SwiGLU, Hope's CMS) as a multiple of the run's lr (`Preset.mlp_lr_scale`).
     # 1 here (one lr for the whole model, as the committed table was measured); the MQAR presets use 0.1, and Hope
-    # learns ICR only under that rule (benchmarks/README.md, "MAD: Hope needs the MLP lr rule").
+    # learns ICR only under that rule (benchmarks/leaderboards.md, "MAD: Hope needs the MLP lr rule").
     mlp_lr_scale: float = 1.0
 
     def __post_init__(self):
