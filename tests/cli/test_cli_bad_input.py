@@ -25,6 +25,13 @@ CASES = {
         (["analyze", "nosuch"], "argument KIND: invalid choice: 'nosuch'"),
         (["analyze", "context-growth", "--seed", "x", "--out-dir", "{out}"], "argument --seed: expected an integer"),
         (["analyze", "snr", "--out-dir", "{file}"], "argument --out-dir: '"),
+        (["analyze", "reach", "--variant", "hope:nosuch=1", "--out-dir", "{out}"],
+         "argument --variant: mixer 'hope' has no option 'nosuch'"),
+        (["analyze", "reach", "--variant", "hope", "--out-dir", "{out}"],
+         "argument --variant: variant 'hope': expected"),
+        (["analyze", "reach", "--mixers", "gru", "--out-dir", "{out}"], "argument --mixers: "),
+        (["analyze", "reach", "--mixers", "gated_deltanet", "--n-heads", "3", "--out-dir", "{out}"],
+         "argument --n-heads: gated_deltanet at d_model 64, n_heads 3"),
         (["analyze", "snr", "--seed", "-1", "--out-dir", "{out}"], "argument --seed: must be >= 0, got -1"),
     ],
     "bench": [

@@ -119,8 +119,9 @@ class SelfModifyingConfig:
     inputs: Inputs = "separate"
     # True: each whole mini-batch's fused piece runs through torch.compile (a name: that backend instead of inductor),
     # one graph traced once and reused by every mini-batch (fixed shapes), not the layer's unrolled loop; same
-    # results to float round-off. It pays where the layer is bound by many small ops: 2.3x a training step on one CPU
-    # thread at T 512, after a compile of 3-5 min on a loaded 2-core CPU (benchmarks/nested-learning.md, "compile_pieces")
+    # results to float round-off. It pays where the layer is bound by many small ops: 2.3x a training step on one
+    # CPU thread at T 512, after a compile of 3-5 min on a loaded 2-core CPU (benchmarks/nested-learning.md,
+    # "compile_pieces")
     compile_pieces: bool | CompileBackend = False
     # Tokens the outer gradient flows back through the memories' states: None, the whole context (Fig. 5's BPTT
     # length L); a multiple of the mini-batches, truncated BPTT: every `bptt` tokens of a call the states are carried
