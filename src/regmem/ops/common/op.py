@@ -138,8 +138,6 @@ class Op:
             warn_once(f"{self.__name__}: the {core.__module__} kernel failed ({reason}); "
                       "backend='auto' runs the torch form (a backend named explicitly raises instead)")
             o, state = self.forms[mode](**tokens, initial_state=initial_state, **call.options, **options)
-        if packing is None and call.finish is None:
-            return o.to(call.out_dtype), (state if output_final_state else None)
         return _leave(call, o, state, packing, output_final_state)
 
     def _check_backend(self, mode: str, backend: str) -> None:
