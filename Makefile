@@ -30,7 +30,7 @@ test: lint
 test-thorough: install
 	HYPOTHESIS_PROFILE=thorough $(VENV)/bin/pytest -q -n 2 -m hypothesis
 
-# Four mixers at 16 pairs, each at its tuned learning rate (src/regmem/experiments/tuned_lr.json), seeds 0, 1 and 2.
+# Four mixers at 16 pairs, each at its tuned learning rate (src/regmem/lab/experiments/tuned_lr.json), seeds 0, 1 and 2.
 demo: install
 	$(VENV)/bin/regmem compare mqar --preset quick --sweep num_kv_pairs=16 --mixers attn,linear,mamba2,gated_deltanet \
 		--seeds 0,1,2 --workers 2

@@ -6,13 +6,13 @@ import sys
 
 import pytest
 
-from regmem.cli import build_parser, main
+from regmem.lab.cli import build_parser, main
 
 
 def test_help_lists_every_command(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
-    from regmem.cli import ADDERS
+    from regmem.lab.cli import ADDERS
 
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()  # a long name's help wraps, deeper
               if line.startswith("    ") and not line.startswith("     ")]
@@ -23,7 +23,7 @@ def test_help_lists_every_command(capsys):
 
 def _modules_after(command: str) -> dict:
     """The modules a fresh interpreter holds after `regmem <command>` (a help request: it exits)."""
-    code = ("import json, sys\nfrom regmem.cli import main\ntry:\n    main(sys.argv[1:])\n"
+    code = ("import json, sys\nfrom regmem.lab.cli import main\ntry:\n    main(sys.argv[1:])\n"
             "except SystemExit:\n    pass\nprint(json.dumps(sorted(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code, *command.split()], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.splitlines()[-1])
@@ -36,10 +36,10 @@ def test_help_imports_only_what_it_lists(command):
     modules = _modules_after(command)
     assert not [m for m in modules if m.startswith("matplotlib")]
     if command.split()[0] in ("--help", "mixers", "analyze"):
-        assert {m for m in modules if m.startswith("regmem.")} <= {"regmem.cli", "regmem.cli.args"} | {
-            f"regmem.cli.{name}" for name, _ in __import__("regmem.cli", fromlist=["ADDERS"]).ADDERS}
+        assert {m for m in modules if m.startswith("regmem.")} <= {"regmem.lab", "regmem.lab.cli", "regmem.lab.cli.args"} | {
+            f"regmem.lab.cli.{name}" for name, _ in __import__("regmem.lab.cli", fromlist=["ADDERS"]).ADDERS}
     if command.startswith("compare"):
-        assert not [m for m in modules if m.startswith(("regmem.experiments.repro", "regmem.bench"))]
+        assert not [m for m in modules if m.startswith(("regmem.lab.experiments.repro", "regmem.lab.bench"))]
 
 
 def test_the_library_imports_nothing_of_the_lab():
@@ -47,8 +47,7 @@ def test_the_library_imports_nothing_of_the_lab():
     of the lab (experiments, bench, cli) and never matplotlib (docs/architecture.md)."""
     code = ("import sys\nimport regmem.ops, regmem.layers, regmem.nested, regmem.models, regmem.optim, regmem.train, "
             "regmem.tasks, regmem.analysis, regmem.interop, regmem.recipe, regmem.storage\n"
-            "print(' '.join(m for m in sys.modules if m.startswith(('regmem.experiments', 'regmem.bench', "
-            "'regmem.cli', 'matplotlib'))))")
+            "print(' '.join(m for m in sys.modules if m.startswith(('regmem.lab', 'matplotlib'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
 
@@ -103,7 +102,7 @@ def test_parser_has_kebab_case_flags():
 
 
 def test_every_bench_case_runs_in_every_form(tmp_path):
-    from regmem.bench import CASES
+    from regmem.lab.bench import CASES
 
     main(["bench", "ops", "--seq-lens", "32", "--heads", "1", "--head-dim", "8", "--chunk-size", "16",
           "--min-run-time", "0.001", "--forms", "chunk,recurrent,reference", "--ops", ",".join(CASES),
@@ -153,7 +152,7 @@ def _fake_fla(root):
 
 
 def test_bench_compares_with_fla_naive_loaded_from_its_file(tmp_path, monkeypatch):
-    from regmem.bench.external import load_fla_file
+    from regmem.lab.bench.external import load_fla_file
 
     _fake_fla(tmp_path / "site")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
@@ -175,7 +174,7 @@ def test_bench_compares_with_fla_naive_loaded_from_its_file(tmp_path, monkeypatc
 def test_bench_names_the_extra_when_fla_is_missing(tmp_path, monkeypatch, capsys):
     import importlib.util
 
-    from regmem.bench.external import load_fla_file
+    from regmem.lab.bench.external import load_fla_file
 
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",

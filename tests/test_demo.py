@@ -8,7 +8,7 @@ import re
 import shlex
 from pathlib import Path
 
-from regmem.experiments.tuned import load_tuned, setting_key
+from regmem.lab.experiments.tuned import load_tuned, setting_key
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_OUTPUT = ROOT / "docs" / "demo" / "leaderboard.md"

@@ -31,6 +31,7 @@ ALLOWED = {
     "cli": {"experiments", "train", "tasks", "models", "layers", "nested", "ops", "recipe", "bench", "analysis",
             "optim", "storage", "interop"},
     "__main__": {"cli"},
+    "lab": set(),
 }
 
 
@@ -67,8 +68,14 @@ def imported_modules(path: Path) -> set[str]:
 GRAPH = {module: imported_modules(path) for module, path in MODULES.items()}
 
 
+LAB = {"experiments", "bench", "cli"}  # the lab's packages, under regmem.lab (regmem/lab/__init__.py)
+
+
 def top_package(module: str) -> str:
+    """The row of `ALLOWED` a module belongs to: its package under regmem, or under regmem.lab for the lab's."""
     parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "lab":
+        return parts[2]
     return parts[1] if len(parts) > 1 else "__init__"
 
 
@@ -87,6 +94,13 @@ def test_every_module_imports_only_lower_layers():
         if bad:
             violations.append(f"{module} imports {sorted(bad)}")
     assert not violations, "\n".join(violations)
+
+
+def test_the_lab_lives_under_regmem_lab_and_the_library_beside_it():
+    """The lab's packages are folders of regmem/lab/ and nothing else is; no library package sits under it."""
+    lab_folders = {p.name for p in (PACKAGE / "lab").iterdir() if (p / "__init__.py").exists()}
+    assert lab_folders == LAB
+    assert not {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()} & LAB
 
 
 def test_no_two_modules_import_each_other():

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from regmem.cli import build_parser
-from regmem.experiments.repro import REPROS
+from regmem.lab.cli import build_parser
+from regmem.lab.experiments.repro import REPROS
 
 ROOT = Path(__file__).resolve().parents[1]
 INDEX = ROOT / "docs" / "repro" / "README.md"

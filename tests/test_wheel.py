@@ -17,7 +17,7 @@ import regmem
 ROOT = Path(regmem.__file__).parents[2]
 PACKAGE = ROOT / "src" / "regmem"
 MIXERS = ("attn", "linear", "mamba2", "gated_deltanet")
-LOOKUP = ("import json; from regmem.experiments.compare import lr_grid; from regmem.experiments.presets import "
+LOOKUP = ("import json; from regmem.lab.experiments.compare import lr_grid; from regmem.lab.experiments.presets import "
           "PRESETS; import regmem; grid = lr_grid(PRESETS['quick'], None, {'num_kv_pairs': 16}); "
           f"print(json.dumps({{'file': regmem.__file__, 'lrs': [grid('mqar', m) for m in {list(MIXERS)!r}]}}))")
 
@@ -53,7 +53,7 @@ def test_the_wheel_holds_every_file_the_package_opens_and_runs_from_a_fresh_envi
     shipped = {name for name in zipfile.ZipFile(wheel).namelist() if name.startswith("regmem/")}
     data = {f"regmem/{p.relative_to(PACKAGE)}" for p in PACKAGE.rglob("*")
             if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts}
-    assert "regmem/experiments/tuned_lr.json" in data and data <= shipped, sorted(data - shipped)
+    assert "regmem/lab/experiments/tuned_lr.json" in data and data <= shipped, sorted(data - shipped)
 
     env = fresh_environment(tmp_path, wheel)
     run_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}

@@ -15,8 +15,8 @@ import sys
 
 CHILD = r"""
 import hashlib, json, sys, torch
-from regmem.experiments.presets import PRESETS
-from regmem.experiments.runs import Run, train_and_evaluate
+from regmem.lab.experiments.presets import PRESETS
+from regmem.lab.experiments.runs import Run, train_and_evaluate
 args = json.loads(sys.argv[1])
 torch.set_num_threads(args["threads"])
 run = Run(args["task"], args["mixer"], lr=args["lr"], seed=args["seed"], setting=args["overrides"])

@@ -5,7 +5,7 @@
 
 Works against any regmem revision with `regmem.ops.gated_delta_rule(..., mode="chunk")` (e.g. an old commit in a
 worktree, `PYTHONPATH=<worktree>/src`), which `regmem bench ops --ops fla_naive_gated_delta_rule` cannot. Needs
-fla-core (`pip install 'regmem[bench]'`); fla's file is loaded by path, as `regmem.bench.external` does, because
+fla-core (`pip install 'regmem[bench]'`); fla's file is loaded by path, as `regmem.lab.bench.external` does, because
 importing the `fla` package needs triton.
 """
 

@@ -1,4 +1,4 @@
-"""Renames the stored runs of a run directory to their current `Run.key` (src/regmem/experiments/runs.py).
+"""Renames the stored runs of a run directory to their current `Run.key` (src/regmem/lab/experiments/runs.py).
 
 A run's file is named by a hash of what fixes the run. Until 2026-11-28 that hash covered every mixer's options in
 the preset, so giving one mixer new preset options renamed the runs of all of them; now it covers the run's own
@@ -17,8 +17,8 @@ import json
 import sys
 from pathlib import Path
 
-from regmem.experiments.presets import Preset
-from regmem.experiments.runs import Run
+from regmem.lab.experiments.presets import Preset
+from regmem.lab.experiments.runs import Run
 
 
 def rekey(runs_dir: Path, preset: Preset) -> int:

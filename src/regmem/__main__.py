@@ -1,3 +1,3 @@
-from regmem.cli import main
+from regmem.lab.cli import main
 
 main()

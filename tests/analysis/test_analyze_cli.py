@@ -6,7 +6,7 @@ mean needs ~t0 tokens where DeltaNet needs a constant few."""
 
 import json
 
-from regmem.cli import main
+from regmem.lab.cli import main
 
 
 def test_analyze_snr_quick_writes_report_json_and_plot(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""The cases of `regmem bench ops` / `regmem bench decode` (regmem/bench/cases.py) run on the ops' own example inputs
+"""The cases of `regmem bench ops` / `regmem bench decode` (regmem/lab/bench/cases.py) run on the ops' own example inputs
 (regmem/ops/examples.py, the ones the op-wide tests use), and the bench modules import each other without a cycle."""
 
 import ast
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import regmem.bench
-from regmem.bench.cases import ALL_CASES, Shape, case_inputs
+import regmem.lab.bench
+from regmem.lab.bench.cases import ALL_CASES, Shape, case_inputs
 from regmem.ops.examples import EXAMPLES, VARIANTS, example_of
 
 
@@ -36,12 +36,12 @@ def test_example_inputs_are_made_on_the_generators_device():
 
 
 def test_bench_modules_import_each_other_without_a_cycle():
-    folder = Path(regmem.bench.__file__).parent
+    folder = Path(regmem.lab.bench.__file__).parent
     graph = {}
     for path in folder.glob("*.py"):
         imports = set()
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("regmem.bench."):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("regmem.lab.bench."):
                 imports.add(node.module.split(".")[2])
         graph[path.stem] = imports
 
@@ -53,6 +53,6 @@ def test_bench_modules_import_each_other_without_a_cycle():
 
 
 def test_the_optimiser_bench_builds_exactly_the_optimisers_it_lists():
-    from regmem.bench.optim import OPTIMIZERS, _optimizers
+    from regmem.lab.bench.optim import OPTIMIZERS, _optimizers
 
     assert tuple(_optimizers()) == OPTIMIZERS

@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 
-from regmem.bench.cases import Shape
-from regmem.bench.gpu import FLA_KERNELS, LEADING_CASES, SKIPPED_CASES, gpu_table, run_gpu, time_call
-from regmem.cli import main
+from regmem.lab.bench.cases import Shape
+from regmem.lab.bench.gpu import FLA_KERNELS, LEADING_CASES, SKIPPED_CASES, gpu_table, run_gpu, time_call
+from regmem.lab.cli import main
 
 SMALL = {"op_shape": Shape(B=1, T=32, H=2, K=8, V=8, chunk_size=16), "op_dtype": torch.float32,
          "layer_shape": {"batch": 1, "seq_len": 32, "d_model": 32, "heads": 2}, "reps": 1}
@@ -63,7 +63,7 @@ def test_rows_past_the_budget_say_so_instead_of_running():
 
 
 def test_a_failing_row_records_its_error_and_the_pass_goes_on(monkeypatch):
-    import regmem.bench.gpu as gpu
+    import regmem.lab.bench.gpu as gpu
 
     real = gpu.op_step
 
@@ -81,7 +81,7 @@ def test_a_failing_row_records_its_error_and_the_pass_goes_on(monkeypatch):
 def test_regmem_triton_kernels_are_timed_where_the_torch_form_failed(monkeypatch):
     """At the GPU shape a torch form can run out of memory where the op's Triton kernel fits: the kernel's column is
     still timed, and the issue's target judged on it."""
-    import regmem.bench.gpu as gpu
+    import regmem.lab.bench.gpu as gpu
 
     real = gpu.op_step
 
@@ -99,7 +99,7 @@ def test_regmem_triton_kernels_are_timed_where_the_torch_form_failed(monkeypatch
 
 
 def test_the_issues_cases_come_first_and_fla_kernels_name_real_cases():
-    from regmem.bench.cases import CASES
+    from regmem.lab.bench.cases import CASES
 
     assert set(LEADING_CASES) <= set(CASES) and set(FLA_KERNELS) <= set(CASES) and set(SKIPPED_CASES) <= set(CASES)
 
@@ -120,7 +120,7 @@ def test_the_command_refuses_cuda_without_a_gpu_and_writes_its_table_on_cpu(tmp_
     with pytest.raises(SystemExit):
         main(["bench", "gpu", "--out-dir", str(tmp_path)])
     assert "argument --device: torch sees no CUDA device" in capsys.readouterr().err
-    import regmem.bench.gpu as gpu
+    import regmem.lab.bench.gpu as gpu
 
     monkeypatch.setattr(gpu, "OP_SHAPE", SMALL["op_shape"])
     monkeypatch.setattr(gpu, "LAYER_SHAPE", SMALL["layer_shape"])

@@ -4,7 +4,7 @@ and nothing printed on stdout. One group of cases per command."""
 
 import pytest
 
-from regmem.cli import main
+from regmem.lab.cli import main
 
 # (argv, the start of the error message after "regmem: error: "). "{out}" is a path that does not exist yet and
 # must still not exist afterwards; "{empty}" an existing empty directory, "{file}" an existing file (both left as
@@ -229,7 +229,7 @@ PARAMS = [pytest.param(argv, message, id=f"{command}-{i}") for command, cases in
 
 
 def test_every_command_has_bad_input_cases():
-    from regmem.cli import ADDERS
+    from regmem.lab.cli import ADDERS
 
     commands = {adder.removeprefix("add_") for _, adder in ADDERS}
     assert set(CASES) == commands, f"add bad-input cases to CASES for {sorted(commands - set(CASES))}"

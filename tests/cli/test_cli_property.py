@@ -21,7 +21,7 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from regmem.cli import ADDERS, main
+from regmem.lab.cli import ADDERS, main
 
 
 def values(good: list[str], bad: list[str]) -> tuple[list[str], list[str]]:
@@ -110,11 +110,11 @@ EXAMPLES = {
 }
 
 # The work each command ends in: replaced by `_reached_the_work` (module, attribute)
-WORK = [("regmem.experiments.runs", "train_and_evaluate"), ("regmem.experiments.compare", "run_compare"),
-        ("regmem.experiments.suite", "suite"), ("regmem.experiments.repro", "run_repro"),
-        ("regmem.experiments.generation", "generate_text"), ("regmem.experiments.analyze", "analyze_snr"),
-        ("regmem.experiments.analyze_context_growth", "analyze_context_growth"), ("regmem.bench", "run"),
-        ("regmem.experiments.showcase", "showcase"), ("regmem.nested", "describe_levels"),
+WORK = [("regmem.lab.experiments.runs", "train_and_evaluate"), ("regmem.lab.experiments.compare", "run_compare"),
+        ("regmem.lab.experiments.suite", "suite"), ("regmem.lab.experiments.repro", "run_repro"),
+        ("regmem.lab.experiments.generation", "generate_text"), ("regmem.lab.experiments.analyze", "analyze_snr"),
+        ("regmem.lab.experiments.analyze_context_growth", "analyze_context_growth"), ("regmem.lab.bench", "run"),
+        ("regmem.lab.experiments.showcase", "showcase"), ("regmem.nested", "describe_levels"),
         ("regmem.tasks.tokenizer", "train_bpe"), ("regmem.tasks.corpus", "prepare_corpus")]
 
 

@@ -5,9 +5,9 @@ import os
 import sys
 import time
 
-from regmem.experiments.presets import PRESETS
-from regmem.experiments.protocol import RunStore, execute
-from regmem.experiments.runs import Run
+from regmem.lab.experiments.presets import PRESETS
+from regmem.lab.experiments.protocol import RunStore, execute
+from regmem.lab.experiments.runs import Run
 
 RUNS = [Run("mqar", "attn", 1e-2, seed) for seed in range(6)]
 

@@ -5,7 +5,7 @@ task's metric, the short convolution's previous-token tap is what makes it work,
 import pytest
 import torch
 
-from regmem.experiments.repro.am_dag_handset import handset_token_accuracy, reachability_lm
+from regmem.lab.experiments.repro.am_dag_handset import handset_token_accuracy, reachability_lm
 from regmem.tasks.dag import DAGReachability, DAGReachabilityConfig, encode_graphs, sample_graphs
 
 

@@ -11,11 +11,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from regmem.cli import main
-from regmem.experiments import positions
-from regmem.experiments.compare import compare, parse_sweep
-from regmem.experiments.presets import PRESETS, make_preset
-from regmem.experiments.runs import build_task
+from regmem.lab.cli import main
+from regmem.lab.experiments import positions
+from regmem.lab.experiments.compare import compare, parse_sweep
+from regmem.lab.experiments.presets import PRESETS, make_preset
+from regmem.lab.experiments.runs import build_task
 from regmem.tasks import TASKS
 from regmem.train import Trainer
 
@@ -182,8 +182,8 @@ def test_every_task_builds_and_generates_at_every_preset(preset):
 @pytest.mark.parametrize("lrs", [[0.01, 0.0], [-1e-3], [float("nan")], [float("inf")]],
                          ids=["zero", "neg", "nan", "inf"])
 def test_lr_grid_rejects_a_non_positive_or_non_finite_lr_naming_lrs(lrs):
-    from regmem.experiments.compare import lr_grid
-    from regmem.experiments.presets import PRESETS
+    from regmem.lab.experiments.compare import lr_grid
+    from regmem.lab.experiments.presets import PRESETS
 
     with pytest.raises(ValueError, match="lrs: every learning rate must be finite and > 0"):
         lr_grid(PRESETS["quick"], lrs)

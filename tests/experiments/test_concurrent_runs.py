@@ -1,4 +1,4 @@
-"""Two commands on one run directory (experiments/protocol.py): each run is trained once, by whichever process
+"""Two commands on one run directory (lab/experiments/protocol.py): each run is trained once, by whichever process
 claims its lock first, and both commands end with every result; saves of one run by two processes never collide
 (each writes a temporary file of its own name, then renames it into place)."""
 

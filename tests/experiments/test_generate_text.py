@@ -1,4 +1,4 @@
-"""Text generation from a saved model (src/regmem/experiments/generation.py) with a tiny untrained byte-level LM."""
+"""Text generation from a saved model (src/regmem/lab/experiments/generation.py) with a tiny untrained byte-level LM."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import doctest
 import pytest
 import torch
 
-import regmem.experiments.generation
-from regmem.experiments.generation import generate_text
+import regmem.lab.experiments.generation
+from regmem.lab.experiments.generation import generate_text
 from regmem.models import LM, LMConfig
 
 
@@ -42,7 +42,7 @@ def test_greedy_and_top_k_decoding(tmp_path):
 
 
 def test_worked_example_doctest():
-    results = doctest.testmod(regmem.experiments.generation)
+    results = doctest.testmod(regmem.lab.experiments.generation)
     assert results.attempted > 0 and results.failed == 0
 
 

@@ -1,4 +1,4 @@
-"""NIAH heat maps (src/regmem/experiments/niah_maps.py): the grid of a model over lengths x depths is the task's metric
+"""NIAH heat maps (src/regmem/lab/experiments/niah_maps.py): the grid of a model over lengths x depths is the task's metric
 cell by cell, the heat map is written, and `run_niah` trains, scores and writes its report on a tiny preset."""
 
 import dataclasses
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import regmem.tasks
-from regmem.experiments.niah_maps import niah_grid, plot_niah, run_niah
-from regmem.experiments.presets import PRESETS
+from regmem.lab.experiments.niah_maps import niah_grid, plot_niah, run_niah
+from regmem.lab.experiments.presets import PRESETS
 from regmem.models import LM, LMConfig
 from regmem.tasks.niah import NEEDLE, MultikeyNIAH, NIAHConfig, SingleNIAH
 

@@ -1,4 +1,4 @@
-"""The fair protocol (src/regmem/experiments/protocol.py, tuned.py, suite.py): the best learning rate is the argmax
+"""The fair protocol (src/regmem/lab/experiments/protocol.py, tuned.py, suite.py): the best learning rate is the argmax
 of the mean over seeds and is recorded; finished runs are not re-run after an interruption; the tuned-lr table
 round-trips; the suite writes its mixers x tasks table; the CLI on a tiny preset."""
 
@@ -9,13 +9,13 @@ import math
 import pytest
 import torch
 
-from regmem.cli import main
-from regmem.experiments.compare import compare, lr_grid
-from regmem.experiments.presets import PRESETS
-from regmem.experiments.protocol import RunStore, bracket, execute, execute_bracketed, next_lr, run_grid, summarize
-from regmem.experiments.runs import Run
-from regmem.experiments.suite import resolve_tasks, suite
-from regmem.experiments.tuned import best_lrs, best_lrs_by_setting, load_tuned, save_tuned, tuned_lr
+from regmem.lab.cli import main
+from regmem.lab.experiments.compare import compare, lr_grid
+from regmem.lab.experiments.presets import PRESETS
+from regmem.lab.experiments.protocol import RunStore, bracket, execute, execute_bracketed, next_lr, run_grid, summarize
+from regmem.lab.experiments.runs import Run
+from regmem.lab.experiments.suite import resolve_tasks, suite
+from regmem.lab.experiments.tuned import best_lrs, best_lrs_by_setting, load_tuned, save_tuned, tuned_lr
 from regmem.tasks import TASK_GROUPS
 
 FAST = dataclasses.replace(PRESETS["tiny"], steps=4, num_train=64, num_eval=32, eval_every=2)
@@ -139,7 +139,7 @@ def test_tuned_table_round_trips_and_feeds_the_default_grid(tmp_path, monkeypatc
     assert data["quick"]["sources"] == ["benchmarks/results/x", "benchmarks/results/y"]
     assert tuned_lr("quick", "mqar", "gla", path) == 3e-2 and tuned_lr("quick", "mqar", "attn", path) == 3e-3
     assert tuned_lr("quick", "mqar", "linear", path) is None and tuned_lr("tiny", "mqar", "gla", path) is None
-    monkeypatch.setattr("regmem.experiments.compare.tuned_lr",
+    monkeypatch.setattr("regmem.lab.experiments.compare.tuned_lr",
                         lambda p, t, m, setting=None: tuned_lr(p, t, m, path, setting=setting))
     quick = PRESETS["quick"]
     assert lr_grid(quick, None)("mqar", "gla") == [3e-2]  # tuned
@@ -222,7 +222,7 @@ def test_cli_suite_and_compare_smoke_on_a_tiny_preset(tmp_path, monkeypatch, cap
     assert exit_.value.code == 2 and "argument --tasks: unknown 'nope'" in capsys.readouterr().err
 def test_the_committed_tuned_table_names_its_sweep_and_holds_grid_values():
     data = load_tuned()
-    assert "quick" in data, "src/regmem/experiments/tuned_lr.json has no quick entry"
+    assert "quick" in data, "src/regmem/lab/experiments/tuned_lr.json has no quick entry"
     assert data["quick"]["sources"] and all(s.startswith("benchmarks/results/") for s in data["quick"]["sources"])
     lrs = {lr for task in data["quick"]["tasks"].values() for lr in task.values()}
     assert lrs and all(lr > 0 for lr in lrs)

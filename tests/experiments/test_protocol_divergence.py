@@ -1,4 +1,4 @@
-"""Diverged runs in the fair protocol (src/regmem/experiments/protocol.py, runs.py, suite.py, compare.py): a run
+"""Diverged runs in the fair protocol (src/regmem/lab/experiments/protocol.py, runs.py, suite.py, compare.py): a run
 whose loss stayed non-finite is stopped by the Trainer, stored with the step, counted as 0 (the worst score) in
 every mean, never chosen as a best learning rate over a finite one, and shown as diverged in the tables. The lr
 1e10 makes the tiny linear model's loss non-finite from step 2 on, deterministically on CPU: steps 2-9 are skipped
@@ -11,14 +11,14 @@ import warnings
 
 import pytest
 
-from regmem.cli import main
-from regmem.experiments.compare import compare
-from regmem.experiments.plots import plot_heatmap, plot_results
-from regmem.experiments.presets import PRESETS
-from regmem.experiments.protocol import RunStore, execute, run_grid, summarize
-from regmem.experiments.runs import Run, train_and_evaluate
-from regmem.experiments.suite import write_suite
-from regmem.experiments.tuned import best_lrs
+from regmem.lab.cli import main
+from regmem.lab.experiments.compare import compare
+from regmem.lab.experiments.plots import plot_heatmap, plot_results
+from regmem.lab.experiments.presets import PRESETS
+from regmem.lab.experiments.protocol import RunStore, execute, run_grid, summarize
+from regmem.lab.experiments.runs import Run, train_and_evaluate
+from regmem.lab.experiments.suite import write_suite
+from regmem.lab.experiments.tuned import best_lrs
 from regmem.train import DivergenceWarning, checkpoint_step, latest_checkpoint
 
 FAST = dataclasses.replace(PRESETS["tiny"], steps=12, num_train=64, num_eval=32, eval_every=2)

@@ -1,4 +1,4 @@
-"""`regmem analyze reach` (regmem/experiments/reach.py): how far back a layer's gradient reaches at initialisation."""
+"""`regmem analyze reach` (regmem/lab/experiments/reach.py): how far back a layer's gradient reaches at initialisation."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from regmem.cli import main
-from regmem.experiments.reach import ReachSettings, growth_per_token, input_sensitivity, parse_layers, run
+from regmem.lab.cli import main
+from regmem.lab.experiments.reach import ReachSettings, growth_per_token, input_sensitivity, parse_layers, run
 from regmem.layers import build_mixer
 
 

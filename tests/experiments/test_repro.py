@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from regmem.experiments.repro import run_repro, ttr_online
+from regmem.lab.experiments.repro import run_repro, ttr_online
 from regmem.tasks import OnlineRegressionConfig
 
 
@@ -83,8 +83,8 @@ def test_settings_overrides_reach_the_run_and_unknown_ones_raise(tmp_path):
 
 
 def test_set_overrides_of_tuple_settings_take_comma_separated_lists():
-    from regmem.experiments.repro.nl_mad import MADSettings
-    from regmem.experiments.repro.record import replace_fields
+    from regmem.lab.experiments.repro.nl_mad import MADSettings
+    from regmem.lab.experiments.repro.record import replace_fields
 
     settings = replace_fields(MADSettings(), {"mixers": "attn,linear", "lrs": "0.003,0.01", "seeds": 1, "steps": 8})
     assert settings.mixers == ("attn", "linear") and settings.lrs == (0.003, 0.01)
@@ -97,8 +97,8 @@ def test_set_overrides_of_tuple_settings_take_comma_separated_lists():
     ({"lrs": "0.01,0"}, "lrs"), ({"lrs": -0.01}, "lrs"), ({"lrs": "nan"}, "lrs"), ({"lrs": "0.01,inf"}, "lrs"),
 ])
 def test_set_of_a_non_positive_learning_rate_raises_naming_the_setting(overrides, key):
-    from regmem.experiments.repro.nl_mad import MADSettings
-    from regmem.experiments.repro.record import replace_fields
+    from regmem.lab.experiments.repro.nl_mad import MADSettings
+    from regmem.lab.experiments.repro.record import replace_fields
 
     with pytest.raises(ValueError, match=f"setting '{key}': every learning rate must be a finite number > 0"):
         replace_fields(MADSettings(), overrides)
@@ -107,8 +107,8 @@ def test_set_of_a_non_positive_learning_rate_raises_naming_the_setting(overrides
 def test_every_learning_rate_setting_of_every_reproduction_is_checked():
     """Each settings field named like a learning rate (or its multipliers) refuses 0 at `--set`, and every default
     passes the same check."""
-    from regmem.experiments.repro import REPROS
-    from regmem.experiments.repro.record import is_lr_field, replace_fields
+    from regmem.lab.experiments.repro import REPROS
+    from regmem.lab.experiments.repro.record import is_lr_field, replace_fields
 
     checked = 0
     for repro in REPROS.values():
@@ -127,8 +127,8 @@ def test_every_learning_rate_setting_of_every_reproduction_is_checked():
 
 
 def test_unknown_set_key_is_named_in_the_error():
-    from regmem.experiments.repro.nl_optimizers import OptimizerToySettings
-    from regmem.experiments.repro.record import replace_fields
+    from regmem.lab.experiments.repro.nl_optimizers import OptimizerToySettings
+    from regmem.lab.experiments.repro.record import replace_fields
 
     with pytest.raises(ValueError, match=r"unknown settings \['lr_multiplier'\]"):
         replace_fields(OptimizerToySettings(), {"lr_multiplier": 1.0})
@@ -151,7 +151,7 @@ def test_quick_nl_formal_languages_prints_table5_beside_both_bins(tmp_path):
 def test_every_repro_declares_its_record_and_one_entry_point_signature():
     import inspect
 
-    from regmem.experiments.repro import REPROS
+    from regmem.lab.experiments.repro import REPROS
 
     assert set(REPROS) >= {"ttr-online-regression", "ttr-mqar", "nl-mad", "nl-niah", "lecture-lineage",
                            "nl-formal-languages", "am-stress", "am-swap", "am-dag", "am-heads", "nl-optimizers"}
@@ -174,7 +174,7 @@ def test_an_unknown_variant_raises_before_anything_runs(tmp_path):
 
 
 def test_a_repro_record_needs_a_default_and_a_quick_variant():
-    from regmem.experiments.repro import Repro
+    from regmem.lab.experiments.repro import Repro
 
     with pytest.raises(ValueError, match="missing \\['quick'\\]"):
         Repro("x", "help", {"default": ttr_online.OnlineSettings()}, ttr_online.run, ttr_online.format_report,
@@ -182,9 +182,9 @@ def test_a_repro_record_needs_a_default_and_a_quick_variant():
 
 
 def test_nl_mad_mlp_lr_scale_reaches_the_preset_and_only_then_the_run_keys():
-    from regmem.experiments.repro.nl_mad import MADSettings, mad_preset
-    from regmem.experiments.repro.record import replace_fields
-    from regmem.experiments.runs import Run
+    from regmem.lab.experiments.repro.nl_mad import MADSettings, mad_preset
+    from regmem.lab.experiments.repro.record import replace_fields
+    from regmem.lab.experiments.runs import Run
 
     default, scaled = MADSettings(), replace_fields(MADSettings(), {"mlp_lr_scale": 0.1})
     assert mad_preset(default).mlp_lr_scale == 1.0 and mad_preset(scaled).mlp_lr_scale == 0.1

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from regmem.experiments.repro import REPROS, run_repro
-from regmem.experiments.repro.am_heads import QUICK, run, task_preset, verdict
+from regmem.lab.experiments.repro import REPROS, run_repro
+from regmem.lab.experiments.repro.am_heads import QUICK, run, task_preset, verdict
 
 
 def test_quick_am_heads_prints_the_claim_beside_every_cell(tmp_path):
@@ -37,7 +37,7 @@ def test_each_run_trains_the_head_count_of_its_setting(tmp_path, monkeypatch):
         return {"score": 0.5, "test_score": 0.5, "parameters": 1, "state_floats": 1, "train_seconds": 0.0,
                 "tokens_per_second": 1.0}
 
-    monkeypatch.setattr("regmem.experiments.repro.am_heads.train_run", fake_train_run)
+    monkeypatch.setattr("regmem.lab.experiments.repro.am_heads.train_run", fake_train_run)
     settings = dataclasses.replace(QUICK, tasks=("mqar",), kernels=("linear",), head_counts=(1, 4), seeds=(0,))
     run(settings, tmp_path, progress=False, log=lambda *_: None)
     assert sorted(seen, key=lambda s: s[1]) == [({}, 1), ({}, 4)]  # n_heads leaves the task fields

@@ -3,7 +3,7 @@ kernel tracks every swap with keys of coherence below 1/8 and the linear kernel 
 
 import json
 
-from regmem.experiments.repro import REPROS, run_repro
+from regmem.lab.experiments.repro import REPROS, run_repro
 
 
 def test_quick_am_stress_prints_the_claim_beside_the_measured_table(tmp_path):

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from regmem.experiments.repro import REPROS, run_repro
-from regmem.experiments.repro.am_dag import DAGSettings, handset_accuracy
-from regmem.experiments.repro.am_swap import SwapSettings
-from regmem.experiments.repro.am_toys import ToyBudget, arm, build_model, linear_schedule, toy_preset, train_toy
-from regmem.experiments.runs import Run
+from regmem.lab.experiments.repro import REPROS, run_repro
+from regmem.lab.experiments.repro.am_dag import DAGSettings, handset_accuracy
+from regmem.lab.experiments.repro.am_swap import SwapSettings
+from regmem.lab.experiments.repro.am_toys import ToyBudget, arm, build_model, linear_schedule, toy_preset, train_toy
+from regmem.lab.experiments.runs import Run
 from regmem.layers import RotaryEmbedding
 
 

@@ -4,8 +4,8 @@ curve over the context counts the right tokens, and a row's verdict needs the se
 import pytest
 import torch
 
-from regmem.experiments.positions import position_accuracy
-from regmem.experiments.repro.nl_ablations import ROWS, _direction, summarize_rows
+from regmem.lab.experiments.positions import position_accuracy
+from regmem.lab.experiments.repro.nl_ablations import ROWS, _direction, summarize_rows
 from regmem.layers import build_mixer
 
 

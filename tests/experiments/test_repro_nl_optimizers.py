@@ -6,8 +6,8 @@ import json
 
 import torch
 
-from regmem.experiments.repro import REPROS, run_repro
-from regmem.experiments.repro import nl_optimizers as repro
+from regmem.lab.experiments.repro import REPROS, run_repro
+from regmem.lab.experiments.repro import nl_optimizers as repro
 
 
 def test_quick_nl_optimizers_prints_the_claims_beside_the_measured_tables(tmp_path):

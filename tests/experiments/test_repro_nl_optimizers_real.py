@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from regmem.experiments.repro import nl_optimizers as toys
-from regmem.experiments.repro import nl_optimizers_real as real
-from regmem.experiments.repro import nl_optimizers_real_report as report
+from regmem.lab.experiments.repro import nl_optimizers as toys
+from regmem.lab.experiments.repro import nl_optimizers_real as real
+from regmem.lab.experiments.repro import nl_optimizers_real_report as report
 from regmem.optim import M3, Combined, MuonMemory
 
 

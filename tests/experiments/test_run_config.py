@@ -1,4 +1,4 @@
-"""A run in one TOML file (regmem/experiments/run_config.py): the file's schema, the command line over it, mixer
+"""A run in one TOML file (regmem/lab/experiments/run_config.py): the file's schema, the command line over it, mixer
 options in the run's key, and a run directory's config.toml training its run again bit for bit."""
 
 import dataclasses
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from regmem.cli import main
-from regmem.experiments.presets import PRESETS
-from regmem.experiments.run_config import RunConfig, load_config, resolve_preset, resolved_config
-from regmem.experiments.runs import Run
+from regmem.lab.cli import main
+from regmem.lab.experiments.presets import PRESETS
+from regmem.lab.experiments.run_config import RunConfig, load_config, resolve_preset, resolved_config
+from regmem.lab.experiments.runs import Run
 
 TIMING = ("tokens_per_s", "seconds", "time")
 
@@ -100,7 +100,7 @@ def test_a_resolved_config_loads_as_the_run_it_describes(tmp_path):
     data = resolved_config(run, preset, {"seq_len": 16, "power_a": None})
     assert data["task_config"] == {"seq_len": 16}
     assert data["mixer_options"] == {"static": ["k"], "bptt": "none"}  # TOML has no None nor sets
-    from regmem.experiments.run_config import config_text
+    from regmem.lab.experiments.run_config import config_text
 
     path = tmp_path / "config.toml"
     path.write_text(config_text(data))
@@ -111,8 +111,8 @@ def test_a_resolved_config_loads_as_the_run_it_describes(tmp_path):
 
 
 def test_compare_takes_the_file_s_model_options_task_fields_and_lr(tmp_path, monkeypatch):
-    import regmem.experiments.compare as compare_module
-    from regmem.experiments.runs import build_task
+    import regmem.lab.experiments.compare as compare_module
+    from regmem.lab.experiments.runs import build_task
 
     seen = {}
     monkeypatch.setattr(compare_module, "run_compare", lambda plan, **kw: seen.update(

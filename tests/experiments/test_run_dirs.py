@@ -1,4 +1,4 @@
-"""Run directories are never silently replaced or wrongly resumed (experiments/runs.py, `check_run_dir`):
+"""Run directories are never silently replaced or wrongly resumed (lab/experiments/runs.py, `check_run_dir`):
 
 - training into a directory that holds a run is refused, unless --resume or --overwrite (which deletes the old
   run's files first); the old run is left byte for byte as it was;
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from regmem.cli import main
-from regmem.experiments.presets import PRESETS
-from regmem.experiments.protocol import claim_sweep_dir
-from regmem.experiments.runs import RUN_LOCK, Run, RunDirBusy, describe_run, train_and_evaluate
+from regmem.lab.cli import main
+from regmem.lab.experiments.presets import PRESETS
+from regmem.lab.experiments.protocol import claim_sweep_dir
+from regmem.lab.experiments.runs import RUN_LOCK, Run, RunDirBusy, describe_run, train_and_evaluate
 from regmem.storage import RunLock
 
 TRAIN = ["train", "mqar", "--mixer", "gla", "--preset", "tiny", "--no-progress"]

@@ -1,4 +1,4 @@
-"""One description of a run (src/regmem/experiments/runs.py): `Run.key` names the files of finished runs, so it
+"""One description of a run (src/regmem/lab/experiments/runs.py): `Run.key` names the files of finished runs, so it
 must not move — committed runs under benchmarks/results/ are reused by resumable commands."""
 
 import dataclasses
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from regmem.experiments.presets import PRESETS, Preset
-from regmem.experiments.repro import am_toys, nl_mad
-from regmem.experiments.runs import Run, build_train_config
+from regmem.lab.experiments.presets import PRESETS, Preset
+from regmem.lab.experiments.repro import am_toys, nl_mad
+from regmem.lab.experiments.runs import Run, build_train_config
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 

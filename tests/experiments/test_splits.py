@@ -6,9 +6,9 @@ import dataclasses
 import pytest
 import torch
 
-import regmem.experiments.runs as runs_module
-from regmem.experiments.presets import PRESETS
-from regmem.experiments.runs import Run, build_task, train_and_evaluate
+import regmem.lab.experiments.runs as runs_module
+from regmem.lab.experiments.presets import PRESETS
+from regmem.lab.experiments.runs import Run, build_task, train_and_evaluate
 from regmem.tasks import TASKS
 from regmem.tasks.base import SPLITS, TEST_SEED_OFFSET, split_data, split_seed
 from regmem.train import Trainer

@@ -97,7 +97,7 @@ def test_bad_options_raise_value_error_naming_them(options, match):
 def test_at_the_quick_preset_a_block_attention_is_not_attention(name):
     """The presets give blocks of T / 4 and attention's short conv: at quick (T 64) the layer differs from itself
     with one block (which is softmax attention, `test_limits_are_softmax_attention`)."""
-    from regmem.experiments.presets import PRESETS  # the preset is what is checked; layers do not import it
+    from regmem.lab.experiments.presets import PRESETS  # the preset is what is checked; layers do not import it
 
     quick = PRESETS["quick"]
     options = quick.mixer_kwargs[name]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from regmem.cli import main
+from regmem.lab.cli import main
 from regmem.tasks.base import split_data
 from regmem.tasks.corpus import load_corpus, prepare_corpus, text_documents
 from regmem.tasks.text import Text, TextConfig

@@ -284,7 +284,7 @@ def test_task_interface_registry_and_one_vocabulary_for_every_bin(name):
 
 
 def test_registry_names_group_and_leaderboard_metric():
-    from regmem.experiments.protocol import score_of
+    from regmem.lab.experiments.protocol import score_of
 
     assert list(LANGUAGE_TASKS) == NAMES and TASK_GROUPS["languages"] == NAMES
     assert TASKS["parity"] is not TASKS["lang_parity"]  # the state-tracking task keeps its name

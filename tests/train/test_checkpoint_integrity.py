@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from regmem.cli import main
+from regmem.lab.cli import main
 from regmem.models import LM, LMConfig
 from regmem.storage import MANIFEST_FILE, CorruptFileError, UnverifiedWarning
 from regmem.train import latest_checkpoint

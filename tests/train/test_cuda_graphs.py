@@ -34,7 +34,7 @@ def test_cuda_graphs_refuse_a_model_on_the_cpu():
 
 
 def test_the_graphed_bench_step_refuses_a_cpu_tensor():
-    from regmem.bench.gpu import graphed_train_step
+    from regmem.lab.bench.gpu import graphed_train_step
 
     with pytest.raises(ValueError, match="x: CUDA graphs need a CUDA tensor"):
         graphed_train_step(build_mixer("gated_deltanet", 32, 2), torch.randn(1, 8, 32))
@@ -63,7 +63,7 @@ def test_a_graphed_training_run_follows_the_eager_one():
 @GPU
 @pytest.mark.parametrize("name", ["gated_deltanet", "hope"])
 def test_the_graphed_bench_step_has_the_eager_gradients(name):
-    from regmem.bench.gpu import _train_step, graphed_train_step
+    from regmem.lab.bench.gpu import _train_step, graphed_train_step
 
     torch.manual_seed(0)
     mixer = build_mixer(name, 64, 2).cuda()

@@ -10,7 +10,7 @@ norm ~1), step sizes in [0, 1], log gates in [-1, 0] with exact zeros, ridges >=
 a kernel, ...), and a state of N = B sequences (None for the ops whose state is a KV cache, which grows with T).
 The sizes and the dtype are the caller's, and the tensors are made on the generator's device (`torch.Generator(
 device=...)`), so the tests, `regmem showcase` and the benchmarks (`regmem bench ops`, `regmem bench decode`: the
-cases of regmem/bench/cases.py) build their inputs here, at any size. `VARIANTS` adds labelled examples worth
+cases of regmem/lab/bench/cases.py) build their inputs here, at any size. `VARIANTS` adds labelled examples worth
 showing on their own; `example_of(label)` finds the op and example of an op name or such a label.
 
 Legend: B batch, T time, H heads, K key dim, V value dim.

@@ -1,6 +1,6 @@
 # usage: diag.py SEQ_LEN MIXER LR SEED OPTIONS_JSON OUT_DIR STEPS
 import sys, dataclasses
-from regmem.experiments import presets
+from regmem.lab.experiments import presets
 seq, steps = int(sys.argv[1]), int(sys.argv[7])
 p = presets.long_preset(seq_len=seq)
 presets.PRESETS["diag"] = dataclasses.replace(p, num_train=steps * p.batch_size)

@@ -1,7 +1,7 @@
 import torch, dataclasses, json, sys
 torch.set_num_threads(1)
-from regmem.experiments.presets import PRESETS
-from regmem.experiments.runs import build_task, build_model, training_data
+from regmem.lab.experiments.presets import PRESETS
+from regmem.lab.experiments.runs import build_task, build_model, training_data
 from regmem.train.trainer import token_loss
 p = PRESETS["long"]
 mixer = sys.argv[1]; RNQ = len(sys.argv) > 3

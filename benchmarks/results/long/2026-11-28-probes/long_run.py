@@ -1,7 +1,7 @@
 import sys, json, time, dataclasses, torch
 torch.set_num_threads(1)
-from regmem.experiments.presets import PRESETS
-from regmem.experiments.runs import Run, train_and_evaluate, build_task
+from regmem.lab.experiments.presets import PRESETS
+from regmem.lab.experiments.runs import Run, train_and_evaluate, build_task
 from regmem.train.trainer import token_loss
 preset_name, mixer, lr, seed, opts, task_name, out = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[5]), sys.argv[6], sys.argv[7]
 steps = int(sys.argv[8]) if len(sys.argv) > 8 else None

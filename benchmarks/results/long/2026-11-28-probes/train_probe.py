@@ -1,7 +1,7 @@
 import sys, json, time, dataclasses, torch
 torch.set_num_threads(1)
-from regmem.experiments.presets import PRESETS
-from regmem.experiments.runs import Run, train_and_evaluate
+from regmem.lab.experiments.presets import PRESETS
+from regmem.lab.experiments.runs import Run, train_and_evaluate
 preset_name, mixer, lr, seed, opts = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[5])
 task = sys.argv[6] if len(sys.argv) > 6 else "mqar"
 steps = int(sys.argv[7]) if len(sys.argv) > 7 else None

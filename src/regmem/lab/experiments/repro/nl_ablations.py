@@ -1,0 +1,223 @@
+"""`regmem repro nl-ablations`: Table 6 of *Nested Learning* (arXiv:2512.24695, Sec. 9.6) at CPU scale.
+
+The paper ablates Hope at ~1.3B parameters on language modelling (perplexity) and reasoning (accuracy): every row
+loses to the full model but "w/o inner-projection q". Here each row is Hope with one mechanism switched off
+(regmem/layers/hope.py: every row is a constructor option), trained on the long suite's single needle (`long` preset:
+T 1024, where every level of the CMS updates at least four times per sequence and every memory 64 times; `--set
+task=mqar` for its MQAR point, which no mixer learns in the preset's budget), each at its best
+of the full model's learning rate and its two neighbours, over the seeds, scored on a test set no choice read. Two
+rows need no training of their own: "CMS frozen" is the full model's runs scored with the CMS's in-context updates
+switched off (its levels' lr 0), and each run also reports its accuracy by query position (the per-position curve).
+"stand-in" is the stabilised model Hope was before LMConfig format 7 (mixer `hope_standin`). Runs are stored under
+the output directory, so the command resumes and a larger grid reuses every run it shares.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+from regmem.lab.experiments.positions import curve_label, curve_on_test, curve_points, is_needle, mean_curve
+from regmem.lab.experiments.presets import PRESETS
+from regmem.lab.experiments.protocol import RunStore, execute, train_run
+from regmem.lab.experiments.repro.record import Repro
+from regmem.lab.experiments.runs import Run, RunResult
+
+# Table 6: (LM perplexity, reasoning accuracy) of each row the paper has; the others are regmem's.
+PAPER = {
+    "Hope": (12.24, 58.1), "w/o DGD": (13.41, 56.5), "w/o momentum": (13.58, 56.9),
+    "w/o weight decay": (13.71, 57.2), "w/o CMS": (13.04, 57.3), "w/o inner-projection k": (13.77, 56.9),
+    "w/o inner-projection v": (13.90, 55.1), "w/o inner-projection q": (12.19, 57.4),
+}
+# Each row: (mixer, its options over the preset's).
+ROWS = {
+    "Hope": ("hope", {}),
+    "w/o DGD": ("hope", {"dgd": False}),
+    "w/o self-generated values": ("hope", {"self_values": False}),
+    "w/o momentum": ("hope", {"momentum": False}),
+    "w/o weight decay": ("hope", {"weight_decay": False}),
+    "w/o inner-projection k": ("hope", {"static": ["k"]}),
+    "w/o inner-projection v": ("hope", {"static": ["v"]}),
+    "w/o inner-projection q": ("hope", {"static": ["q"]}),
+    "static projections": ("hope", {"static": ["k", "v", "q"]}),
+    "CMS 1 level": ("hope", {"cms_chunk_sizes": [16]}),
+    "CMS 2 levels": ("hope", {"cms_chunk_sizes": [16, 64]}),
+    "w/o CMS": ("hope", {"cms": False}),
+    "stand-in": ("hope_standin", {}),
+}
+
+
+@dataclass(frozen=True)
+class AblationSettings:
+    rows: tuple[str, ...] = tuple(ROWS)
+    preset: str = "long"
+    # The long suite's single needle: its MQAR point (32 pairs over 1024 keys) is learnt by no mixer in 500 steps of
+    # 8 sequences (Gated DeltaNet 0.001 after 200 steps, 8 pairs alike), the needle by Gated DeltaNet in 400
+    task: str = "niah_single"
+    lrs: tuple[float, ...] = (1e-2, 3e-2, 1e-1)  # the full model's lr (3e-2 at quick) and its two neighbours
+    seeds: tuple[int, ...] = (0, 1)
+    steps: int | None = None  # None: the preset's
+    num_test: int = 256
+    workers: int = 2
+    # Hope's options in every row (under the row's own); {} for the defaults
+    base_options: dict = field(default_factory=dict)
+
+
+QUICK = AblationSettings(rows=("Hope", "w/o CMS", "stand-in"), preset="tiny", lrs=(1e-2,), seeds=(0,),
+                         steps=4, num_test=8, workers=1)
+
+
+def test_scores(run: Run, trained: RunResult, preset, num_test: int) -> dict:
+    """The trained model on `num_test` sequences of the test split (tasks/base.py): as trained and, for a model with a
+    CMS, with every CMS level's in-context updates off ("cms_frozen")."""
+    model = trained.model.eval()
+    out = {"test": curve_on_test(model, run, preset, num_test)}
+    with_cms = [m for m in model.modules() if getattr(m, "cms", None) is not None]
+    if with_cms:
+        for module in with_cms:
+            module.cms.config = dataclasses.replace(module.cms.config, lr=0.0)
+        out["test_cms_frozen"] = curve_on_test(model, run, preset, num_test)
+    return out
+
+
+def train_row(run: Run, preset, num_test: int) -> dict:
+    """One run of a row: the row's options (run.setting["options"]) are the mixer's under the preset."""
+    options = run.setting["options"]
+    row_preset = dataclasses.replace(preset, mixer_kwargs={**preset.mixer_kwargs, run.mixer: options})
+    plain = dataclasses.replace(run, setting={})
+    return train_run(plain, row_preset, evaluate=partial(test_scores, preset=row_preset, num_test=num_test))
+
+
+def run(settings: AblationSettings, out_dir: Path, *, log=print, progress: bool = True) -> dict:
+    unknown = sorted(set(settings.rows) - set(ROWS))
+    if unknown:
+        raise ValueError(f"rows: unknown {unknown}; known: {list(ROWS)}")
+    preset = PRESETS[settings.preset]
+    if settings.steps is not None:
+        preset = dataclasses.replace(preset, steps=settings.steps, num_train=settings.steps * preset.batch_size,
+                                     eval_every=max(settings.steps // 4, 1))
+    runs = [Run(settings.task, ROWS[name][0], lr=lr, seed=seed,
+                setting={"row": name, "options": {**settings.base_options, **ROWS[name][1]}})
+            for name in settings.rows for lr in settings.lrs for seed in settings.seeds]
+    train = partial(train_row, num_test=settings.num_test)
+    records = execute(runs, preset, RunStore(out_dir / "nl-ablations-runs", preset), progress=progress, log=log,
+                      train=train, workers=settings.workers)
+    return {"settings": dataclasses.asdict(settings), "rows": summarize_rows(records)}
+
+
+def summarize_rows(records: list[dict]) -> dict:
+    """Per row: the best lr by the mean validation score over seeds (the run's own validation split; ties: the smaller
+    lr), and at it the test accuracy per seed, CMS frozen per seed, the per-position accuracy (mean over seeds)."""
+    rows: dict = {}
+    for r in records:
+        rows.setdefault(r["setting"]["row"], {}).setdefault(r["lr"], []).append(r)
+    out = {}
+    for name, by_lr in rows.items():
+        means = {lr: statistics.fmean(r["score"] for r in rs) for lr, rs in by_lr.items()}
+        best = max(means, key=lambda lr: (means[lr], -lr))
+        runs = sorted(by_lr[best], key=lambda r: r["seed"])
+        out[name] = {
+            "best_lr": best, "lr_means": means, "seeds": [r["seed"] for r in runs],
+            "diverged": sum(r.get("diverged_at_step") is not None for r in runs),
+            "test": [r["test"]["accuracy"] for r in runs],
+            "test_cms_frozen": [r["test_cms_frozen"]["accuracy"] for r in runs if "test_cms_frozen" in r],
+            "by_position": mean_curve([r["test"]["by_position"] for r in runs]),
+            "by_position_cms_frozen": mean_curve([r["test_cms_frozen"]["by_position"] for r in runs
+                                                   if "test_cms_frozen" in r]),
+            "train_seconds": statistics.fmean(r["train_seconds"] for r in runs),
+        }
+    return out
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.fmean(values):.3f} ({min(values):.3f}-{max(values):.3f})" if values else "-"
+
+
+def format_report(result: dict) -> str:
+    s, rows = result["settings"], result["rows"]
+    full = rows.get("Hope")
+    lines = [
+        f"Nested Learning Table 6 (Sec. 9.6) at CPU scale: Hope's ablations on {s['task']} ({s['preset']} preset), "
+        f"each row at its best lr of {', '.join(f'{lr:g}' for lr in s['lrs'])} by the held-out score, test accuracy "
+        f"mean (min-max) over seeds {', '.join(map(str, s['seeds']))}. The paper's columns are LM perplexity and "
+        "reasoning accuracy at ~1.3B parameters; its direction: every row is worse than Hope but w/o "
+        "inner-projection q.",
+        "",
+        "| row | paper ppl / acc | ours: lr | test accuracy | vs Hope | same direction as the paper |",
+        "|---|---|---:|---|---:|---|",
+    ]
+    for name, row in rows.items():
+        paper = PAPER.get(name)
+        paper_text = f"{paper[0]} / {paper[1]}" if paper else "-"
+        delta = statistics.fmean(row["test"]) - statistics.fmean(full["test"]) if full and row["test"] else None
+        diverged = f" ({row['diverged']} diverged)" if row["diverged"] else ""
+        shown_delta = "-" if delta is None or name == "Hope" else f"{delta:+.3f}"
+        lines.append(f"| {name} | {paper_text} | {row['best_lr']:g} | {_spread(row['test'])}{diverged} | "
+                     f"{shown_delta} | {_direction(name, delta, full, row)} |")
+    if full and full["test_cms_frozen"]:
+        delta = statistics.fmean(full["test_cms_frozen"]) - statistics.fmean(full["test"])
+        lines.append(f"| CMS frozen (Hope's runs, CMS lr 0 at test) | - | {full['best_lr']:g} | "
+                     f"{_spread(full['test_cms_frozen'])} | {delta:+.3f} | {_frozen_verdict(full)} |")
+    points = curve_points(s["task"])
+    lines += ["", f"Test accuracy over the context (mean over seeds): {curve_label(s['task'])}", "",
+              "| row | " + " | ".join(f"{p:g}" for p in points) + " |", "|---|" + "---:|" * len(points)]
+    for name, row in rows.items():
+        lines.append(f"| {name} | " + " | ".join("-" if v is None else f"{v:.2f}" for v in row["by_position"]) + " |")
+    return "\n".join(lines)
+
+
+def _direction(name: str, delta: float | None, full: dict | None, row: dict) -> str:
+    """Whether the row moved the way Table 6 says (below Hope; above it for w/o inner-projection q), beyond the
+    seeds' spread: the row's and Hope's test ranges must not overlap."""
+    if name == "Hope" or delta is None or full is None:
+        return "-"
+    separated = min(row["test"]) > max(full["test"]) or max(row["test"]) < min(full["test"])
+    if not separated:
+        return "not resolved (ranges overlap)"
+    expected_up = name == "w/o inner-projection q"
+    if name not in PAPER:
+        return "no paper row"
+    return "yes" if (delta > 0) == expected_up else "no"
+
+
+def _frozen_verdict(full: dict) -> str:
+    separated = max(full["test_cms_frozen"]) < min(full["test"]) or min(full["test_cms_frozen"]) > max(full["test"])
+    return "the CMS's in-context updates matter" if separated else "not resolved (ranges overlap)"
+
+
+def plot(result: dict, path: Path) -> None:
+    """Test accuracy over the context, one line per row (and Hope with its CMS frozen)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    xs = curve_points(result["settings"]["task"])
+    for name, row in result["rows"].items():
+        curves = [(name, row["by_position"])]
+        if name == "Hope" and row["by_position_cms_frozen"]:
+            curves.append(("Hope, CMS frozen", row["by_position_cms_frozen"]))
+        for label, curve in curves:
+            points = [(x, y) for x, y in zip(xs, curve, strict=True) if y is not None]
+            if points:
+                ax.plot(*zip(*points, strict=True), marker="o", label=label)
+    ax.set_xlabel("needle depth" if is_needle(result["settings"]["task"]) else "position (fraction of the sequence)")
+    ax.set_ylabel("test accuracy")
+    ax.set_title("Hope's ablations: accuracy over the context")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+REPRO = Repro(
+    name="nl-ablations",
+    help="Nested Learning Table 6 at CPU scale: Hope's ablations (13 rows x 3 lrs x 2 seeds) on the long suite's "
+         "needle task at T 1024, with the CMS frozen at test and accuracy by position (~20 min of one thread a run, "
+         "about 13 h on 2 cores; resumable)",
+    variants={"default": AblationSettings(), "quick": QUICK},
+    run=run, format_report=format_report, plot=plot,
+)
