@@ -51,6 +51,9 @@ OPTION_VARIANTS = {  # "<registry key>-<what the options do>": options beyond th
     "ttt_linear-mb1": {"mini_batch": 1},
     "ttt_mlp-mb2-gqa": {"mini_batch": 2, "n_kv_heads": 1},
     "ttt_mlp-position-step": {"mini_batch": 4, "position_step": True},
+    "ttt_mlp-official": {"mini_batch": 4, "position_step": True, "rotary": True, "output_norm": "layer",
+                         "gate_activation": "gelu_tanh", "activation": "gelu_tanh", "short_conv": 0, "qk_norm": False},
+    "ttt_linear-rotary-headnorm-gelu-gate": {"mini_batch": 2, "rotary": True, "gate_activation": "gelu_tanh"},
     "titans_mlp-mb4-dgd-depth3": {"mini_batch": 4, "dgd": True, "depth": 3, "expand": 1},
     "titans_mlp-noconv": {"mini_batch": 2, "short_conv": 0},
     "titans_mlp-nomomentum-nodecay": {"mini_batch": 2, "momentum": False, "weight_decay": False},
@@ -271,6 +274,10 @@ def test_unknown_mixer_and_bad_input_raise():
         _mixer("attn")(_x(2, 5), attention_mask=torch.ones(2, 6))
     with pytest.raises(ValueError, match="position_step"):  # official TTT's step: no momentum, no weight decay
         build_mixer("titans_mlp", D_MODEL, HEADS, position_step=True)
+    with pytest.raises(ValueError, match="output_norm must be one of"):
+        build_mixer("ttt_mlp", D_MODEL, HEADS, output_norm="group")
+    with pytest.raises(ValueError, match="gate_activation must be one of"):
+        build_mixer("ttt_linear", D_MODEL, HEADS, gate_activation="gelu")
 
 
 def test_titans_mlp_without_a_gate_is_the_gate_held_at_zero():

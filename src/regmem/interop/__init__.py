@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from regmem.interop.fla import from_fla_deltanet, from_fla_gated_deltanet, from_fla_gla
 from regmem.interop.mamba_ssm import from_mamba_ssm_mamba, from_mamba_ssm_mamba2
+from regmem.interop.ttt_lm_pytorch import from_ttt_lm_pytorch_linear, from_ttt_lm_pytorch_mlp
 
 CONVERTERS = {
     "mamba_ssm.Mamba": from_mamba_ssm_mamba,
@@ -19,6 +20,8 @@ CONVERTERS = {
     "fla.layers.GatedDeltaNet": from_fla_gated_deltanet,
     "fla.layers.DeltaNet": from_fla_deltanet,
     "fla.layers.GatedLinearAttention": from_fla_gla,
+    "ttt_lm_pytorch.TTTLinear": from_ttt_lm_pytorch_linear,
+    "ttt_lm_pytorch.TTTMLP": from_ttt_lm_pytorch_mlp,
 }
 
 
@@ -30,4 +33,4 @@ def convert(upstream: str, state_dict: dict, **options):
 
 
 __all__ = ["CONVERTERS", "convert", "from_fla_deltanet", "from_fla_gated_deltanet", "from_fla_gla",
-           "from_mamba_ssm_mamba", "from_mamba_ssm_mamba2"]
+           "from_mamba_ssm_mamba", "from_mamba_ssm_mamba2", "from_ttt_lm_pytorch_linear", "from_ttt_lm_pytorch_mlp"]

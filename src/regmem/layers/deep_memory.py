@@ -21,6 +21,11 @@
   (`position_bias` [mini_batch]) learnt from zero, and the state ends the mini-batch at c_{C-1}: each output reads
   the mean of the gradients before it (`ttt(read_scale=)`, regmem/ops/ttt/state.py). Off by default: regmem's TTT
   steps every token by eta alone.
+- Official TTT's layer around the memory (ttt-lm-pytorch's `TTTBase`; regmem/interop/ttt_lm_pytorch.py converts its
+  weights): `rotary=True` rotates q and k by RoPE at their position within the mini-batch (t mod mini_batch, pairs of
+  neighbouring channels: layers/rotary.py), `output_norm="layer"` normalises the heads' outputs together by one
+  LayerNorm with an affine (`norm_eps`; the default "head" is a per-head RMSNorm), and `gate_activation="gelu_tanh"`
+  gates with the tanh-approximated GELU instead of silu. All three are off by default.
 - `dgd=True` on any of them adds Delta Gradient Descent's state-dependent decay (Nested Learning, arXiv:2512.24695,
   eq. 88), layer by layer; `step_rule="proximal"` replaces the printed explicit step by one that cannot expand
   (regmem/ops/ttt/DERIVATION.md §6). The default stays "explicit": TTT's and Titans' rules as published, with
@@ -45,7 +50,7 @@ prefill followed by one-token steps equals the unpadded run.
 
 from __future__ import annotations
 
-from typing import get_args
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -53,9 +58,14 @@ from torch import nn
 
 from regmem.layers.gates import decay_logits
 from regmem.layers.memory import MemoryMixer
+from regmem.layers.rotary import RotaryEmbedding
 from regmem.ops import InnerModel, TTTState, ttt
 from regmem.ops.common import CompileBackend, check_compile_option, permute_time, real_first_order, restore_time
 from regmem.ops.ttt.model import Activation, Loss, StepRule
+
+OutputNorm = Literal["head", "layer"]  # per-head RMSNorm, or one LayerNorm over all heads (official TTT's post_norm)
+GateActivation = Literal["silu", "gelu_tanh"]
+GATES = {"silu": F.silu, "gelu_tanh": lambda g: F.gelu(g, approximate="tanh")}
 
 
 class DeepMemoryMixer(MemoryMixer):
@@ -67,8 +77,12 @@ class DeepMemoryMixer(MemoryMixer):
     def __init__(self, d_model: int, n_heads: int, *, inner_model: InnerModel, inner_lr: float = 1.0,
                  mini_batch: int = 16, dgd: bool = False, loss: Loss = "l2", step_rule: StepRule = "explicit",
                  compile_blocks: bool | CompileBackend = False, qk_norm: bool = True, position_step: bool = False,
-                 **memory_kwargs):
+                 rotary: bool = False, rope_base: float = 10000.0, output_norm: OutputNorm = "head",
+                 gate_activation: GateActivation = "silu", **memory_kwargs):
         super().__init__(d_model, n_heads, qk_norm=qk_norm, **memory_kwargs)
+        self._init_output(output_norm, gate_activation)
+        # official TTT's RoPE: positions within the mini-batch, neighbouring channels paired (module docstring)
+        self.rotary = RotaryEmbedding(self.key_dim, rope_base, interleaved=True) if rotary else None
         check_compile_option("compile_blocks", compile_blocks)
         self.compile_blocks = compile_blocks  # the chunk form's blocks through torch.compile (ops/ttt/chunk.py)
         if loss not in get_args(Loss):
@@ -101,6 +115,25 @@ class DeepMemoryMixer(MemoryMixer):
         if position_step:  # official TTT's learnt offset of the 1/(i + 1) factors (module docstring), zero at init
             self.position_bias = nn.Parameter(torch.zeros(mini_batch))
 
+    def _init_output(self, output_norm: OutputNorm, gate_activation: GateActivation) -> None:
+        for name, value, choices in (("output_norm", output_norm, OutputNorm),
+                                     ("gate_activation", gate_activation, GateActivation)):
+            if value not in get_args(choices):
+                raise ValueError(f"{name} must be one of {get_args(choices)}, got {value!r}")
+        self.output_norm, self.gate_activation = output_norm, gate_activation
+        if output_norm == "layer":
+            self.o_norm = nn.LayerNorm(self.n_heads * self.value_dim, eps=self.norm_eps)
+        elif gate_activation != "silu" and self.g_proj is not None:  # the gate multiplies after a plain norm
+            self.o_norm = nn.RMSNorm(self.value_dim, eps=self.norm_eps)
+
+    def _output(self, o, x):
+        if self.output_norm == "head" and self.gate_activation == "silu":
+            return super()._output(o, x)
+        o = self.o_norm(o.flatten(-2)) if self.output_norm == "layer" else self.o_norm(o).flatten(-2)
+        if self.g_proj is not None:
+            o = o * GATES[self.gate_activation](self.g_proj(x))
+        return self.o_proj(o)  # [B, T, d_model]
+
     def memory(self, x, q, k, v, mask, memory, mode):
         logits = (self.gate_proj(x) + self.gate_bias).chunk(self.n_gates, dim=-1)  # [B, T, H] each
         beta = self.inner_lr * torch.sigmoid(logits[0])
@@ -112,6 +145,10 @@ class DeepMemoryMixer(MemoryMixer):
         if mask is not None:  # real tokens first (module docstring)
             order = real_first_order(mask)  # [B, T]
             q, k, v, beta, g, log_mu, mask = (permute_time(t, order) for t in (q, k, v, beta, g, log_mu, mask))
+        if self.rotary is not None:  # a row's real tokens are first: its positions count from the state's offset
+            steps = torch.arange(q.shape[1], device=q.device, dtype=memory.offset.dtype)
+            positions = torch.remainder(memory.offset[:, :1] + steps, self.mini_batch)  # [B, T]
+            q, k = self.rotary(q, positions), self.rotary(k, positions)
         ln = {"ln_weight": self.ln_weight, "ln_bias": self.ln_bias} if self.inner_model.layer_norm else {}
         read = {}
         if self.position_step:

@@ -61,7 +61,7 @@ class MemoryMixer(Mixer):
         self.value_dim = int(self.key_dim * expand_v)
         if short_conv_on not in get_args(ShortConvOn):
             raise ValueError(f"short_conv_on must be one of {get_args(ShortConvOn)}, got {short_conv_on!r}")
-        self.qk_norm, self.chunk_size, self.short_conv = qk_norm, chunk_size, short_conv
+        self.qk_norm, self.chunk_size, self.short_conv, self.norm_eps = qk_norm, chunk_size, short_conv, norm_eps
         dims = (n_heads * self.key_dim, n_kv_heads * self.key_dim, n_kv_heads * self.value_dim)
         self.q_proj, self.k_proj, self.v_proj = (nn.Linear(d_model, d, bias=False) for d in dims)
         self.convs = None
