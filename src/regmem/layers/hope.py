@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from regmem.layers.attention import SoftmaxAttention
-from regmem.layers.self_modifying import STAND_IN, SelfModifyingTitans, stand_in_recipe
+from regmem.layers.self_modifying import SelfModifyingTitans, StandIn
 from regmem.nested import CMS, CMSConfig, CMSState
 from regmem.nested.cms import Objective, StepRule, Variant
 from regmem.ops.common import CompileBackend
@@ -102,15 +102,6 @@ class HopeAttention(_ThenCMS, SoftmaxAttention):
         super().__init__(d_model, n_heads, short_conv=short_conv, **options)
 
 
-class HopeStandIn(Hope):
-    """Hope as regmem built it before LMConfig format 7: self-modifying Titans' stand-in (eq. 84's targets, no DGD)
-    followed by Hope's CMS. Options given override these."""
-
-    option_defaults = STAND_IN
-
-    def __init__(self, d_model: int, n_heads: int, **options):
-        super().__init__(d_model, n_heads, **{**STAND_IN, **options})
-
-    @classmethod
-    def default_recipe(cls):
-        return stand_in_recipe(super().default_recipe())
+class HopeStandIn(StandIn, Hope):
+    """Hope as regmem built it before LMConfig format 7 (`StandIn`): self-modifying Titans' stand-in (eq. 84's
+    targets, no DGD) followed by Hope's CMS. Options given override these."""

@@ -186,9 +186,9 @@ class SelfModifyingTitans(Mixer):
 STAND_IN = {"self_values": False, "dgd": False}
 
 
-class SelfModifyingTitansStandIn(SelfModifyingTitans):
-    """Self-modifying Titans as regmem built it before LMConfig format 7 (module docstring): `STAND_IN` under any
-    options given, which may set them back."""
+class StandIn:
+    """Mixed in before a self-modifying mixer: the mixer as regmem built it before LMConfig format 7 (module
+    docstring), `STAND_IN` under any options given, which may set them back."""
 
     option_defaults = STAND_IN
 
@@ -199,6 +199,10 @@ class SelfModifyingTitansStandIn(SelfModifyingTitans):
     def default_recipe(cls):
         """SGD with momentum and weight decay: the stand-in has no DGD term."""
         return stand_in_recipe(super().default_recipe())
+
+
+class SelfModifyingTitansStandIn(StandIn, SelfModifyingTitans):
+    """Self-modifying Titans' stand-in (`StandIn`): eq. 84's targets, no DGD."""
 
 
 def stand_in_recipe(point):

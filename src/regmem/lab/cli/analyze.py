@@ -16,8 +16,7 @@ def add_analyze(commands) -> None:
     parser = commands.add_parser("analyze", help=COMMANDS["analyze"])
     kinds = parser.add_subparsers(dest="kind", required=True, metavar="KIND")
     snr = kinds.add_parser("snr", help="retrieval SNR per kernel and capacity curves of the ops")
-    snr.add_argument("--out-dir", type=output_dir, default="results/analyze-snr",
-                     help="where the report, JSON and plot go")
+    _add_out_dir(snr, "results/analyze-snr")
     snr.add_argument("--trials", type=positive_int, default=None,
                      help="Monte-Carlo trials per table row (default: 400, or 50 with --quick)")
     snr.add_argument("--seed", type=seed, default=0, help="seed of the random keys and values")
@@ -25,8 +24,7 @@ def add_analyze(commands) -> None:
     snr.set_defaults(handler=_snr, parser=snr)
     growth = kinds.add_parser("context-growth", help="Vignette 3 (eqs. 44-49): DeltaNet's fixed point, softmax "
                               "attention's 1/t updates, adapting to a new map after t0 tokens (about 10 s)")
-    growth.add_argument("--out-dir", type=output_dir, default="results/analyze-context-growth",
-                        help="where the report, JSON and plot go")
+    _add_out_dir(growth, "results/analyze-context-growth")
     growth.add_argument("--seed", type=seed, default=0, help="seed of the projections and the streams")
     growth.add_argument("--quick", action="store_true", help="a sub-second smoke run with short streams")
     growth.set_defaults(handler=_context_growth, parser=growth)
@@ -40,9 +38,12 @@ def add_analyze(commands) -> None:
     reach.add_argument("--d-model", type=positive_int, default=64, help="d_model (default 64)")
     reach.add_argument("--n-heads", type=positive_int, default=4, help="heads (default 4)")
     reach.add_argument("--seeds", type=seed_list, default=[0, 1], help="comma-separated seeds (default 0,1)")
-    reach.add_argument("--out-dir", type=output_dir, default="results/analyze-reach",
-                       help="where the report, JSON and plot go")
+    _add_out_dir(reach, "results/analyze-reach")
     reach.set_defaults(handler=_reach, parser=reach)
+
+
+def _add_out_dir(parser, default: str) -> None:
+    parser.add_argument("--out-dir", type=output_dir, default=default, help="where the report, JSON and plot go")
 
 
 def _snr(args) -> None:
