@@ -39,11 +39,18 @@ def _record(row, lr, seed, score, test):
 def test_rows_take_their_best_lr_by_the_held_out_score_and_verdicts_need_separated_ranges():
     records = [_record("Hope", 0.01, s, 0.9, t) for s, t in ((0, 0.90), (1, 0.80))]
     records += [_record("Hope", 0.03, s, 0.5, 1.0) for s in (0, 1)]  # a better test score at a worse held-out one
+    records += [_record(row, 0.003, s, 0.1, 0.1) for row in ("Hope", "w/o DGD", "w/o inner-projection q")
+                for s in (0, 1)]
+    records += [_record(row, 0.03, s, 0.1, 0.1) for row in ("w/o DGD", "w/o inner-projection q") for s in (0, 1)]
     records += [_record("w/o DGD", 0.01, s, 0.4, t) for s, t in ((0, 0.40), (1, 0.50))]
     records += [_record("w/o inner-projection q", 0.01, s, 0.85, t) for s, t in ((0, 0.85), (1, 0.70))]
+    records += [_record("w/o momentum", lr, s, score, 0.2) for lr, score in ((0.01, 0.2), (0.03, 0.3))
+                for s in (0, 1)]
     rows = summarize_rows(records)
-    assert rows["Hope"]["best_lr"] == 0.01 and rows["Hope"]["test"] == [0.90, 0.80]
+    assert rows["Hope"]["best_lr"] == 0.01 and rows["Hope"]["test"] == [0.90, 0.80] and rows["Hope"]["seeds"] == 2
     full = rows["Hope"]
     assert _direction("w/o DGD", -0.4, full, rows["w/o DGD"]) == "yes"  # below Hope, ranges apart
     assert _direction("w/o inner-projection q", -0.025, full, rows["w/o inner-projection q"]).startswith(
         "not resolved")  # ranges overlap
+    # ranges apart, but the row's best lr sits at its grid's top: the optimum may lie beyond, no verdict
+    assert "at the grid's edge" in _direction("w/o momentum", -0.65, full, rows["w/o momentum"])

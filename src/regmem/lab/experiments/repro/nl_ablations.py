@@ -120,7 +120,7 @@ def summarize_rows(records: list[dict]) -> dict:
         best = max(means, key=lambda lr: (means[lr], -lr))
         runs = sorted(by_lr[best], key=lambda r: r["seed"])
         out[name] = {
-            "best_lr": best, "lr_means": means, "seeds": [r["seed"] for r in runs],
+            "best_lr": best, "lr_means": means, "seeds": len(runs), "seed_ids": [r["seed"] for r in runs],
             "diverged": sum(r.get("diverged_at_step") is not None for r in runs),
             "test": [r["test"]["accuracy"] for r in runs],
             "test_cms_frozen": [r["test_cms_frozen"]["accuracy"] for r in runs if "test_cms_frozen" in r],
@@ -174,6 +174,11 @@ def _direction(name: str, delta: float | None, full: dict | None, row: dict) -> 
     seeds' spread: the row's and Hope's test ranges must not overlap."""
     if name == "Hope" or delta is None or full is None:
         return "-"
+    for cell in (row, full):
+        grid = sorted(cell["lr_means"])
+        if len(grid) < 2 or not grid[0] < cell["best_lr"] < grid[-1]:
+            who = "Hope's" if cell is full else "the row's"
+            return f"not resolved ({who} best lr {cell['best_lr']:g} at the grid's edge)"
     separated = min(row["test"]) > max(full["test"]) or max(row["test"]) < min(full["test"])
     if not separated:
         return "not resolved (ranges overlap)"
