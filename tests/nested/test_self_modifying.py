@@ -150,6 +150,25 @@ def test_truncated_bptt_keeps_the_forward_and_cuts_the_gradient_at_its_boundarie
     assert full_grad[:, :4].abs().max() > 0  # without the cut the gradient crosses
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "general"])
+def test_target_stop_grad_keeps_the_forward_and_cuts_the_targets_path_into_the_state(fused):
+    """target_stop_grad: outputs and states equal the full backward's; the gradient into x changes (a path is cut),
+    and the memories' initial weights still get one."""
+    options = {"mini_batch": 2, "eta_max": 0.3} if fused else {"mini_batch": 2, "mini_batch_memory": 4, **PAPER}
+    full, cut = _config(**options), _config(**options, target_stop_grad=True)
+    params = _params(full)
+    for p in params.init.values():
+        p.requires_grad_()
+    x = _x().requires_grad_()
+    y, s = self_modifying_titans(x, full, params)
+    y_cut, s_cut = self_modifying_titans(x, cut, params)
+    assert_close(y_cut, y, "y")
+    _close_states(s_cut, s, "state")
+    g_full, = torch.autograd.grad(y[:, -1].norm(), x, retain_graph=True)
+    g_cut, init_grad = torch.autograd.grad(y_cut[:, -1].norm(), [x, params.init["memory"]])
+    assert (g_cut - g_full).abs().max() > 1e-6 and init_grad.abs().max() > 0
+
+
 def _generated(config, params, x):
     """k, v, q, eta, g of a configuration whose projections are all static (functions of x alone)."""
     state = initial_state(config, params, B)
@@ -194,6 +213,7 @@ def test_with_the_l2_objective_it_is_the_decoupled_gated_delta_rule():
     ({"loss": "l1"}, "loss"), ({"eta_max": -0.1}, "eta_max"), ({"hidden": -1}, "hidden"),
     ({"step_rule": "implicit"}, "step_rule"), ({"inputs": "tied"}, "inputs"), ({"bptt": 3}, "bptt"),
     ({"bptt": 0}, "bptt"), ({"mini_batch": 4, "bptt": 6}, "bptt"),
+    ({"target_stop_grad": True, "self_values": False}, "target_stop_grad"),
 ])
 def test_bad_configuration_raises_value_error_naming_it(bad, field):
     with pytest.raises(ValueError, match=f"^{field} must"):

@@ -99,6 +99,12 @@ class SelfModifyingConfig:
     # without it (layer_norm=False, eq. 89's form) a target grows with its own memory's weights, and MQAR at T 1024
     # overflowed within one sequence after three outer steps unless this is on
     normalize_targets: bool = False
+    # With self_values: True computes each target M(v_t) from its memory's state held constant in the outer backward
+    # (a stop-gradient on the state, as a target network is; gradients still reach v_t and everything before it).
+    # The forward is unchanged. Through a layer norm the target's dependence on the state adds to the backward's
+    # state transition a term the proximal step does not bound: at initialisation Hope's backward then grows e-fold
+    # every ~30 tokens of distance (regmem/layers/self_modifying.py, `regmem analyze reach`)
+    target_stop_grad: bool = False
     # True: v_t = normalise(M_v(x_t)) like k and q; without it an LM on MQAR diverged (regmem/layers/self_modifying.py)
     normalize_v: bool = True
     read: Read = "updated"  # the main memory after each token's update (TTT's convention); "anchor" is eq. 90
@@ -153,6 +159,9 @@ class SelfModifyingConfig:
             raise ValueError("decay_init sets the weight decay's initial value: it needs weight_decay=True")
         if not self.eta_max >= 0:
             raise ValueError(f"eta_max must be >= 0, got {self.eta_max!r}")
+        if self.target_stop_grad and not self.self_values:
+            raise ValueError("target_stop_grad must go with self_values=True (it holds the state behind the "
+                             "self-generated targets M(v_t) constant)")
         if not self.generator_gain >= 0:
             raise ValueError(f"generator_gain must be >= 0, got {self.generator_gain!r}")
         if self.hidden < 0:
@@ -387,7 +396,7 @@ def _fused_piece(x, config: SelfModifyingConfig, params: OuterParams, stacked: _
 
         targets = every(v)  # v_t for every memory (eq. 84), or its own M(v_t) (eq. 87)
         if config.self_values:
-            targets, _ = model.forward(W, targets, ln_group)
+            targets, _ = model.forward([w.detach() for w in W] if config.target_stop_grad else W, targets, ln_group)
             targets = F.normalize(targets, dim=-1) if config.normalize_targets else targets
         reads_memory = "memory" in names  # only the main memory is read, and it is last in its group
         o, W, P = ttt_mini_batch(
@@ -443,6 +452,11 @@ def _read_grouped(config, names: list[str], state: SelfModifyingState, rows_of, 
     return reads
 
 
+def _detached(state: SelfModifyingState, names: list[str]) -> SelfModifyingState:
+    """`state` with the memories `names` held constant for autograd (`target_stop_grad`)."""
+    return state._replace(**{name: TTTState(*(f.detach() for f in getattr(state, name))) for name in names})
+
+
 def _repeat_heads(t: torch.Tensor | None, copies: int) -> torch.Tensor | None:
     """[B, n, H, ...] -> [B, n, copies H, ...]: memory g of a stacked call reads heads g H .. g H + H - 1."""
     return None if t is None else torch.cat([t] * copies, dim=2)
@@ -476,7 +490,8 @@ def _piece(x, config, params, state, mask, mode, step, aligned):
     log_mu = F.logsigmoid((_view(config, x, "k") * params.w_mu).sum(-1)) if config.momentum else None
     y = _read(config, "memory", state.memory, q, params) if config.read == "anchor" else None
     updated = [name for name in MEMORIES if getattr(state, name) is not None and config.updated(name)]
-    targets = (_read_grouped(config, updated, state, lambda name: v, params) if config.self_values
+    source = _detached(state, updated) if config.target_stop_grad else state
+    targets = (_read_grouped(config, updated, source, lambda name: v, params) if config.self_values
                else dict.fromkeys(updated, v))
     if config.self_values and config.normalize_targets:
         targets = {name: F.normalize(t, dim=-1) for name, t in targets.items()}
