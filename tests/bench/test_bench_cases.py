@@ -1,5 +1,6 @@
-"""The cases of `regmem bench ops` / `regmem bench decode` (regmem/lab/bench/cases.py) run on the ops' own example inputs
-(regmem/ops/examples.py, the ones the op-wide tests use), and the bench modules import each other without a cycle."""
+"""The cases of `regmem bench ops` / `regmem bench decode` (regmem/lab/bench/cases.py) run on the ops' own example
+inputs (regmem/ops/examples.py, the ones the op-wide tests use), and the bench modules import each other without a
+cycle."""
 
 import ast
 from pathlib import Path

@@ -1,5 +1,5 @@
-"""NIAH heat maps (src/regmem/lab/experiments/niah_maps.py): the grid of a model over lengths x depths is the task's metric
-cell by cell, the heat map is written, and `run_niah` trains, scores and writes its report on a tiny preset."""
+"""NIAH heat maps (src/regmem/lab/experiments/niah_maps.py): the grid of a model over lengths x depths is the task's
+metric cell by cell, the heat map is written, and `run_niah` trains, scores and writes its report on a tiny preset."""
 
 import dataclasses
 import json

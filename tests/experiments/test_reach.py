@@ -1,4 +1,5 @@
-"""`regmem analyze reach` (regmem/lab/experiments/reach.py): how far back a layer's gradient reaches at initialisation."""
+"""`regmem analyze reach` (regmem/lab/experiments/reach.py): how far back a layer's gradient reaches at
+initialisation."""
 
 from __future__ import annotations
 

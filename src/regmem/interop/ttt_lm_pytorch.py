@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 
 from regmem.interop.common import check_keys, load_exact
-from regmem.layers.deep_memory import TTTLinear, TTTMLP
+from regmem.layers.deep_memory import TTTMLP, TTTLinear
 
 UPSTREAM_LINEAR, UPSTREAM_MLP = "ttt_lm_pytorch.TTTLinear", "ttt_lm_pytorch.TTTMLP"
 COMMON = {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "learnable_ttt_lr_weight",

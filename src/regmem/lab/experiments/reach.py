@@ -93,8 +93,8 @@ def format_report(result: dict) -> str:
     distances = [d for d in s["distances"] if d < T]
     lines = [f"How far back each layer's gradient reaches at initialisation: r(s) = ||d ||y_T|| / d x_s|| at T {T}, "
              f"d_model {s['d_model']}, {s['n_heads']} heads, x ~ N(0, 1), mean over seeds "
-             f"{', '.join(map(str, s['seeds']))} (regmem/lab/experiments/reach.py). Growth: the slope of log r against the "
-             "distance (per token; > 0: the backward expands with the distance).", "",
+             f"{', '.join(map(str, s['seeds']))} (regmem/lab/experiments/reach.py). Growth: the slope of log r "
+             "against the distance (per token; > 0: the backward expands with the distance).", "",
              "| layer | " + " | ".join(f"distance {d}" for d in distances) + " | growth per token | e-fold every |",
              "|---|" + "---:|" * (len(distances) + 2)]
     for label, layer in result["layers"].items():

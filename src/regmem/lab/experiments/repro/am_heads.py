@@ -30,7 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from regmem.lab.experiments.presets import Preset
-from regmem.lab.experiments.protocol import RunStore, execute_bracketed, higher_is_better, run_grid, summarize, train_run
+from regmem.lab.experiments.protocol import (
+    RunStore,
+    execute_bracketed,
+    higher_is_better,
+    run_grid,
+    summarize,
+    train_run,
+)
 from regmem.lab.experiments.repro.record import Repro
 from regmem.lab.experiments.runs import Run
 
