@@ -128,3 +128,37 @@ def test_planted_bad_references_are_caught(text, expected):
 ])
 def test_references_into_the_repository_or_to_papers_pass(text):
     assert dangling(text, PACKAGE / "ops" / "delta" / "api.py") == []
+
+
+# A newcomer's walk: the README stays short, and every page of several sections lists them before the first.
+README_MAX_LINES = 300
+PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md")),
+         *sorted((ROOT / "benchmarks").glob("*.md"))]
+
+
+def heading_anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def sections_missing_from_contents(text: str) -> list[str]:
+    """The `## ` headings of a page that no link before its first section points at."""
+    headings = re.findall(r"^## (.+)$", text, flags=re.MULTILINE)
+    preamble = text.split("\n## ", 1)[0]
+    anchors = set(re.findall(r"\]\(#([^)]+)\)", preamble))
+    return [h for h in headings if heading_anchor(h) not in anchors] if len(headings) > 1 else []
+
+
+def test_the_readme_is_short():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= README_MAX_LINES
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_page_lists_its_sections_before_the_first(page):
+    assert not sections_missing_from_contents(page.read_text())
+
+
+def test_a_page_without_contents_is_caught():
+    page = "# Title\n\nContents: [one](#one)\n\n## One\n\ntext\n\n## Two: the `second`\n"
+    assert sections_missing_from_contents(page) == ["Two: the `second`"]
+    assert sections_missing_from_contents(page.replace("[one](#one)", "[one](#one) · [two](#two-the-second)")) == []
