@@ -146,3 +146,13 @@ def test_bad_mode_or_chunk_size_raises_value_error_naming_it(name, override, arg
     op, tokens, _ = _example(name, 5)
     with pytest.raises(ValueError, match=argument):
         op(**tokens, **override)
+
+
+def test_docs_name_each_ops_family_folder():
+    """docs/ops.md's "Where each op lives" table lists every op once, under the folder whose module defines it."""
+    text = (Path(__file__).parents[2] / "docs" / "ops.md").read_text()
+    section = text[text.index("**Where each op lives**"):text.index("The regression memories answer")]
+    documented = {op: folder for folder, ops in re.findall(r"^\| `([a-z_]+)` \| (.+) \|$", section, flags=re.MULTILINE)
+                  for op in re.findall(r"`([a-z_0-9]+)`", ops)}
+    actual = {name: OPS[name].__module__.split(".")[2] for name in OPS}
+    assert documented == actual
