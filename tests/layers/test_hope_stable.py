@@ -103,3 +103,35 @@ def test_configs_saved_before_format_7_load_as_the_stand_in():
     assert not mixer.config.self_values and not mixer.config.dgd
     assert mixer.cms.config.step_rule == "normalized" and mixer.cms.config.rates() == (1e-3,) * 3
     assert LMConfig.from_dict(LMConfig.from_dict(old).to_dict()) == LMConfig.from_dict(old)
+
+
+def _sensitivity(options: dict, T: int = 128) -> torch.Tensor:
+    """||d ||y_T|| / d x_s|| for every input s of an initial Hope layer (d_model 32, 2 heads), in float64."""
+    torch.manual_seed(0)
+    layer = build_mixer("hope", 32, 2, **options).double()
+    x = torch.randn(1, T, 32, dtype=torch.float64, requires_grad=True)
+    y, _ = layer(x)
+    grad, = torch.autograd.grad(y[0, -1].norm(), x)
+    return grad[0].norm(dim=-1)  # [T]
+
+
+def test_a_bounded_layer_norm_gain_stops_the_backward_growing_with_distance():
+    """The memories' layer norm multiplies a perturbation of its input by 1 / std; their MLP outputs start with a
+    small spread, so with eps 1e-6 the last output depends more on the first input than on the last ones (at
+    T 128: ~46x); with eps 1 (gain at most 1) it depends on the first ~100x less (regmem/nested/self_modifying.py,
+    `ln_eps`)."""
+    default, bounded = _sensitivity({}), _sensitivity({"ln_eps": 1.0})
+    assert default[0] > 10 * default[-2]
+    assert bounded[0] < default[-2] / 10 and bounded[0] < bounded[-2] / 10
+
+
+def test_ln_eps_is_the_memories_layer_norm_epsilon():
+    from regmem.nested import SelfModifyingConfig
+    from regmem.ops import InnerModel
+    assert SelfModifyingConfig(ln_eps=0.5).model("memory", 8).ln_eps == 0.5
+    with pytest.raises(ValueError, match="ln_eps must be > 0"):
+        InnerModel(layer_norm=True, ln_eps=0.0)
+    model, x = InnerModel(residual=True, layer_norm=True, ln_eps=0.7), torch.randn(3, 5, 4, dtype=torch.float64)
+    w = torch.randn(3, 4, 4, dtype=torch.float64)
+    y, _ = model.forward([w], x, None)
+    torch.testing.assert_close(y, x + torch.nn.functional.layer_norm(x @ w, (4,), eps=0.7))

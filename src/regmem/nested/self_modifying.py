@@ -73,6 +73,10 @@ class SelfModifyingConfig:
     activation: Activation = "silu"  # between the two layers of each memory (eq. 89 leaves it open)
     # each memory is x + LN(MLP(x)), TTT's and Titans' form; False: eq. 89's x + MLP(x) (layers/self_modifying.py)
     layer_norm: bool = True
+    # that layer norm's epsilon, which bounds its gain by 1 / sqrt(ln_eps): the memories' MLP outputs start with a
+    # small spread, and a gain of 1 / std on the targets M(v_t) makes the backward expand with the distance
+    # (regmem/layers/self_modifying.py)
+    ln_eps: float = 1e-6
     # with layer_norm: each memory's LN has a learnable affine (gamma, beta) [H, d], as TTT's and Titans' memories
     # do; False: none (gamma = 1), as before LMConfig format 4
     ln_affine: bool = True
@@ -166,6 +170,8 @@ class SelfModifyingConfig:
             raise ValueError(f"generator_gain must be >= 0, got {self.generator_gain!r}")
         if self.hidden < 0:
             raise ValueError(f"hidden must be >= 0 (0: the head dim), got {self.hidden!r}")
+        if not self.ln_eps > 0:
+            raise ValueError(f"ln_eps must be > 0, got {self.ln_eps!r}")
         if not isinstance(self.memory_expand, int) or self.memory_expand < 0:
             raise ValueError(f"memory_expand must be an int >= 0 (0: the generators' width), "
                              f"got {self.memory_expand!r}")
@@ -177,12 +183,13 @@ class SelfModifyingConfig:
         """Memory `name`'s inner model at head dim d: a residual 2-layer MLP (the main memory's own width and
         activation: `memory_expand`, `memory_activation`, or `memory_model`)."""
         if name != "memory":
-            return InnerModel((self.hidden or d,), self.activation, residual=True, layer_norm=self.layer_norm)
+            return InnerModel((self.hidden or d,), self.activation, residual=True, layer_norm=self.layer_norm,
+                              ln_eps=self.ln_eps)
         if self.memory_model is not None:
             return self.memory_model
         width = self.memory_expand * d if self.memory_expand else (self.hidden or d)
         return InnerModel((width,), self.memory_activation or self.activation, residual=True,
-                          layer_norm=self.layer_norm)
+                          layer_norm=self.layer_norm, ln_eps=self.ln_eps)
 
     def mini_batch_of(self, name: str) -> int:
         """The mini-batch of memory `name`."""

@@ -281,6 +281,10 @@ VARIANTS: dict[str, tuple[str, Example]] = {
     "ttt(TTT-MLP, read scale)": ("ttt", Example(_ttt(InnerModel((8,), "gelu", bias=True, residual=True,
                                                                 layer_norm=True), momentum=False, square=True,
                                                      read_scale=True), max_len=24)),
+    # a layer norm of bounded gain (eps 1), as self-modifying Titans' `ln_eps`, with DGD and the proximal step
+    "ttt(residual LN, eps 1, DGD)": ("ttt", Example(_ttt(InnerModel((8,), "silu", residual=True, layer_norm=True,
+                                                                    ln_eps=1.0), square=True, dgd=True,
+                                                         step_rule="proximal"), max_len=24)),
 }
 
 

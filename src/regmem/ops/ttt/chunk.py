@@ -151,7 +151,7 @@ def _block(anchor_w, W_now, P_now, q_n, k_n, v_n, eta_n, mu_n, kn, *, model: Inn
     if z is None:
         return None, new_w, new_p
     ln_read = ln if ln is None or read is None else tuple(read(p) for p in ln)
-    out = layer_norm(z, ln_read) if model.layer_norm else z
+    out = layer_norm(z, ln_read, model.ln_eps) if model.layer_norm else z
     return (out + q_n if model.residual else out), new_w, new_p
 
 

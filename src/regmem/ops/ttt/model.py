@@ -86,8 +86,13 @@ class InnerModel:
     bias: bool = False
     residual: bool = False
     layer_norm: bool = False
+    # the layer norm's epsilon: it bounds the norm's gain, at most 1 / sqrt(eps), where outputs of small spread would
+    # otherwise be multiplied by the inverse of their standard deviation
+    ln_eps: float = LN_EPS
 
     def __post_init__(self):
+        if not self.ln_eps > 0:
+            raise ValueError(f"ln_eps must be > 0, got {self.ln_eps!r}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
         if any(not isinstance(w, int) or w < 1 for w in self.hidden):
@@ -153,7 +158,7 @@ class InnerModel:
             inputs.append(xin)
             pre.append(h)
             a = activation(self.activation, h) if i < self.depth - 1 else h
-        y, stats = layer_norm_with_stats(a, ln) if self.layer_norm else (a, None)
+        y, stats = layer_norm_with_stats(a, ln, self.ln_eps) if self.layer_norm else (a, None)
         if self.residual:
             y = y + x
         return y, (inputs, pre, stats)
@@ -162,7 +167,7 @@ class InnerModel:
         """The back-propagated error delta_l = dloss/dh_l of each layer, [..., n, d_out], from dloss/df = dy: the
         gradient of W_l is inputs_l^T delta_l (an outer product per token)."""
         inputs, pre, stats = trace
-        d = layer_norm_backward(pre[-1], dy, ln, stats) if self.layer_norm else dy
+        d = layer_norm_backward(pre[-1], dy, ln, stats, self.ln_eps) if self.layer_norm else dy
         deltas = [d]
         for i in range(self.depth - 1, 0, -1):
             w = weights[i][..., : weights[i].shape[-2] - int(self.bias), :]  # the rows fed by a_{i}, not the bias
@@ -179,27 +184,27 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a @ b
 
 
-def layer_norm(h: torch.Tensor, ln: tuple | None) -> torch.Tensor:
-    """LayerNorm over the last dim with eps 1e-6 and the affine (gamma, beta) of `ln` (None: no affine). torch's
+def layer_norm(h: torch.Tensor, ln: tuple | None, eps: float = LN_EPS) -> torch.Tensor:
+    """LayerNorm over the last dim with `eps` and the affine (gamma, beta) of `ln` (None: no affine). torch's
     fused kernel: one op forward and one backward, where the written-out form was ~8 and ~15 (the deep memories
     run it per mini-batch, so the count of small ops sets their speed)."""
-    return layer_norm_with_stats(h, ln)[0]
+    return layer_norm_with_stats(h, ln, eps)[0]
 
 
-def layer_norm_with_stats(h: torch.Tensor, ln: tuple | None) -> tuple[torch.Tensor, tuple]:
+def layer_norm_with_stats(h: torch.Tensor, ln: tuple | None, eps: float = LN_EPS) -> tuple[torch.Tensor, tuple]:
     """`layer_norm` and its (mean, rstd) [..., 1], which `layer_norm_backward` reuses instead of normalising again."""
-    y, mean, rstd = torch.native_layer_norm(h, h.shape[-1:], None, None, LN_EPS)
+    y, mean, rstd = torch.native_layer_norm(h, h.shape[-1:], None, None, eps)
     return (y if ln is None else y * ln[0] + ln[1]), (mean, rstd)
 
 
 def layer_norm_backward(h: torch.Tensor, dy: torch.Tensor, ln: tuple | None,
-                        stats: tuple | None = None) -> torch.Tensor:
+                        stats: tuple | None = None, eps: float = LN_EPS) -> torch.Tensor:
     """dloss/dh for y = layer_norm(h, ln) given dloss/dy: rstd (g - mean(g) - xhat mean(g xhat)) with g = dy gamma,
     by torch's own LayerNorm backward, which autograd differentiates again (the outer gradient through the inner
     one) by its double-backward formula (tests/ops/test_ttt.py checks it against the written-out form). stats: h's
     (mean, rstd) from `layer_norm_with_stats`, or None to compute them."""
     gx = dy if ln is None else dy * ln[0]
-    mean, rstd = stats if stats is not None else torch.native_layer_norm(h, h.shape[-1:], None, None, LN_EPS)[1:]
+    mean, rstd = stats if stats is not None else torch.native_layer_norm(h, h.shape[-1:], None, None, eps)[1:]
     return torch.ops.aten.native_layer_norm_backward(gx, h, h.shape[-1:], mean, rstd, None, None,
                                                      [True, False, False])[0]
 
