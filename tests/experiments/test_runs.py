@@ -94,3 +94,13 @@ def test_mlp_lr_scale_enters_the_key_only_of_runs_with_an_mlp():
         dataclasses.replace(with_ffn, mlp_lr_scale=1.0))
     assert build_train_config(quick, seed=0, progress=False).mlp_lr_scale == 0.1
     assert build_train_config(quick, seed=0, progress=False, optimizer="muon").mlp_lr_scale == 1.0  # AdamW's
+
+
+def test_a_later_model_format_gives_runs_keys_of_their_own(monkeypatch):
+    """A format that changes a mixer's defaults must not reuse runs trained under the old ones: the key moves."""
+    from regmem.lab.experiments import runs
+
+    run, preset = Run("mqar", "hope", lr=0.01), PRESETS["quick"]
+    before = run.key(preset)
+    monkeypatch.setattr(runs, "MODEL_FORMAT", runs.KEYED_FORMAT + 1)
+    assert run.key(preset) != before

@@ -33,6 +33,7 @@ from regmem.lab.experiments.presets import Preset
 from regmem.lab.experiments.run_config import config_text, resolved_config
 from regmem.layers import MIXERS
 from regmem.models import LM, LMConfig
+from regmem.models.config import FORMAT as MODEL_FORMAT
 from regmem.ops import value_checks
 from regmem.storage import RunLock, read_json, write_atomic
 from regmem.tasks import TASKS
@@ -152,7 +153,15 @@ class Run:
             budget.pop("mlp_lr_scale")
         fixed = {"task": self.task, "mixer": self.mixer, "lr": self.lr, "seed": self.seed, "setting": self.setting,
                  "preset": budget, "task_point": preset.task_points.get(self.task), **self.budget_overrides()}
+        if MODEL_FORMAT != KEYED_FORMAT:  # a later format changed some model's defaults: its runs are other runs
+            fixed["model_format"] = MODEL_FORMAT
         return hashlib.sha256(json.dumps(fixed, sort_keys=True).encode()).hexdigest()[:20]
+
+
+# The model format (LMConfig, regmem/models/config.py) every run stored so far was trained under, whose keys therefore
+# leave it out; a run under a later format, whose mixers' defaults may differ, gets a key of its own, so a resumable
+# command never takes a run trained with the old defaults for one with the new.
+KEYED_FORMAT = 7
 
 
 @dataclass(frozen=True)
