@@ -18,6 +18,14 @@ def check_keys(state_dict: dict, required: set[str], optional: set[str], upstrea
         raise ValueError(f"state_dict lacks {upstream}'s keys {missing}")
 
 
+def check_shapes(state_dict: dict, expected: dict, upstream: str) -> None:
+    """ValueError naming the first key of `state_dict` whose shape is not `expected[key]` (upstream's names, before
+    any tensor is rearranged into regmem's)."""
+    for key, shape in expected.items():
+        if tuple(state_dict[key].shape) != tuple(shape):
+            raise ValueError(f"{upstream}: {key} must have shape {list(shape)}, got {list(state_dict[key].shape)}")
+
+
 def load_exact(layer: nn.Module, tensors: dict[str, torch.Tensor]) -> nn.Module:
     """Copies `tensors` into `layer`'s parameters of the same names and shapes; every parameter must be given."""
     params = dict(layer.named_parameters())

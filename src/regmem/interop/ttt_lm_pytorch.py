@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import torch
 
-from regmem.interop.common import check_keys, load_exact
+from regmem.interop.common import check_keys, check_shapes, load_exact
 from regmem.layers.deep_memory import TTTMLP, TTTLinear
 
 UPSTREAM_LINEAR, UPSTREAM_MLP = "ttt_lm_pytorch.TTTLinear", "ttt_lm_pytorch.TTTMLP"
@@ -42,12 +42,6 @@ COMMON = {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "l
           "post_norm.bias"}
 SHARE_QK = {"conv_q.weight", "conv_q.bias", "conv_k.weight", "conv_k.bias"}
 POST_NORM_EPS = 1e-6  # TTTBase's post_norm; the inner LayerNorm's 1e-6 is regmem's too (ops/ttt/model.py)
-
-
-def _check_shapes(state_dict: dict, expected: dict, upstream: str) -> None:
-    for key, shape in expected.items():
-        if tuple(state_dict[key].shape) != shape:
-            raise ValueError(f"{upstream}: {key} must have shape {list(shape)}, got {list(state_dict[key].shape)}")
 
 
 def _convert(state_dict: dict, weights: list[str], upstream: str, *, ttt_base_lr: float, rope_theta: float,
@@ -62,7 +56,7 @@ def _convert(state_dict: dict, weights: list[str], upstream: str, *, ttt_base_lr
     head_dim, mini_batch = width // heads, state_dict["learnable_token_idx"].shape[0]
     gate = "g_proj.weight" in state_dict
     square = {f"{p}.weight": (width, width) for p in ("q_proj", "k_proj", "v_proj", "o_proj")}
-    _check_shapes(state_dict, {**square, "learnable_ttt_lr_weight": (heads, width, 1),
+    check_shapes(state_dict, {**square, "learnable_ttt_lr_weight": (heads, width, 1),
                                "learnable_ttt_lr_bias": (heads, 1), "ttt_norm_weight": (heads, head_dim),
                                "ttt_norm_bias": (heads, head_dim), "post_norm.weight": (width,),
                                "post_norm.bias": (width,), **({"g_proj.weight": (width, width)} if gate else {})},
@@ -103,7 +97,7 @@ def from_ttt_lm_pytorch_linear(state_dict: dict, *, ttt_base_lr: float = 1.0, ro
     heads, width, options, tensors = _convert(state_dict, ["W1", "b1"], UPSTREAM_LINEAR, ttt_base_lr=ttt_base_lr,
                                               rope_theta=rope_theta, chunk_size=chunk_size)
     D = width // heads
-    _check_shapes(state_dict, {"W1": (heads, D, D), "b1": (heads, 1, D)}, UPSTREAM_LINEAR)
+    check_shapes(state_dict, {"W1": (heads, D, D), "b1": (heads, 1, D)}, UPSTREAM_LINEAR)
     return _load(TTTLinear(width, heads, **options), state_dict, tensors, depth=1)
 
 
@@ -116,7 +110,7 @@ def from_ttt_lm_pytorch_mlp(state_dict: dict, *, ttt_base_lr: float = 1.0, rope_
     hidden = state_dict["W1"].shape[-1]
     if hidden % D:
         raise ValueError(f"W1: the hidden width {hidden} is not a multiple of the head dim {D}")
-    _check_shapes(state_dict, {"W1": (heads, D, hidden), "b1": (heads, 1, hidden), "W2": (heads, hidden, D),
+    check_shapes(state_dict, {"W1": (heads, D, hidden), "b1": (heads, 1, hidden), "W2": (heads, hidden, D),
                                "b2": (heads, 1, D)}, UPSTREAM_MLP)
     layer = TTTMLP(width, heads, expand=hidden // D, activation="gelu_tanh", **options)
     return _load(layer, state_dict, tensors, depth=2)

@@ -75,7 +75,7 @@ class SelfModifyingConfig:
     layer_norm: bool = True
     # that layer norm's epsilon, which bounds its gain by 1 / sqrt(ln_eps): the memories' MLP outputs start with a
     # small spread, and a gain of 1 / std on the targets M(v_t) makes the backward expand with the distance
-    # (regmem/layers/self_modifying.py)
+    # (benchmarks/nested-learning.md, "The layer norm's gain is the amplifier")
     ln_eps: float = 1e-6
     # with layer_norm: each memory's LN has a learnable affine (gamma, beta) [H, d], as TTT's and Titans' memories
     # do; False: none (gamma = 1), as before LMConfig format 4
@@ -106,8 +106,8 @@ class SelfModifyingConfig:
     # With self_values: True computes each target M(v_t) from its memory's state held constant in the outer backward
     # (a stop-gradient on the state, as a target network is; gradients still reach v_t and everything before it).
     # The forward is unchanged. Through a layer norm the target's dependence on the state adds to the backward's
-    # state transition a term the proximal step does not bound: at initialisation Hope's backward then grows e-fold
-    # every ~30 tokens of distance (regmem/layers/self_modifying.py, `regmem analyze reach`)
+    # state transition a term the proximal step does not bound; holding it constant lowers that growth but does not
+    # remove it (benchmarks/nested-learning.md, "Where the expansion comes from")
     target_stop_grad: bool = False
     # True: v_t = normalise(M_v(x_t)) like k and q; without it an LM on MQAR diverged (regmem/layers/self_modifying.py)
     normalize_v: bool = True
