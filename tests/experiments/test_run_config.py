@@ -151,3 +151,14 @@ def test_a_plain_command_line_option_beats_the_file_s_table_for_that_mixer(tmp_p
     recipe = resolve_preset(RunConfig(mixer_options={"recipe:uniform/linear/sgd": {"chunk_size": 8}}),
                             ["recipe:uniform/linear/sgd"])
     assert recipe.mixer_kwargs["recipe:uniform/linear/sgd"] == {"chunk_size": 8}
+
+
+def test_every_committed_benchmark_config_loads_and_resolves():
+    configs = sorted((Path(__file__).parents[2] / "benchmarks" / "configs").glob("*.toml"))
+    assert configs, "benchmarks/configs holds the run files the leaderboards cite"
+    for path in configs:
+        config = load_config(path)
+        preset = resolve_preset(config, [config.mixer] if config.mixer else [])
+        assert config.preset in PRESETS and preset.steps >= 1, path.name
+    lib = load_config(configs[[p.name for p in configs].index("cpython-lib.toml")])
+    assert (lib.task, lib.task_config["data"], resolve_preset(lib, ["attn"]).steps) == ("text", "data/cpython-lib", 256)
