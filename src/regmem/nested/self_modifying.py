@@ -76,7 +76,8 @@ class SelfModifyingConfig:
     # that layer norm's epsilon, which bounds its gain by 1 / sqrt(ln_eps): the memories' MLP outputs start with a
     # small spread, and a gain of 1 / std on the targets M(v_t) makes the backward expand with the distance
     # (benchmarks/nested-learning.md, "The layer norm's gain is the amplifier"). 1 removes that growth and Hope learnt
-    # the T-256 needle (at chance by default), but it costs MQAR at T 64 (0.21 against 0.99), so the default keeps 1e-6
+    # the T-256 needle (at chance by default), but MQAR at T 64 then needs 3.4x the steps (0.21 at 512), so the
+    # default keeps 1e-6
     ln_eps: float = 1e-6
     # with layer_norm: each memory's LN has a learnable affine (gamma, beta) [H, d], as TTT's and Titans' memories
     # do; False: none (gamma = 1), as before LMConfig format 4
