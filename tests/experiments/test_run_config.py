@@ -160,5 +160,5 @@ def test_every_committed_benchmark_config_loads_and_resolves():
         config = load_config(path)
         preset = resolve_preset(config, [config.mixer] if config.mixer else [])
         assert config.preset in PRESETS and preset.steps >= 1, path.name
-    lib = load_config(configs[[p.name for p in configs].index("cpython-lib.toml")])
+    lib = load_config(configs[0].parent / "cpython-lib.toml")
     assert (lib.task, lib.task_config["data"], resolve_preset(lib, ["attn"]).steps) == ("text", "data/cpython-lib", 256)
