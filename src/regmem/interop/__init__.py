@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from regmem.interop.fla import from_fla_deltanet, from_fla_gated_deltanet, from_fla_gla
 from regmem.interop.mamba_ssm import from_mamba_ssm_mamba, from_mamba_ssm_mamba2
+from regmem.interop.titans_pytorch import from_titans_pytorch_neural_memory
 from regmem.interop.ttt_lm_pytorch import from_ttt_lm_pytorch_linear, from_ttt_lm_pytorch_mlp
 
 CONVERTERS = {
@@ -22,6 +23,7 @@ CONVERTERS = {
     "fla.layers.GatedLinearAttention": from_fla_gla,
     "ttt_lm_pytorch.TTTLinear": from_ttt_lm_pytorch_linear,
     "ttt_lm_pytorch.TTTMLP": from_ttt_lm_pytorch_mlp,
+    "titans_pytorch.NeuralMemory": from_titans_pytorch_neural_memory,
 }
 
 
@@ -33,4 +35,5 @@ def convert(upstream: str, state_dict: dict, **options):
 
 
 __all__ = ["CONVERTERS", "convert", "from_fla_deltanet", "from_fla_gated_deltanet", "from_fla_gla",
-           "from_mamba_ssm_mamba", "from_mamba_ssm_mamba2", "from_ttt_lm_pytorch_linear", "from_ttt_lm_pytorch_mlp"]
+           "from_mamba_ssm_mamba", "from_mamba_ssm_mamba2", "from_titans_pytorch_neural_memory",
+           "from_ttt_lm_pytorch_linear", "from_ttt_lm_pytorch_mlp"]
