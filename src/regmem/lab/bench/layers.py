@@ -13,6 +13,8 @@ state (the recurrent form). A fixed-size state makes the step cost the same at e
 - `titans_pytorch`: lucidrains' `titans_pytorch.NeuralMemory` (the `bench` extra) with chunk_size 16 and its default
   batch_size=None: one gradient per chunk of 16, all taken at the weights the call starts from (one TTT mini-batch =
   the whole call), so the chunks run in parallel — a cheaper, different model.
+- `neural_memory`: regmem's layer for that same model (regmem/layers/neural_memory.py, what
+  `regmem.interop.convert("titans_pytorch.NeuralMemory", ...)` returns), stated against `titans_pytorch`.
 - `titans_pytorch_b16`: the same with batch_size=16: the weights move every 16 tokens, the semantics of regmem's
   mini-batch of 16 (regmem still reads per-token updates inside a mini-batch, which titans-pytorch does not).
 - `cms`: Nested Learning's Continuum Memory System (regmem/nested/cms.py) with three SwiGLU levels of the LM's FFN
@@ -58,6 +60,12 @@ def _titans_pytorch(batch_size: int | None) -> Callable:
     return make
 
 
+def _neural_memory(d_model: int, heads: int):
+    from regmem.layers import NeuralMemory
+
+    return NeuralMemory(d_model, heads, chunk_size=16, depth=2, expansion=4.0)
+
+
 def _compiled(make: Callable) -> Callable:
     """The layer `make` builds, whole through torch.compile (inductor; compiled in the untimed first call)."""
     return lambda d_model, heads: torch.compile(make(d_model, heads))
@@ -101,6 +109,7 @@ LAYER_CASES = {
     "gated_deltanet_compiled": _compiled(_regmem("gated_deltanet")),
     "titans_pytorch": _titans_pytorch(None),
     "titans_pytorch_b16": _titans_pytorch(16),
+    "neural_memory": _neural_memory,
 }
 EXTERNAL_LAYERS = {"titans_pytorch": "titans_mlp", "titans_pytorch_b16": "titans_mlp"}  # theirs -> ours
 # layer -> the layer its time is stated against
@@ -108,7 +117,8 @@ EXTERNAL_LAYERS = {"titans_pytorch": "titans_mlp", "titans_pytorch_b16": "titans
 BASELINES = (("cms", "swiglu"), ("hope", "gated_deltanet"), ("hope_compiled", "gated_deltanet"),
              ("hope_standin", "gated_deltanet"),
              ("hope_compiled", "gated_deltanet_compiled"), ("gated_deltanet_compiled", "gated_deltanet"),
-             ("mamba", "mamba2"), ("titans_mlp_compiled", "titans_mlp"), ("ttt_mlp_compiled", "ttt_mlp"))
+             ("mamba", "mamba2"), ("titans_mlp_compiled", "titans_mlp"), ("ttt_mlp_compiled", "ttt_mlp"),
+             ("neural_memory", "titans_pytorch"))
 STATELESS = {*EXTERNAL_LAYERS, "swiglu"}  # no decoding state: no step pass
 PASSES = ("fwd", "fwdbwd", "step")
 
