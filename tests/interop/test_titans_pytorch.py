@@ -180,3 +180,18 @@ def test_bad_input_and_keys_are_refused():
         layer(x[..., :8])
     with pytest.raises(ValueError, match="head_dim must equal d_model"):
         NeuralMemory(16, 1, 8)
+
+
+def test_against_the_real_module_where_installed():
+    """Optional (the `bench` extra installs titans-pytorch): the real module at its defaults, weights randomised off
+    their initialisation, against the converted layer in float64. docs/interop.md quotes this comparison, run in a
+    separate environment: 1.4e-14 at worst."""
+    titans_pytorch = pytest.importorskip("titans_pytorch")
+    torch.manual_seed(0)
+    module = titans_pytorch.NeuralMemory(dim=16, heads=2, dim_head=8, chunk_size=4).double()
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    layer = from_titans_pytorch_neural_memory(module.state_dict(), chunk_size=4)
+    x = torch.randn(2, 15, 16, dtype=torch.float64)
+    torch.testing.assert_close(layer(x)[0], module(x)[0], rtol=1e-10, atol=1e-10)
