@@ -4,6 +4,7 @@ gradient descent. Every optimiser here is a `torch.optim.Optimizer` (param group
 
 It sits beside `nested/` and imports only `regmem.ops` (DGD's step, `regmem.ops.dgd_step`)."""
 
+from regmem.optim.adamuon import AdaMuon
 from regmem.optim.combined import Combined
 from regmem.optim.deep_momentum import DeepMomentum
 from regmem.optim.dgd import DGD, dgd_minimiser
@@ -41,7 +42,7 @@ from regmem.optim.newton_schulz import (
 )
 from regmem.optim.preconditioner import LearnedPreconditioner, preconditioner_target, preconditioner_write
 
-__all__ = ["Combined", "CUBIC", "M3", "MuonMemory", "QUINTIC", "newton_schulz", "newton_schulz_step",
+__all__ = ["AdaMuon", "Combined", "CUBIC", "M3", "MuonMemory", "QUINTIC", "newton_schulz", "newton_schulz_step",
            "orthogonality_gd_step", "orthogonality_grad", "orthogonality_loss", "param_groups"]
 __all__ += ["DeepMomentum", "adagrad_momentum_memory", "adam_as_optimal_memory", "elementwise_optimal_memory",
             "ema_moments", "ftrl_memory", "mlp2_memory_writes", "momentum_memory", "outer_product_optimal_memory",

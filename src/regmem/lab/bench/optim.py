@@ -1,6 +1,9 @@
 """`regmem bench optim`: the time of one optimiser step on the same model and gradients, for Nested Learning's
 optimisers-as-memories (arXiv:2512.24695, Sec. 4 and 7.2; `regmem.optim`) beside their torch.optim counterparts.
 
+Fig. 12 of the paper states M3's step "on par with AdaMuon": `adamuon` (`regmem.optim.AdaMuon`, Newton-Schulz in
+bfloat16 as its authors run it) is timed, and M3 reported against it.
+
 Targets: M3 <= 1.5x `torch.optim.Muon` (both Newton-Schulz in bfloat16; issue 46), M3 in float32 <= 1.5x
 `MuonMemory` in float32, DeltaMomentum <= 1.5x `torch.optim.SGD(momentum)` (issue 17); DeepMomentum's
 overhead is reported. Muon-family optimisers step the 2-D weights of the model (both models below are made of them
@@ -36,11 +39,11 @@ MODELS: dict[str, Callable[[], nn.Module]] = {"lm-4x256": lm_model, "mlp-1M": ml
 
 
 OPTIMIZERS = ("sgd_momentum", "delta_momentum", "deep_momentum", "adamw", "muon", "muon_memory", "muon_memory_fp32",
-              "m3", "m3_fp32")  # the names `_optimizers` builds (their classes are imported on first use)
+              "m3", "m3_fp32", "adamuon")  # the names `_optimizers` builds (their classes are imported on first use)
 
 
 def _optimizers() -> dict[str, Callable[[list], torch.optim.Optimizer]]:
-    from regmem.optim import M3, DeepMomentum, DeltaMomentum, MuonMemory
+    from regmem.optim import M3, AdaMuon, DeepMomentum, DeltaMomentum, MuonMemory
 
     builders = {
         "sgd_momentum": lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9),
@@ -53,13 +56,15 @@ def _optimizers() -> dict[str, Callable[[list], torch.optim.Optimizer]]:
         "muon_memory_fp32": lambda ps: MuonMemory(ps, lr=0.02, ns_dtype=None),
         "m3": lambda ps: M3(ps, lr=0.02, ns_dtype=torch.bfloat16),  # Newton-Schulz in bfloat16, as torch.optim.Muon
         "m3_fp32": lambda ps: M3(ps, lr=0.02, ns_dtype=None),
+        "adamuon": lambda ps: AdaMuon(ps, lr=0.02),  # Newton-Schulz in bfloat16, its authors' default
     }
     return builders
 
 
 PAIRS = (("m3", "muon", 1.5), ("m3_fp32", "muon_memory_fp32", 1.5), ("m3_fp32", "muon", None),
          ("delta_momentum", "sgd_momentum", 1.5),
-         ("deep_momentum", "sgd_momentum", None), ("muon_memory", "muon", None))
+         ("deep_momentum", "sgd_momentum", None), ("muon_memory", "muon", None), ("m3", "adamuon", None),
+         ("adamuon", "muon", None))
 
 
 def run_optim_timing(models, optimizers, *, min_run_time: float = 1.0, progress=print) -> dict:

@@ -63,8 +63,8 @@ def real_report_lines(rows: list[dict], settings: dict) -> list[str]:
         "form, raw gradient as key, delta 1). Loss: cross-entropy (digits, nats) or bits per byte (text); the lr is "
         "chosen by the final validation loss, and the test loss (mean [min, max] over seeds) and the training loss "
         "(mean over the last tenth of the steps' batches) are reported at it; a grid whose best is at an edge grows "
-        f"past it by up to {s.get('extend_grid', 0)} points. AdaMuon, Fig. 12's other peer, is not built: its "
-        "comparison is not tested. \"opt step ms\": median of optimizer.step() alone in a timing pass "
+        f"past it by up to {s.get('extend_grid', 0)} points. AdaMuon, Fig. 12's other peer (`regmem.optim."
+        "AdaMuon`), is timed by `regmem bench optim`, not trained here. \"opt step ms\": median of optimizer.step() alone in a timing pass "
         "(one process, one thread, the optimisers taking turns on the same model and gradients); \"train step "
         "ms\": median forward + backward + step in the seed-0 run (two runs at a time on two cores, so noisier).",
         "",
