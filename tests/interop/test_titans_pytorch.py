@@ -22,7 +22,7 @@ def neural_memory_state_dict(dim=16, heads=2, dim_head=8, depth=2, expansion=4, 
     sd = {"store_norm.weight": 1 + r(dim, s=0.2), "retrieve_norm.weight": 1 + r(dim, s=0.2),
           "memory_model.norm.gamma": torch.zeros(dim_head, dtype=torch.float64),
           "memory_model_parameters.0": r(heads, dim_head, s=0.3)}
-    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
         sd[f"memory_model.model.weights.{i}"] = r(a, b, s=a ** -0.5)
         sd[f"memory_model_parameters.{i + 1}"] = r(heads, a, b, s=a ** -0.5)
     sd |= {f"to_{p}.weight": r(inner, dim, s=dim ** -0.5) for p in ("queries", "keys", "values")}
@@ -61,7 +61,9 @@ def upstream_neural_memory(sd: dict, x: torch.Tensor, chunk_size: int, max_lr: f
             cols = slice(h * dh, (h + 1) * dh)
             k, v = (xs[b] @ sd["to_keys.weight"].T)[:, cols], (xs[b] @ sd["to_values.weight"].T)[:, cols]
             q = (xr[b] @ sd["to_queries.weight"].T)[:, cols]
-            logit = lambda name, u: u @ sd[f"to_{name}.0.weight"][h] + sd[f"to_{name}.0.bias"][h]  # noqa: E731
+            def logit(name, u, h=h):
+                return u @ sd[f"to_{name}.0.weight"][h] + sd[f"to_{name}.0.bias"][h]
+
             start = [sd[f"memory_model_parameters.{i}"][h] for i in range(n_weights)]
             weights, momentum, after = start, [torch.zeros_like(w) for w in start], [start]
             for n in range(T // C):  # the tail after the last full chunk is never stored

@@ -18,8 +18,8 @@ from regmem.layers.lstm import LSTM, LSTMState
 from regmem.layers.mamba import Mamba
 from regmem.layers.mamba2 import Mamba2
 from regmem.layers.memory import MemoryMixer, MemoryState
-from regmem.layers.neural_memory import NeuralMemory, NeuralMemoryState
 from regmem.layers.mesa import RLS, Mesa
+from regmem.layers.neural_memory import NeuralMemory, NeuralMemoryState
 from regmem.layers.norm import GatedRMSNorm, l2_normalize
 from regmem.layers.registry import MIXERS, build_mixer, check_builds, how_it_builds, is_mixer_name, named_mixer
 from regmem.layers.retnet import RetNet

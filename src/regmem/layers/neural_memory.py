@@ -76,8 +76,9 @@ _chunk_surprise = vmap(grad(_chunk_loss))  # per chunk: the gradient of its loss
 class NeuralMemory(Mixer):
     """titans-pytorch's `NeuralMemory` (module docstring). Sizes: d_model, n_heads, head_dim (default d_model //
     n_heads; n_heads = 1 needs head_dim = d_model, and has no output gate nor W_o, as upstream), chunk_size C,
-    depth and width of the memory MLP (hidden_dim, else int(head_dim x expansion)), max_lr. Built by `regmem.interop.convert("titans_pytorch.NeuralMemory",
-    ...)` from upstream weights, or directly (initialised as upstream: γ = 0, Xavier-uniform MLP weights)."""
+    depth and width of the memory MLP (hidden_dim, else int(head_dim x expansion)), max_lr. Built by
+    `regmem.interop.convert("titans_pytorch.NeuralMemory", ...)` from upstream weights, or directly (initialised as
+    upstream: γ = 0, Xavier-uniform MLP weights)."""
 
     recipe_name = ""  # outside the design space: chunk-level steps with gradients at the initial weights
 
@@ -108,7 +109,7 @@ class NeuralMemory(Mixer):
         self.memory_gain = nn.Parameter(torch.zeros(n_heads, head_dim))
         self.memory_weights = nn.ParameterList(
             nn.Parameter(nn.init.xavier_uniform_(torch.empty(a, b)).repeat(n_heads, 1, 1))
-            for a, b in zip(dims[:-1], dims[1:]))
+            for a, b in zip(dims[:-1], dims[1:], strict=True))
 
     def initial_weights(self) -> tuple[torch.Tensor, ...]:
         """W_0 per head: (γ [H, d], W_1 [H, d, e], ..., W_depth [H, e, d])."""
@@ -151,7 +152,9 @@ class NeuralMemory(Mixer):
 
         weights, momentum, read = list(state.weights), list(state.momentum), [state.weights]
         for c in range(done):
-            gate = lambda t, w: t[:, :, c].reshape(B, H, *[1] * (w.ndim - 2))  # noqa: E731
+            def gate(t, w, c=c):  # the chunk's [B, H] gate, broadcast over w's trailing dims
+                return t[:, :, c].reshape(B, H, *[1] * (w.ndim - 2))
+
             momentum = [gate(eta, m) * m + s[:, :, c] for m, s in zip(momentum, surprise, strict=True)]
             weights = [gate(keep, w) * w + m for w, m in zip(weights, momentum, strict=True)]
             read.append(tuple(weights))

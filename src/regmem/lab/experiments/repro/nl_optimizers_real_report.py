@@ -64,7 +64,8 @@ def real_report_lines(rows: list[dict], settings: dict) -> list[str]:
         "chosen by the final validation loss, and the test loss (mean [min, max] over seeds) and the training loss "
         "(mean over the last tenth of the steps' batches) are reported at it; a grid whose best is at an edge grows "
         f"past it by up to {s.get('extend_grid', 0)} points. AdaMuon, Fig. 12's other peer (`regmem.optim."
-        "AdaMuon`), is timed by `regmem bench optim`, not trained here. \"opt step ms\": median of optimizer.step() alone in a timing pass "
+        "AdaMuon`), is timed by `regmem bench optim`, not trained here. \"opt step ms\": median of "
+        "optimizer.step() alone in a timing pass "
         "(one process, one thread, the optimisers taking turns on the same model and gradients); \"train step "
         "ms\": median forward + backward + step in the seed-0 run (two runs at a time on two cores, so noisier).",
         "",
