@@ -58,17 +58,23 @@ def test_each_step_has_rms_point_two_times_lr():
 
 
 def test_second_moment_changes_the_direction():
-    """After steps of gradients with uneven element scales the update is no longer Muon's orthogonal direction."""
+    """AdaMuon's first step is the sign of Muon's orthogonalised direction (v = (1 - beta2) o^2, bias-corrected to
+    o^2), rescaled (eps made negligible); Muon steps along o itself. The two steps differ, and AdaMuon's has one magnitude everywhere."""
+    from regmem.optim import MuonMemory
+
     g = torch.Generator().manual_seed(1)
-    scale = torch.logspace(-2, 2, 8, dtype=torch.float64)[:, None]
-    grads = [[scale * torch.randn(8, 8, generator=g, dtype=torch.float64)] for _ in range(5)]
-    w = [torch.zeros(8, 8, dtype=torch.float64)]
-    opt = _run(w, grads, lr=0.1, weight_decay=0.0, ns_dtype=None)
-    state = opt.state[w[0]]
-    direction = newton_schulz(state["memory"], 5)
-    assert state["step"] == 5 and (state["second_moment"] > 0).all()
-    cosine = (direction * w[0]).sum() / (direction.norm() * w[0].norm())
-    assert cosine < 0.999
+    grad = torch.randn(8, 12, generator=g, dtype=torch.float64)
+    steps = []
+    for cls, kwargs in ((AdaMuon, {"eps": 1e-14}), (MuonMemory, {"adjust_lr_fn": "match_rms_adamw"})):
+        w = torch.zeros(8, 12, dtype=torch.float64, requires_grad=True)
+        w.grad = grad.clone()
+        cls([w], lr=0.1, weight_decay=0.0, ns_dtype=None, **kwargs).step()
+        steps.append(w.detach().clone())
+    ada, muon = steps
+    cosine = (ada * muon).sum() / (ada.norm() * muon.norm())
+    assert cosine < 0.99
+    torch.testing.assert_close(ada.abs(), torch.full_like(ada, 0.2 * 0.1), rtol=1e-6, atol=0)
+    assert torch.equal(torch.sign(ada), torch.sign(muon))
 
 
 @pytest.mark.parametrize("kwargs,name", [

@@ -16,10 +16,11 @@ The upstream module at its defaults (`batch_size=None`, `momentum=True` of order
 
 Constructor options that the state dict does not hold are the converter's arguments: `chunk_size` (an int: one
 chunk size for storing and reading) and `max_lr` (`default_step_transform_max_lr`, 1.0). Options that change the
-function are not expressible and not guessed from the keys; the keys of `post_rmsnorm`, `qk_rmsnorm`,
-`per_parameter_lr_modulation`, `attn_pool_chunks`, `learned_momentum_combine`, `accept_weight_residual` and
-`gated_transition` are refused as unknown, and `momentum=False`, `batch_size`, a momentum order above 1,
-`num_kv_per_token`, `store_with_lookahead_value` or another memory model are the caller's to rule out.
+function are not expressible: those that add keys (`post_rmsnorm`, `qk_rmsnorm`, `per_parameter_lr_modulation`,
+`attn_pool_chunks`, `learned_momentum_combine`, `accept_weight_residual`, `gated_transition`) are refused as unknown
+keys, those that drop or reshape one (`momentum=False`, a momentum order above 1, `num_kv_per_token > 1`,
+`per_head_learned_parameters=False`) as a missing key or a wrong shape; `batch_size` and
+`store_with_lookahead_value` leave the weights unchanged, so they are the caller's to rule out.
 """
 
 from __future__ import annotations
@@ -44,24 +45,30 @@ def from_titans_pytorch_neural_memory(state_dict: dict, *, chunk_size: int, max_
                          f"{chunk_size!r}")
     memory = sorted((k for k in state_dict if re.fullmatch(r"memory_model_parameters\.\d+", k)),
                     key=lambda k: int(k.rsplit(".", 1)[1]))
-    templates = {k for k in state_dict if re.fullmatch(r"memory_model\.model\.weights\.\d+", k)}
     if len(memory) < 2 or memory != [f"memory_model_parameters.{i}" for i in range(len(memory))]:
         raise ValueError(f"state_dict must hold {UPSTREAM}'s memory_model_parameters.0 (the gain) and .1, .2, ... "
                          f"(the MLP), got {memory}")
     heads = state_dict["to_adaptive_step.0.weight"].shape[0] if "to_adaptive_step.0.weight" in state_dict else 0
+    depth = len(memory) - 1
+    templates = {f"memory_model.model.weights.{i}" for i in range(depth)}
     check_keys(state_dict, REQUIRED | set(memory) | templates | (MULTIHEAD if heads > 1 else set()), set(),
                UPSTREAM)
     gain, layers = state_dict[memory[0]], [state_dict[k] for k in memory[1:]]
+    if gain.ndim != 2 or any(w.ndim != 3 for w in layers):
+        raise ValueError(f"{UPSTREAM}: memory_model_parameters must be per head ([H, d] and [H, rows, columns]: "
+                         f"per_head_learned_parameters=True), got shapes {[list(state_dict[k].shape) for k in memory]}")
     dim, (_, head_dim) = state_dict["store_norm.weight"].shape[0], gain.shape
     hidden = layers[0].shape[-1]
-    depth = len(layers)
     dims = (head_dim, *(hidden,) * (depth - 1), head_dim)
     inner = heads * head_dim
     expected = {"retrieve_norm.weight": (dim,), "store_norm.weight": (dim,), memory[0]: (heads, head_dim),
                 **{f"to_{p}.weight": (inner, dim) for p in ("queries", "keys", "values")},
                 **{f"to_{p}.0.weight": (heads, dim) for p in ("adaptive_step", "momentum", "decay_factor")},
                 **{f"to_{p}.0.bias": (heads,) for p in ("adaptive_step", "momentum", "decay_factor")},
-                **{k: (heads, a, b) for k, a, b in zip(memory[1:], dims[:-1], dims[1:], strict=True)}}
+                **{k: (heads, a, b) for k, a, b in zip(memory[1:], dims[:-1], dims[1:], strict=True)},
+                "memory_model.norm.gamma": (head_dim,),  # the un-repeated templates: checked, not used
+                **{f"memory_model.model.weights.{i}": (a, b) for i, (a, b) in enumerate(zip(dims[:-1], dims[1:],
+                                                                                             strict=True))}}
     if heads > 1:
         expected |= {"retrieve_gate.0.weight": (heads, dim), "combine_heads.weight": (dim, inner)}
     check_shapes(state_dict, expected, UPSTREAM)

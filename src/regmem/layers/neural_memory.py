@@ -19,8 +19,9 @@ Unlike regmem's `TitansMLP` (momentum and decay every token, gradients at the mi
 gain an outer parameter, an output norm), the gain γ here is a fast weight, stepped and decayed with the MLP, and the
 gradients are never re-anchored (upstream's `batch_size=None`): they do not depend on the state, so all chunks'
 surprises are computed at once (`torch.func.vmap` of `torch.func.grad`) and only the two scalar-gated recurrences
-run chunk by chunk. The read: token t sees the weights after the chunks that end at or before it, except that the
-last token of a chunk sees its own chunk's step (upstream shifts the queries by one token). A chunk left incomplete
+run chunk by chunk. The read: token t sees the weights after every chunk that ends at or before it, so the last
+token of a chunk already sees its own chunk's step and the others see the previous chunk's (upstream shifts the
+queries by one token). A chunk left incomplete
 at the end of a call is not stored; its surprise and pooled input wait in the state, so a prefill followed by
 one-token steps equals one full forward.
 
@@ -123,7 +124,7 @@ class NeuralMemory(Mixer):
         B, T, H, D, C = x.shape[0], x.shape[1], self.n_heads, self.head_dim, self.chunk_size
         init = self.initial_weights()
         if state is None:
-            start = [w.unsqueeze(0).expand(B, *w.shape) for w in init]
+            start = [w.unsqueeze(0).expand(B, *w.shape).clone() for w in init]  # a state, not a view of the weights
             state = NeuralMemoryState(tuple(start), tuple(torch.zeros_like(w) for w in start),
                                       tuple(torch.zeros_like(w) for w in start), x.new_zeros(B, self.d_model), 0)
         x_s, x_r = self.store_norm(x), self.retrieve_norm(x)

@@ -15,6 +15,9 @@ The last line is the authors' RMS alignment: the step's RMS is 0.2 lr whatever t
 step, so AdamW's learning rate carries over. Their code rescales by sqrt(min(m, n)) / (||u||_F + eps) and then by
 0.2 sqrt(max(m, n)), the same product. Newton-Schulz runs in bfloat16 by default, as theirs does (`ns_dtype=None`:
 the parameter's dtype); its first normalisation is x / max(||x||_F, 1e-7) where theirs is x / (||x||_F + 1e-7).
+Everything after Newton-Schulz (v, the division, the rescaling) runs in the parameter's dtype. Their code keeps v
+in bfloat16, the dtype of Newton-Schulz's output, where `v * 0.999` rounds back to v (a bfloat16 has 8 bits of
+mantissa), so their v stops decaying; this is the algorithm as the paper writes it, without that artefact.
 """
 
 from __future__ import annotations
