@@ -59,7 +59,8 @@ def test_each_step_has_rms_point_two_times_lr():
 
 def test_second_moment_changes_the_direction():
     """AdaMuon's first step is the sign of Muon's orthogonalised direction (v = (1 - beta2) o^2, bias-corrected to
-    o^2), rescaled (eps made negligible); Muon steps along o itself. The two steps differ, and AdaMuon's has one magnitude everywhere."""
+    o^2), rescaled (eps made negligible); Muon steps along o itself. The two steps differ, and AdaMuon's has one
+    magnitude everywhere."""
     from regmem.optim import MuonMemory
 
     g = torch.Generator().manual_seed(1)
