@@ -27,8 +27,8 @@ from collections.abc import Callable
 
 import torch
 
-from .muon import check_matrix_params
-from .newton_schulz import QUINTIC, newton_schulz
+from .muon import check_matrix_params, momentum_direction
+from .newton_schulz import QUINTIC
 from .stepping import checked_grad, closure_loss
 
 RMS = 0.2  # the step's RMS per unit of lr after the alignment (AdamW's typical update RMS)
@@ -73,11 +73,8 @@ class AdaMuon(torch.optim.Optimizer):
                     state["memory"], state["second_moment"] = torch.zeros_like(p), torch.zeros_like(p)
                     state["step"] = 0
                 state["step"] += 1
-                memory, second = state["memory"], state["second_moment"]
-                memory.lerp_(-grad, 1.0 - group["momentum"])
-                query = (-grad).lerp(memory, group["momentum"]) if group["nesterov"] else memory
-                direction = newton_schulz(query, group["ns_steps"], group["ns_coefficients"],
-                                          compute_dtype=group["ns_dtype"]).to(p.dtype)
+                second = state["second_moment"]
+                direction = momentum_direction(state["memory"], grad, group, ns_eps=1e-7).to(p.dtype)
                 second.mul_(beta2).addcmul_(direction, direction, value=1.0 - beta2)
                 corrected = second / (1.0 - beta2 ** state["step"])
                 update = direction / (corrected.sqrt() + eps)

@@ -45,6 +45,15 @@ def adjusted_lr(lr: float, adjust_lr_fn: str | None, shape: torch.Size) -> float
     raise ValueError(f"adjust_lr_fn must be one of {ADJUST_LR_FNS}, got {adjust_lr_fn!r}")
 
 
+def momentum_direction(memory: torch.Tensor, grad: torch.Tensor, group: dict, *, ns_eps: float) -> torch.Tensor:
+    """Muon's write and read (module docstring), shared by the Muon family: the memory moves toward -grad in place
+    (eq. 42), and Newton-Schulz orthogonalises it, or its Nesterov look-ahead, in `group["ns_dtype"]` (eq. 52)."""
+    memory.lerp_(-grad, 1.0 - group["momentum"])
+    query = (-grad).lerp(memory, group["momentum"]) if group["nesterov"] else memory
+    return newton_schulz(query, group["ns_steps"], group["ns_coefficients"], eps=ns_eps,
+                         compute_dtype=group["ns_dtype"])
+
+
 def check_matrix_params(optimizer: torch.optim.Optimizer) -> None:
     """Raise ValueError unless every parameter of every group is a 2-D matrix (the Muon family's domain)."""
     name = type(optimizer).__name__
@@ -115,13 +124,8 @@ class MuonMemory(torch.optim.Optimizer):
                 state = self.state[p]
                 if "memory" not in state:
                     state["memory"] = torch.zeros_like(p)
-                memory = state["memory"]
-                # Memory write (eq. 42): m <- momentum m - (1 - momentum) g, as one lerp toward -g.
-                memory.lerp_(-grad, 1.0 - group["momentum"])
-                query = (-grad).lerp(memory, group["momentum"]) if group["nesterov"] else memory
-                # Nonlinear read-out (eq. 52): zeta = Newton-Schulz (eqs. 43-44).
-                direction = newton_schulz(query, group["ns_steps"], group["ns_coefficients"], eps=group["eps"],
-                                          compute_dtype=group["ns_dtype"])
+                # Memory write (eq. 42), m <- momentum m - (1 - momentum) g, and read-out (eq. 52): Newton-Schulz
+                direction = momentum_direction(state["memory"], grad, group, ns_eps=group["eps"])
                 p.mul_(1.0 - group["lr"] * group["weight_decay"])
                 p.add_(direction, alpha=adjusted_lr(group["lr"], group["adjust_lr_fn"], p.shape))
         return loss
