@@ -192,3 +192,16 @@ def test_nl_mad_mlp_lr_scale_reaches_the_preset_and_only_then_the_run_keys():
     assert run.key(mad_preset(default)) != run.key(mad_preset(scaled))
     with pytest.raises(ValueError, match="mlp_lr_scale must be > 0"):
         replace_fields(MADSettings(), {"mlp_lr_scale": 0.0})
+
+
+def test_nl_mad_workers_leave_the_run_keys_alone_and_refuse_zero():
+    from regmem.lab.experiments.repro.nl_mad import MADSettings, mad_preset
+    from regmem.lab.experiments.repro.record import replace_fields
+    from regmem.lab.experiments.runs import Run
+
+    parallel = replace_fields(MADSettings(), {"workers": 2})
+    assert parallel.workers == 2
+    run = Run("icr", "attn", 0.003, 0)
+    assert run.key(mad_preset(parallel)) == run.key(mad_preset(MADSettings()))  # the same runs, trained two at a time
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        replace_fields(MADSettings(), {"workers": 0})

@@ -71,10 +71,13 @@ class MADSettings:
     # 1 here (one lr for the whole model, as the committed table was measured); the MQAR presets use 0.1, and Hope
     # learns ICR only under that rule (benchmarks/leaderboards.md, "MAD: Hope needs the MLP lr rule").
     mlp_lr_scale: float = 1.0
+    workers: int = 1  # runs trained at once, one process and one torch thread each (2 on a 2-core CPU)
 
     def __post_init__(self):
         if not self.mlp_lr_scale > 0:
             raise ValueError(f"mlp_lr_scale must be > 0, got {self.mlp_lr_scale!r}")
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers!r}")
 
 
 PRESET_LR = 3e-3  # the preset's nominal lr; every protocol run trains at its own lr from `MADSettings.lrs`
@@ -182,7 +185,7 @@ REPRO = Repro(
     name="nl-mad",
     help="Nested Learning (arXiv:2512.24695) Table 4: MAD's six tasks at CPU scale beside the paper, 5 mixers x "
          "lr grid of 4 x 2 seeds (240 runs, about 2 h 15 min of one CPU thread; resumable; --set "
-         "mixers=attn,linear splits it)",
+         "mixers=attn,linear splits it; --set workers=2 trains two at a time)",
     variants={"default": MADSettings(), "quick": QUICK},
     run=run, format_report=format_report, plot=plot_mad,
 )
