@@ -194,14 +194,23 @@ def test_nl_mad_mlp_lr_scale_reaches_the_preset_and_only_then_the_run_keys():
         replace_fields(MADSettings(), {"mlp_lr_scale": 0.0})
 
 
-def test_nl_mad_workers_leave_the_run_keys_alone_and_refuse_zero():
-    from regmem.lab.experiments.repro.nl_mad import MADSettings, mad_preset
+def test_nl_mad_workers_reach_the_protocol_leave_the_run_keys_alone_and_refuse_zero(monkeypatch, tmp_path):
+    from regmem.lab.experiments.repro import nl_mad
     from regmem.lab.experiments.repro.record import replace_fields
     from regmem.lab.experiments.runs import Run
 
-    parallel = replace_fields(MADSettings(), {"workers": 2})
-    assert parallel.workers == 2
+    parallel = replace_fields(nl_mad.MADSettings(), {"workers": 2})
     run = Run("icr", "attn", 0.003, 0)
-    assert run.key(mad_preset(parallel)) == run.key(mad_preset(MADSettings()))  # the same runs, trained two at a time
+    # the same runs, trained two at a time
+    assert run.key(nl_mad.mad_preset(parallel)) == run.key(nl_mad.mad_preset(nl_mad.MADSettings()))
+    seen = {}
+
+    def execute_bracketed(runs, preset, store, **kwargs):
+        seen.update(kwargs)
+        return []
+
+    monkeypatch.setattr(nl_mad, "execute_bracketed", execute_bracketed)
+    nl_mad.run(parallel, tmp_path, progress=False)
+    assert seen["workers"] == 2
     with pytest.raises(ValueError, match="workers must be >= 1"):
-        replace_fields(MADSettings(), {"workers": 0})
+        replace_fields(nl_mad.MADSettings(), {"workers": 0})

@@ -104,7 +104,7 @@ def run(settings: MADSettings, out_dir: Path, *, log=print, progress: bool = Tru
     preset = mad_preset(settings)
     runs = run_grid(settings.tasks, settings.mixers, [{}], settings.lrs, settings.seeds)
     records = execute_bracketed(runs, preset, RunStore(out_dir / "nl-mad-runs", preset), extend=settings.extend_grid,
-                                progress=progress, log=log)
+                                progress=progress, log=log, workers=settings.workers)
     cells = [dataclasses.asdict(c) for c in summarize(records)]
     return {"settings": dataclasses.asdict(settings), "preset": preset.to_dict(), "cells": cells, "runs": records}
 
