@@ -5,6 +5,7 @@ round-trips; the suite writes its mixers x tasks table; the CLI on a tiny preset
 import dataclasses
 import json
 import math
+import platform
 
 import pytest
 import torch
@@ -12,7 +13,16 @@ import torch
 from regmem.lab.cli import main
 from regmem.lab.experiments.compare import compare, lr_grid
 from regmem.lab.experiments.presets import PRESETS
-from regmem.lab.experiments.protocol import RunStore, bracket, execute, execute_bracketed, next_lr, run_grid, summarize
+from regmem.lab.experiments.protocol import (
+    RunStore,
+    bracket,
+    execute,
+    execute_bracketed,
+    next_lr,
+    run_grid,
+    summarize,
+    train_run,
+)
 from regmem.lab.experiments.runs import Run
 from regmem.lab.experiments.suite import resolve_tasks, suite
 from regmem.lab.experiments.tuned import best_lrs, best_lrs_by_setting, load_tuned, save_tuned, tuned_lr
@@ -110,6 +120,13 @@ def test_an_interrupted_execution_resumes_without_re_running_finished_runs(tmp_p
     assert [(r["mixer"], r["lr"], r["seed"], r["score"]) for r in records] == [
         (s.mixer, s.lr, s.seed, s.lr * 10 + s.seed) for s in runs]
     assert not list(store.dir.glob("*.tmp"))
+
+
+def test_a_trained_run_records_the_machine_its_floats_came_from():
+    result = train_run(Run("mqar", "linear", 1e-2, 0), FAST)
+    assert result["machine"] == {"torch": torch.__version__, "arch": platform.machine(),
+                                 "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    assert math.isfinite(result["test_score"])
 
 
 def test_a_run_key_changes_with_anything_that_fixes_the_run():

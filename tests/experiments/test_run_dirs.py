@@ -3,19 +3,22 @@
 - training into a directory that holds a run is refused, unless --resume or --overwrite (which deletes the old
   run's files first); the old run is left byte for byte as it was;
 - --resume compares every setting of the stored run.json with the command's and refuses any difference by name;
+- a run records the machine it started on (machine.json), and a resume on another kind warns;
 - without --out-dir, `regmem train` writes a fresh, named directory and prints it;
 - `compare --run-dir` / `suite --run-dir` refuse a directory of another task, preset or swept field.
 """
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 from regmem.lab.cli import main
 from regmem.lab.experiments.presets import PRESETS
 from regmem.lab.experiments.protocol import claim_sweep_dir
-from regmem.lab.experiments.runs import RUN_LOCK, Run, RunDirBusy, describe_run, train_and_evaluate
+from regmem.lab.experiments.runs import RUN_LOCK, Run, RunDirBusy, describe_run, machine, train_and_evaluate
 from regmem.storage import RunLock
 
 TRAIN = ["train", "mqar", "--mixer", "gla", "--preset", "tiny", "--no-progress"]
@@ -48,7 +51,7 @@ def test_training_into_a_directory_that_holds_a_run_is_refused_and_the_run_is_ke
     before = files_of(old_run)
     line = refused([*TRAIN, "--steps", "2", "--out-dir", str(old_run)], capsys)
     assert line.startswith(f"regmem: error: argument --out-dir: {str(old_run)!r} already holds a run (metrics.jsonl, "
-                           "checkpoint, model, run.json, config.toml); continue it with --resume")
+                           "checkpoint, model, run.json, config.toml, machine.json); continue it with --resume")
     assert files_of(old_run) == before
 
 
@@ -92,6 +95,21 @@ def test_resume_of_another_mixer_is_refused(old_run, capsys):
 def test_resume_with_the_stored_settings_runs(old_run, capsys):
     main([*TRAIN, "--steps", "4", "--set", "num_kv_pairs=4", "--checkpoint-every", "2", "--out-dir", str(old_run),
           "--resume"])
+    assert "step 4: " in capsys.readouterr().out
+
+
+def test_a_run_records_its_machine_and_a_resume_on_another_kind_warns_and_continues(old_run, monkeypatch, capsys):
+    started = json.loads((old_run / "machine.json").read_text())
+    assert started == machine() and started["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    argv = [*TRAIN, "--steps", "4", "--set", "num_kv_pairs=4", "--checkpoint-every", "2", "--out-dir", str(old_run),
+            "--resume"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        main(argv)  # the same machine: no warning
+    elsewhere = {**started, "cpu_capability": "AVX512" if started["cpu_capability"] != "AVX512" else "AVX2"}
+    monkeypatch.setattr("regmem.lab.experiments.runs.machine", lambda device="cpu": elsewhere)
+    with pytest.warns(RuntimeWarning, match=r"started on another machine \(cpu_capability .* -> .*\); it continues"):
+        main(argv)
     assert "step 4: " in capsys.readouterr().out
 
 

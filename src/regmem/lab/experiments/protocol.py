@@ -49,7 +49,7 @@ import torch
 from tqdm.auto import tqdm
 
 from regmem.lab.experiments.presets import Preset
-from regmem.lab.experiments.runs import Run, RunResult, describe_differences, train_and_evaluate
+from regmem.lab.experiments.runs import Run, RunResult, describe_differences, machine, train_and_evaluate
 from regmem.storage import RunLock, read_json, temporary_path, write_atomic
 from regmem.tasks import TASKS
 
@@ -205,9 +205,11 @@ def train_run(run: Run, preset: Preset, progress: bool = False,
               evaluate: Callable[[Run, RunResult], dict] | None = None, device: str = "cpu",
               cuda_graphs: bool = False) -> dict:
     """Trains one run on `device` (`cuda_graphs`: TrainConfig's option); returns its numbers: score (validation),
-    test_score, every metric of both splits, size, time, and whatever `evaluate` (given the run and its result, the
-    trained model included, moved back to the CPU) adds, e.g. NIAH's length x depth grid. A run's key does not name the
-    device: the same run on another device gives the same numbers to float round-off."""
+    test_score, every metric of both splits, size, time, the machine it trained on (`machine`), and whatever
+    `evaluate` (given the run and its result, the trained model included, moved back to the CPU) adds, e.g. NIAH's
+    length x depth grid. A run's key does not name the machine: another kind of CPU or a GPU rounds differently,
+    which a long run amplifies like another seed (experiments/runs.py), so a stored run is one sample of its setting,
+    repeatable bit for bit only on its own machine kind."""
     trained = train_and_evaluate(run, preset, progress=progress, device=device, cuda_graphs=cuda_graphs)
     trained.model.cpu()
     metric, _ = score_of(run.task)
@@ -217,7 +219,7 @@ def train_run(run: Run, preset: Preset, progress: bool = False,
     test_score = diverged_score(metric) if diverged else trained.test_metrics[metric]
     return {"score": score, "test_score": test_score, **trained.row(), "metrics": trained.metrics,
             "test_metrics": trained.test_metrics, "stopped_early": trained.stopped_early,
-            "diverged_at_step": trained.diverged_at_step, **extra}
+            "diverged_at_step": trained.diverged_at_step, "machine": machine(device), **extra}
 
 
 def execute(runs: list[Run], preset: Preset, store: RunStore, *, progress: bool = True,

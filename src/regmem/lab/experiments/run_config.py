@@ -17,7 +17,8 @@ task's fields (a `regmem train` run's `setting`) and the budget `regmem train` t
 `Preset`, so the protocol's run keys (`Run.key`) include the model and the mixer options. Every run directory of
 `regmem train` holds its run resolved (`resolved_config`, written as config.toml beside run.json): the task's every
 field, the model, the mixer options given, the whole budget; `regmem train --config <run>/config.toml` trains the
-same run again, bit for bit (tests/experiments/test_run_config.py).
+same run again, bit for bit on the same kind of machine (tests/experiments/test_run_config.py; another CPU kind
+rounds differently, experiments/runs.py).
 """
 
 from __future__ import annotations
