@@ -5,7 +5,9 @@ import pytest
 import torch
 
 from regmem.lab.experiments.positions import position_accuracy
-from regmem.lab.experiments.repro.nl_ablations import ROWS, _direction, summarize_rows
+from regmem.lab.experiments.presets import PRESETS
+from regmem.lab.experiments.repro.nl_ablations import ROWS, _direction, row_preset, summarize_rows
+from regmem.lab.experiments.runs import Run
 from regmem.layers import build_mixer
 
 
@@ -19,6 +21,16 @@ def test_every_row_builds_its_ablation(row):
         assert layer.cms is None
     if row.startswith("CMS "):
         assert layer.cms.config.levels == int(row.split()[1])
+
+
+def test_a_row_keeps_the_presets_own_options_for_its_mixer():
+    long = PRESETS["long"]
+    assert long.mixer_kwargs["hope"] == {"bptt": 128}
+    run = Run("niah_single", "hope", 0.01, 0, {"row": "w/o DGD", "options": {"dgd": False}})
+    assert row_preset(run, long).mixer_kwargs["hope"] == {"bptt": 128, "dgd": False}
+    override = Run("niah_single", "hope", 0.01, 0, {"row": "x", "options": {"bptt": 256}})
+    assert row_preset(override, long).mixer_kwargs["hope"] == {"bptt": 256}
+    assert row_preset(run, long).mixer_kwargs["attn"] == long.mixer_kwargs["attn"]
 
 
 def test_position_accuracy_scores_each_span_of_the_sequence():

@@ -83,12 +83,18 @@ def test_scores(run: Run, trained: RunResult, preset, num_test: int) -> dict:
     return out
 
 
+def row_preset(run: Run, preset):
+    """The preset a row's run trains under: the row's options (run.setting["options"]) over the preset's own for the
+    mixer (the long preset's truncated backward, `bptt`, stays)."""
+    options = {**preset.mixer_kwargs.get(run.mixer, {}), **run.setting["options"]}
+    return dataclasses.replace(preset, mixer_kwargs={**preset.mixer_kwargs, run.mixer: options})
+
+
 def train_row(run: Run, preset, num_test: int) -> dict:
-    """One run of a row: the row's options (run.setting["options"]) are the mixer's under the preset."""
-    options = run.setting["options"]
-    row_preset = dataclasses.replace(preset, mixer_kwargs={**preset.mixer_kwargs, run.mixer: options})
+    """One run of a row, under `row_preset`."""
+    trained_under = row_preset(run, preset)
     plain = dataclasses.replace(run, setting={})
-    return train_run(plain, row_preset, evaluate=partial(test_scores, preset=row_preset, num_test=num_test))
+    return train_run(plain, trained_under, evaluate=partial(test_scores, preset=trained_under, num_test=num_test))
 
 
 def run(settings: AblationSettings, out_dir: Path, *, log=print, progress: bool = True) -> dict:
