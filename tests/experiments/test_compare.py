@@ -261,3 +261,44 @@ def test_position_bits_is_the_loss_of_each_span_and_text_curves_use_it():
     by_hand = torch.nn.functional.cross_entropy(logits[:, 2:4].flatten(0, 1), targets[:, 2:4].flatten()) / math.log(2)
     assert spans[1] == pytest.approx(float(by_hand))
     assert positions.is_loss_curve("text") and positions.curve_metric("mqar") == "accuracy"
+
+
+def test_a_model_with_a_cms_is_also_scored_with_its_cms_frozen_and_the_leaderboard_says_what_it_costs(tmp_path):
+    """--by-position on a mixer with a CMS (Hope) adds the same test sequences scored with every level's in-context
+    lr at 0 (positions.cms_frozen): per run, as a curve beside the trained one, and a table per seed; a mixer without
+    a CMS gets neither."""
+    short = dataclasses.replace(PRESETS["tiny"], steps=4, num_train=4 * 64, eval_every=2, num_eval=16,
+                                task={**PRESETS["tiny"].task, "seq_len": 48, "vocab_size": 64})  # 3 level-0 chunks
+    run_dir = compare("mqar", ["hope", "linear"], short, seeds=[0], lrs=[0.01], run_dir=tmp_path / "runs",
+                      by_position=True, progress=False, log=lambda *_: None)
+    result = json.loads((run_dir / "results.json").read_text())
+    hope = [r for r in result["runs"] if r["mixer"] == "hope"]
+    assert all(len(r["test_cms_frozen"]["by_position"]) == positions.POSITION_BUCKETS for r in hope)
+    assert all("test_cms_frozen" not in r for r in result["runs"] if r["mixer"] == "linear")
+    (run,) = hope
+    assert run["test_cms_frozen"]["loss"] != run["test_metrics"]["loss"]  # the levels act
+    board = (run_dir / "leaderboard.md").read_text()
+    assert (f"| hope | - | 0.01 | 0 | {run['test_score']:.4f} | {run['test_cms_frozen']['accuracy']:.4f} | "
+            f"{run['test_cms_frozen']['accuracy'] - run['test_score']:+.4f} | ") in board
+    assert "| hope (CMS frozen) | - |" in board
+    assert "| linear | - | 0.01 |" not in board.split("The CMS's in-context updates")[1]
+
+
+def test_cms_frozen_switches_the_levels_off_and_restores_them():
+    from regmem.models import LM, LMConfig
+
+    torch.manual_seed(0)
+    model = LM(LMConfig(vocab_size=32, d_model=16, n_layers=1, n_heads=2, mixer="hope")).eval()
+    x = torch.randint(0, 32, (2, 40))
+    with torch.no_grad():
+        trained = model(x)
+        with positions.cms_frozen(model) as has_cms:
+            frozen = model(x)
+        again = model(x)
+        with positions.cms_frozen(LM(LMConfig(vocab_size=32, d_model=16, n_layers=1, n_heads=2, mixer="gla"))) as no:
+            pass
+    assert has_cms and not no
+    assert torch.equal(again, trained)
+    # the first chunk of 16 reads the levels before any update (round-off apart); the later tokens read updated ones,
+    # which at initialisation (the normalised step at lr 1e-3) move the logits by ~1e-6
+    assert (frozen - trained)[:, :16].abs().max() < 1e-7 and (frozen - trained)[:, 16:].abs().max() > 1e-6

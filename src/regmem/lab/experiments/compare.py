@@ -25,6 +25,7 @@ import datetime
 import functools
 import json
 import math
+import statistics
 from pathlib import Path
 
 from regmem.lab.experiments import positions
@@ -246,21 +247,56 @@ def write_outputs(run_dir: Path, task_name: str, preset: Preset, field: str | No
         for cell in cells:
             cell["by_position"] = curves.get((cell["mixer"], json.dumps(cell["setting"], sort_keys=True)), [])
         plot_positions(run_dir / "positions.png", task_name, curves)
+    frozen = cms_frozen_table(records, summaries)
+    if frozen:
+        board += "\n".join(["", "The CMS's in-context updates: each model with a CMS scored on the same test sequences "
+                             "as trained and with every level's lr set to 0 at test (experiments/positions.py), at "
+                             "the cell's best lr, per seed:", "", *frozen]) + "\n"
     write_results(run_dir, [s.row() for s in summaries], {"meta": meta, "cells": cells, "runs": records}, board)
     plot_results(run_dir / "plot.png", task_name, field, summaries)
     return board
 
 
+def _best_runs(records: list[dict], s: CellSummary) -> list[dict]:
+    key = json.dumps(s.setting, sort_keys=True)
+    return [r for r in records if r["mixer"] == s.mixer and r["lr"] == s.best_lr
+            and json.dumps(r["setting"], sort_keys=True) == key]
+
+
 def position_curves(records: list[dict], summaries: list[CellSummary]) -> dict[tuple[str, str], list]:
-    """(mixer, setting as JSON) -> the mean test curve of the cell's best-lr runs, for runs scored by position."""
+    """(mixer, setting as JSON) -> the mean test curve of the cell's best-lr runs, for runs scored by position; a
+    cell whose runs were also scored with the CMS frozen adds ("<mixer> (CMS frozen)", setting)."""
     curves = {}
     for s in summaries:
         key = json.dumps(s.setting, sort_keys=True)
-        chosen = [r.get("by_position") for r in records if r["mixer"] == s.mixer and r["lr"] == s.best_lr
-                  and json.dumps(r["setting"], sort_keys=True) == key and "by_position" in r]
-        if chosen:
+        best = _best_runs(records, s)
+        if chosen := [r["by_position"] for r in best if "by_position" in r]:
             curves[s.mixer, key] = positions.mean_curve(chosen)
+        if frozen := [r["test_cms_frozen"]["by_position"] for r in best if "test_cms_frozen" in r]:
+            curves[f"{s.mixer} (CMS frozen)", key] = positions.mean_curve(frozen)
     return curves
+
+
+def cms_frozen_table(records: list[dict], summaries: list[CellSummary]) -> list[str]:
+    """Per cell with a CMS: its best-lr runs' test score as trained and with the CMS frozen, seed by seed, and the
+    test loss both ways (experiments/positions.py, `cms_frozen`)."""
+    lines = []
+    for s in summaries:
+        runs = sorted((r for r in _best_runs(records, s) if "test_cms_frozen" in r), key=lambda r: r["seed"])
+        if not runs:
+            continue
+        trained = [r["test_score"] for r in runs]
+        frozen = [r["test_cms_frozen"][s.metric] for r in runs]
+        loss = [f"{r['test_metrics']['loss']:.4f} -> {r['test_cms_frozen']['loss']:.4f}" for r in runs]
+        lines.append(f"| {s.mixer} | {_setting_words(json.dumps(s.setting, sort_keys=True))} | {s.best_lr:g} | "
+                     f"{', '.join(str(r['seed']) for r in runs)} | {', '.join(f'{v:.4f}' for v in trained)} | "
+                     f"{', '.join(f'{v:.4f}' for v in frozen)} | "
+                     f"{statistics.fmean(frozen) - statistics.fmean(trained):+.4f} | {'; '.join(loss)} |")
+    if not lines:
+        return []
+    metric = summaries[0].metric
+    return [f"| mixer | setting | lr | seeds | test {metric} | CMS frozen | frozen - trained (mean) | test loss |",
+            "|---|---|---:|---|---|---|---:|---|", *lines]
 
 
 def position_table(task_name: str, curves: dict) -> list[str]:

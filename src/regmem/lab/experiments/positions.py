@@ -6,10 +6,16 @@ for the text task it is the loss in bits per token of each of `POSITION_BUCKETS`
 much the context helps: a model that uses it predicts later tokens better); for any other task it is the accuracy
 of the scored tokens in each span. `regmem compare --by-position` records it per run (`by_position`) and tables it
 at each cell's best lr; `regmem repro nl-ablations` records it per Table-6 row.
+
+A model with a Continuum Memory System (Hope, Hope-Attention; Nested Learning, arXiv:2512.24695, Sec. 7) is also
+scored with the CMS frozen (`cms_frozen`: every level's in-context lr 0, so its levels keep their trained initial
+weights through the sequence): the difference is what the levels' updates within a sequence add.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 import statistics
 
@@ -109,11 +115,32 @@ def curve_on_test(model, run: Run, preset: Preset, num_test: int) -> dict:
     return {**score_model(model, task, inputs, targets), "by_position": curve}
 
 
+@contextlib.contextmanager
+def cms_frozen(model):
+    """`model` with every CMS level's in-context updates off (module docstring), restored on exit; yields whether it
+    has a CMS at all."""
+    modules = [m for m in model.modules() if getattr(m, "cms", None) is not None]
+    configs = [m.cms.config for m in modules]
+    for module in modules:
+        module.cms.config = dataclasses.replace(module.cms.config, lr=0.0)
+    try:
+        yield bool(modules)
+    finally:
+        for module, config in zip(modules, configs, strict=True):
+            module.cms.config = config
+
+
 def by_position(run: Run, trained: RunResult, *, preset: Preset) -> dict:
-    """A `train_run` evaluate hook: {"by_position": the test curve} of the trained model ([] if it diverged)."""
+    """A `train_run` evaluate hook: {"by_position": the test curve} of the trained model ([] if it diverged); for a
+    model with a CMS also "test_cms_frozen": its loss, metrics and curve on the same test sequences, CMS frozen."""
     if trained.model is None or trained.diverged_at_step is not None:
         return {"by_position": []}
-    return {"by_position": curve_on_test(trained.model.eval(), run, preset, preset.num_eval)["by_position"]}
+    model = trained.model.eval()
+    out = {"by_position": curve_on_test(model, run, preset, preset.num_eval)["by_position"]}
+    with cms_frozen(model) as has_cms:
+        if has_cms:
+            out["test_cms_frozen"] = curve_on_test(model, run, preset, preset.num_eval)
+    return out
 
 
 def mean_curve(curves: list[list]) -> list[float | None]:

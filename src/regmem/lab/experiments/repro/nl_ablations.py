@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from regmem.lab.experiments.positions import curve_label, curve_on_test, curve_points, is_needle, mean_curve
+from regmem.lab.experiments.positions import (
+    cms_frozen,
+    curve_label,
+    curve_on_test,
+    curve_points,
+    is_needle,
+    mean_curve,
+)
 from regmem.lab.experiments.presets import PRESETS
 from regmem.lab.experiments.protocol import RunStore, execute, train_run
 from regmem.lab.experiments.repro.record import Repro
@@ -75,11 +82,9 @@ def test_scores(run: Run, trained: RunResult, preset, num_test: int) -> dict:
     CMS, with every CMS level's in-context updates off ("cms_frozen")."""
     model = trained.model.eval()
     out = {"test": curve_on_test(model, run, preset, num_test)}
-    with_cms = [m for m in model.modules() if getattr(m, "cms", None) is not None]
-    if with_cms:
-        for module in with_cms:
-            module.cms.config = dataclasses.replace(module.cms.config, lr=0.0)
-        out["test_cms_frozen"] = curve_on_test(model, run, preset, num_test)
+    with cms_frozen(model) as has_cms:
+        if has_cms:
+            out["test_cms_frozen"] = curve_on_test(model, run, preset, num_test)
     return out
 
 
