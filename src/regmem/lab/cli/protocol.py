@@ -138,7 +138,8 @@ def add_compare(commands) -> None:
     parser.add_argument("--by-position", action="store_true",
                         help="also score every run on the test split by position in the context (by needle depth "
                              "for a needle task, else by eighths of the sequence); the leaderboard adds each "
-                             "mixer's curve and positions.png draws it")
+                             "mixer's curve and positions.png draws it; a mixer with a CMS (hope, hope_attention) "
+                             "is also scored with its CMS frozen at test")
     parser.set_defaults(handler=_compare, parser=parser)
 
 

@@ -11,7 +11,9 @@ results.json (every run and every cell) and plot.png (score against the swept va
 
 `by_position` (`--by-position`) scores every trained model on the test split by position in the context
 (experiments/positions.py: by needle depth for a needle task, else by eighths of the sequence); the leaderboard adds
-each cell's curve at its best lr and positions.png draws it.
+each cell's curve at its best lr and positions.png draws it. A model with a Continuum Memory System (Hope,
+Hope-Attention) is also scored with its CMS frozen (every level's in-context lr 0), as a second curve and a table of
+both scores per seed: what the levels' updates within a sequence add.
 
 `eval_lengths` (`--eval-lengths 32,64`) is the length-generalisation split of a task with a `seq_len`: every run,
 trained at the task's length, is also scored on fresh sequences of each given length, and the leaderboard adds
