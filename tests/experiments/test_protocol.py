@@ -125,7 +125,8 @@ def test_an_interrupted_execution_resumes_without_re_running_finished_runs(tmp_p
 def test_a_trained_run_records_the_machine_its_floats_came_from():
     result = train_run(Run("mqar", "linear", 1e-2, 0), FAST)
     assert result["machine"] == {"torch": torch.__version__, "arch": platform.machine(),
-                                 "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+                                 "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                                 "threads": torch.get_num_threads()}
     assert math.isfinite(result["test_score"])
 
 

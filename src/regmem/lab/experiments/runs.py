@@ -207,9 +207,10 @@ STOP_FIELDS = ("eval_every", "target_metric", "target_value")
 
 def machine(device: str = "cpu") -> dict:
     """What a run's float path depends on beyond its settings (module docstring): torch's version, the CPU's
-    architecture and the vector instruction set ATen's kernels dispatch to, and on CUDA the GPU's name."""
+    architecture, the vector instruction set ATen's kernels dispatch to, the torch threads (which fix how its
+    reductions split: 1 and 2 threads round differently), and on CUDA the GPU's name."""
     record = {"torch": torch.__version__, "arch": platform.machine(),
-              "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+              "cpu_capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads()}
     if str(device).startswith("cuda") and torch.cuda.is_available():
         record["gpu"] = torch.cuda.get_device_name(torch.device(device))
     return record
