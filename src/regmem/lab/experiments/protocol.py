@@ -228,9 +228,12 @@ def execute(runs: list[Run], preset: Preset, store: RunStore, *, progress: bool 
     this call); returns one record per run, in order: {**run.to_dict(), **result}.
 
     `workers` > 1 trains that many runs at once, each in its own process with one torch thread (`train` must then
-    be picklable: a module-level function or a partial of one). A run's result does not depend on it: every run
-    trains with one thread either way when the caller sets one, as `regmem` sweeps do. A run is trained only under
-    its lock (`RunStore.claim`): runs another process holds are left to it, and waited for once nothing else is left.
+    be picklable: a module-level function or a partial of one); with 1 they train in this process with its own
+    thread count. The thread count changes a run's rounding (and so, over a long run, its score, as a seed does):
+    each result records it (`machine`), and the committed sweeps ran with workers, one thread each. Two processes
+    of `workers=1` on one machine oversubscribe its cores (each takes them all) and slow each other several-fold.
+    A run is trained only under its lock (`RunStore.claim`): runs another process holds are left to it, and waited
+    for once nothing else is left.
     """
     todo = [r for r in runs if store.load(r) is None]
     if len(todo) < len(runs):
