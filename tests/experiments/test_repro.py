@@ -214,3 +214,15 @@ def test_nl_mad_workers_reach_the_protocol_leave_the_run_keys_alone_and_refuse_z
     assert seen["workers"] == 2
     with pytest.raises(ValueError, match="workers must be >= 1"):
         replace_fields(nl_mad.MADSettings(), {"workers": 0})
+
+
+def test_nl_mad_findings_line_up_the_titans_claim_only_on_the_tasks_it_names():
+    from regmem.lab.experiments.repro.nl_mad import findings
+
+    cells = [{"task": t, "mixer": m, "mean": mean} for t in ("icr", "selective_copy")
+             for m, mean in (("attn", 0.995), ("titans", 0.8))]
+    result = {"settings": {"mixers": ["attn", "titans"]}, "cells": cells}
+    icr_only = "\n".join(findings(result, ["icr"]))
+    assert "Titans above" not in icr_only and "1 of 2 reach 99% (attn)" in icr_only
+    both = "\n".join(findings(result, ["icr", "selective_copy"]))
+    assert "Titans above the Transformer on selective_copy. Ours: Titans above attention on none of them." in both
