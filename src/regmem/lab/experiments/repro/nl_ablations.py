@@ -2,10 +2,13 @@
 
 The paper ablates Hope at ~1.3B parameters on language modelling (perplexity) and reasoning (accuracy): every row
 loses to the full model but "w/o inner-projection q". Here each row is Hope with one mechanism switched off
-(regmem/layers/hope.py: every row is a constructor option), trained on the long suite's single needle (`long` preset:
-T 1024, where every level of the CMS updates at least four times per sequence and every memory 64 times; `--set
-task=mqar` for its MQAR point, which no mixer learns in the preset's budget), each at its best
-of the full model's learning rate and its two neighbours, over the seeds, scored on a test set no choice read. Two
+(regmem/layers/hope.py: every row is a constructor option), trained on the long suite's byte-level text (`long`
+preset: 1024-byte windows, where every level of the CMS updates 4-64 times per window and every memory 64 times, and
+where freezing the CMS's in-context updates raises a trained Hope's loss: benchmarks/nested-learning.md), each at
+its best of the full model's learning rate and its two neighbours, over the seeds, scored on a test set no choice
+read. A row is ranked by its task's score (`protocol.score_of`): bits per byte on text (lower is better), accuracy
+on the others (`--set task=niah_single`, the long suite's needle, which Hope does not learn in the preset's budget;
+`--set preset=quick --set task=mqar`, MQAR at T 64, where the CMS's updates change nothing). Two
 rows need no training of their own: "CMS frozen" is the full model's runs scored with the CMS's in-context updates
 switched off (its levels' lr 0), and each run also reports its accuracy by query position (the per-position curve).
 "stand-in" is the stabilised model Hope was before LMConfig format 7 (mixer `hope_standin`). Runs are stored under
@@ -23,13 +26,22 @@ from pathlib import Path
 from regmem.lab.experiments.positions import (
     cms_frozen,
     curve_label,
+    curve_metric,
     curve_on_test,
     curve_points,
     is_needle,
     mean_curve,
 )
 from regmem.lab.experiments.presets import PRESETS
-from regmem.lab.experiments.protocol import RunStore, execute, train_run
+from regmem.lab.experiments.protocol import (
+    RunStore,
+    execute,
+    higher_is_better,
+    run_score,
+    run_test_score,
+    score_of,
+    train_run,
+)
 from regmem.lab.experiments.repro.record import Repro
 from regmem.lab.experiments.runs import Run, RunResult
 
@@ -61,10 +73,11 @@ ROWS = {
 class AblationSettings:
     rows: tuple[str, ...] = tuple(ROWS)
     preset: str = "long"
-    # The long suite's single needle: its MQAR point (32 pairs over 1024 keys) is learnt by no mixer in 500 steps of
-    # 8 sequences (Gated DeltaNet 0.001 after 200 steps, 8 pairs alike), the needle by Gated DeltaNet in 400
-    task: str = "niah_single"
-    lrs: tuple[float, ...] = (1e-2, 3e-2, 1e-1)  # the full model's lr (3e-2 at quick) and its two neighbours
+    # The long suite's byte text, where the CMS acts. Its MQAR point (32 pairs over 1024 keys) is learnt by no mixer
+    # in 500 steps of 8 sequences (Gated DeltaNet 0.001 after 200 steps, 8 pairs alike); its needle by Gated
+    # DeltaNet in 400, by Hope at no lr of a bracketed grid
+    task: str = "text"
+    lrs: tuple[float, ...] = (1e-2, 3e-2, 1e-1)  # the full model's lr (3e-2 at quick and on long text) and neighbours
     seeds: tuple[int, ...] = (0, 1)
     steps: int | None = None  # None: the preset's
     num_test: int = 256
@@ -116,25 +129,30 @@ def run(settings: AblationSettings, out_dir: Path, *, log=print, progress: bool 
     train = partial(train_row, num_test=settings.num_test)
     records = execute(runs, preset, RunStore(out_dir / "nl-ablations-runs", preset), progress=progress, log=log,
                       train=train, workers=settings.workers)
-    return {"settings": dataclasses.asdict(settings), "rows": summarize_rows(records)}
+    metric, higher = score_of(settings.task)
+    return {"settings": dataclasses.asdict(settings), "metric": metric, "higher_is_better": higher,
+            "rows": summarize_rows(records, metric)}
 
 
-def summarize_rows(records: list[dict]) -> dict:
-    """Per row: the best lr by the mean validation score over seeds (the run's own validation split; ties: the smaller
-    lr), and at it the test accuracy per seed, CMS frozen per seed, the per-position accuracy (mean over seeds)."""
+def summarize_rows(records: list[dict], metric: str = "accuracy") -> dict:
+    """Per row: the best lr by the mean validation score over seeds (the run's own validation split, a diverged run
+    its worst value; ties: the smaller lr), and at it the test `metric` per seed, CMS frozen per seed, the
+    per-position curve (mean over seeds)."""
+    higher = higher_is_better(metric)
     rows: dict = {}
     for r in records:
         rows.setdefault(r["setting"]["row"], {}).setdefault(r["lr"], []).append(r)
     out = {}
     for name, by_lr in rows.items():
-        means = {lr: statistics.fmean(r["score"] for r in rs) for lr, rs in by_lr.items()}
-        best = max(means, key=lambda lr: (means[lr], -lr))
+        means = {lr: statistics.fmean(run_score(r, metric) for r in rs) for lr, rs in by_lr.items()}
+        best = (max(means, key=lambda lr: (means[lr], -lr)) if higher
+                else min(means, key=lambda lr: (means[lr], lr)))
         runs = sorted(by_lr[best], key=lambda r: r["seed"])
         out[name] = {
             "best_lr": best, "lr_means": means, "seeds": len(runs), "seed_ids": [r["seed"] for r in runs],
             "diverged": sum(r.get("diverged_at_step") is not None for r in runs),
-            "test": [r["test"]["accuracy"] for r in runs],
-            "test_cms_frozen": [r["test_cms_frozen"]["accuracy"] for r in runs if "test_cms_frozen" in r],
+            "test": [_test_value(r, r["test"], metric) for r in runs],
+            "test_cms_frozen": [_test_value(r, r["test_cms_frozen"], metric) for r in runs if "test_cms_frozen" in r],
             "by_position": mean_curve([r["test"]["by_position"] for r in runs]),
             "by_position_cms_frozen": mean_curve([r["test_cms_frozen"]["by_position"] for r in runs
                                                    if "test_cms_frozen" in r]),
@@ -143,21 +161,33 @@ def summarize_rows(records: list[dict]) -> dict:
     return out
 
 
+def _test_value(record: dict, scores: dict, metric: str) -> float:
+    """A run's test `metric` from one of its test scorings (`scores`), or the worst value where it diverged."""
+    return run_test_score({**record, "test_score": scores[metric]}, metric)
+
+
 def _spread(values: list[float]) -> str:
     return f"{statistics.fmean(values):.3f} ({min(values):.3f}-{max(values):.3f})" if values else "-"
 
 
+def metric_text(metric: str) -> str:
+    return metric.replace("_", " ")
+
+
 def format_report(result: dict) -> str:
     s, rows = result["settings"], result["rows"]
+    metric = result.get("metric", "accuracy")  # reports written before rows were ranked by the task's own score
+    higher = higher_is_better(metric)
     full = rows.get("Hope")
+    ranking = "" if higher else " (lower is better)"
     lines = [
         f"Nested Learning Table 6 (Sec. 9.6) at CPU scale: Hope's ablations on {s['task']} ({s['preset']} preset), "
-        f"each row at its best lr of {', '.join(f'{lr:g}' for lr in s['lrs'])} by the held-out score, test accuracy "
-        f"mean (min-max) over seeds {', '.join(map(str, s['seeds']))}. The paper's columns are LM perplexity and "
-        "reasoning accuracy at ~1.3B parameters; its direction: every row is worse than Hope but w/o "
-        "inner-projection q.",
+        f"each row at its best lr of {', '.join(f'{lr:g}' for lr in s['lrs'])} by the held-out score, test "
+        f"{metric_text(metric)}{ranking} mean (min-max) over seeds {', '.join(map(str, s['seeds']))}. The paper's "
+        "columns are LM perplexity and reasoning accuracy at ~1.3B parameters; its direction: every row is worse "
+        "than Hope but w/o inner-projection q.",
         "",
-        "| row | paper ppl / acc | ours: lr | test accuracy | vs Hope | same direction as the paper |",
+        f"| row | paper ppl / acc | ours: lr | test {metric_text(metric)} | vs Hope | same direction as the paper |",
         "|---|---|---:|---|---:|---|",
     ]
     for name, row in rows.items():
@@ -167,24 +197,27 @@ def format_report(result: dict) -> str:
         diverged = f" ({row['diverged']} diverged)" if row["diverged"] else ""
         shown_delta = "-" if delta is None or name == "Hope" else f"{delta:+.3f}"
         lines.append(f"| {name} | {paper_text} | {row['best_lr']:g} | {_spread(row['test'])}{diverged} | "
-                     f"{shown_delta} | {_direction(name, delta, full, row)} |")
+                     f"{shown_delta} | {_direction(name, delta, full, row, higher)} |")
     if full and full["test_cms_frozen"]:
         delta = statistics.fmean(full["test_cms_frozen"]) - statistics.fmean(full["test"])
         lines.append(f"| CMS frozen (Hope's runs, CMS lr 0 at test) | - | {full['best_lr']:g} | "
                      f"{_spread(full['test_cms_frozen'])} | {delta:+.3f} | {_frozen_verdict(full)} |")
     points = curve_points(s["task"])
-    lines += ["", f"Test accuracy over the context (mean over seeds): {curve_label(s['task'])}", "",
+    lines += ["", f"Test {curve_metric(s['task'])} over the context (mean over seeds): {curve_label(s['task'])}", "",
               "| row | " + " | ".join(f"{p:g}" for p in points) + " |", "|---|" + "---:|" * len(points)]
     for name, row in rows.items():
         lines.append(f"| {name} | " + " | ".join("-" if v is None else f"{v:.2f}" for v in row["by_position"]) + " |")
     return "\n".join(lines)
 
 
-def _direction(name: str, delta: float | None, full: dict | None, row: dict) -> str:
-    """Whether the row moved the way Table 6 says (below Hope; above it for w/o inner-projection q), beyond the
-    seeds' spread: the row's and Hope's test ranges must not overlap."""
+def _direction(name: str, delta: float | None, full: dict | None, row: dict, higher: bool = True) -> str:
+    """Whether the row moved the way Table 6 says (worse than Hope: below it in accuracy, above it in bits per byte
+    when not `higher`; better for w/o inner-projection q), beyond the seeds' spread: the row's and Hope's test
+    ranges must not overlap."""
     if name == "Hope" or delta is None or full is None:
         return "-"
+    if min(len(row["test"]), len(full["test"])) < 2:
+        return "not resolved (one seed: no spread to compare with)"
     for cell in (row, full):
         grid = sorted(cell["lr_means"])
         if len(grid) < 2 or not grid[0] < cell["best_lr"] < grid[-1]:
@@ -193,19 +226,22 @@ def _direction(name: str, delta: float | None, full: dict | None, row: dict) -> 
     separated = min(row["test"]) > max(full["test"]) or max(row["test"]) < min(full["test"])
     if not separated:
         return "not resolved (ranges overlap)"
-    expected_up = name == "w/o inner-projection q"
+    expected_better = name == "w/o inner-projection q"
     if name not in PAPER:
         return "no paper row"
-    return "yes" if (delta > 0) == expected_up else "no"
+    return "yes" if ((delta > 0) == higher) == expected_better else "no"
 
 
 def _frozen_verdict(full: dict) -> str:
+    if len(full["test"]) < 2:
+        return "not resolved (one seed: no spread to compare with)"
     separated = max(full["test_cms_frozen"]) < min(full["test"]) or min(full["test_cms_frozen"]) > max(full["test"])
     return "the CMS's in-context updates matter" if separated else "not resolved (ranges overlap)"
 
 
 def plot(result: dict, path: Path) -> None:
-    """Test accuracy over the context, one line per row (and Hope with its CMS frozen)."""
+    """The test curve over the context (accuracy, or bits per token on text), one line per row (and Hope with its
+    CMS frozen)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -221,8 +257,8 @@ def plot(result: dict, path: Path) -> None:
             if points:
                 ax.plot(*zip(*points, strict=True), marker="o", label=label)
     ax.set_xlabel("needle depth" if is_needle(result["settings"]["task"]) else "position (fraction of the sequence)")
-    ax.set_ylabel("test accuracy")
-    ax.set_title("Hope's ablations: accuracy over the context")
+    ax.set_ylabel(f"test {curve_metric(result['settings']['task'])}")
+    ax.set_title(f"Hope's ablations: {curve_metric(result['settings']['task'])} over the context")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -232,8 +268,8 @@ def plot(result: dict, path: Path) -> None:
 REPRO = Repro(
     name="nl-ablations",
     help="Nested Learning Table 6 at CPU scale: Hope's ablations (13 rows x 3 lrs x 2 seeds) on the long suite's "
-         "needle task at T 1024, with the CMS frozen at test and accuracy by position (~20 min of one thread a run, "
-         "about 13 h on 2 cores; resumable)",
+         "byte text (1024-byte windows), with the CMS frozen at test and bits per byte by position (~23 min of one "
+         "thread a run, about 14 h on 2 cores; resumable; --set rows=... for some rows)",
     variants={"default": AblationSettings(), "quick": QUICK},
     run=run, format_report=format_report, plot=plot,
 )
