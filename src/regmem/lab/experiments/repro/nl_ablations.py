@@ -35,10 +35,11 @@ from regmem.lab.experiments.positions import (
 from regmem.lab.experiments.presets import PRESETS
 from regmem.lab.experiments.protocol import (
     RunStore,
+    diverged_score,
     execute,
     higher_is_better,
+    run_diverged,
     run_score,
-    run_test_score,
     score_of,
     train_run,
 )
@@ -163,7 +164,7 @@ def summarize_rows(records: list[dict], metric: str = "accuracy") -> dict:
 
 def _test_value(record: dict, scores: dict, metric: str) -> float:
     """A run's test `metric` from one of its test scorings (`scores`), or the worst value where it diverged."""
-    return run_test_score({**record, "test_score": scores[metric]}, metric)
+    return diverged_score(metric) if run_diverged(record) else scores[metric]
 
 
 def _spread(values: list[float]) -> str:
