@@ -397,6 +397,14 @@ def divergence_note(summaries: list[CellSummary]) -> str:
             f"diverged@<step> where every seed diverged.")
 
 
+def pick_lr(lr_means: dict[float, float], higher: bool) -> float:
+    """The learning rate with the best mean validation score (`higher`: the largest; else the smallest); ties go to
+    the smaller lr."""
+    if higher:
+        return max(lr_means, key=lambda lr: (lr_means[lr], -lr))
+    return min(lr_means, key=lambda lr: (lr_means[lr], lr))
+
+
 def summarize(records: list[dict]) -> list[CellSummary]:
     """Groups runs into cells and picks each cell's best learning rate by its mean validation score (ties: the
     smaller lr); reports the test score at that learning rate. The pick reads no test score."""
@@ -411,10 +419,7 @@ def summarize(records: list[dict]) -> list[CellSummary]:
             by_lr.setdefault(r["lr"], []).append(r)
         lr_means = {lr: statistics.fmean(run_score(r, metric) for r in rs) for lr, rs in by_lr.items()}
         lr_diverged = {lr: n for lr, rs in by_lr.items() if (n := sum(map(run_diverged, rs)))}
-        if higher:
-            best_lr = max(lr_means, key=lambda lr: (lr_means[lr], -lr))
-        else:
-            best_lr = min(lr_means, key=lambda lr: (lr_means[lr], lr))
+        best_lr = pick_lr(lr_means, higher)
         best = by_lr[best_lr]
         scores = [run_test_score(r, metric) for r in best]
         steps = [r["diverged_at_step"] for r in best if r.get("diverged_at_step") is not None]

@@ -38,6 +38,7 @@ from regmem.lab.experiments.protocol import (
     diverged_score,
     execute,
     higher_is_better,
+    pick_lr,
     run_diverged,
     run_score,
     score_of,
@@ -130,24 +131,21 @@ def run(settings: AblationSettings, out_dir: Path, *, log=print, progress: bool 
     train = partial(train_row, num_test=settings.num_test)
     records = execute(runs, preset, RunStore(out_dir / "nl-ablations-runs", preset), progress=progress, log=log,
                       train=train, workers=settings.workers)
-    metric, higher = score_of(settings.task)
-    return {"settings": dataclasses.asdict(settings), "metric": metric, "higher_is_better": higher,
-            "rows": summarize_rows(records, metric)}
+    metric, _ = score_of(settings.task)
+    return {"settings": dataclasses.asdict(settings), "metric": metric, "rows": summarize_rows(records, metric)}
 
 
 def summarize_rows(records: list[dict], metric: str = "accuracy") -> dict:
     """Per row: the best lr by the mean validation score over seeds (the run's own validation split, a diverged run
     its worst value; ties: the smaller lr), and at it the test `metric` per seed, CMS frozen per seed, the
     per-position curve (mean over seeds)."""
-    higher = higher_is_better(metric)
     rows: dict = {}
     for r in records:
         rows.setdefault(r["setting"]["row"], {}).setdefault(r["lr"], []).append(r)
     out = {}
     for name, by_lr in rows.items():
         means = {lr: statistics.fmean(run_score(r, metric) for r in rs) for lr, rs in by_lr.items()}
-        best = (max(means, key=lambda lr: (means[lr], -lr)) if higher
-                else min(means, key=lambda lr: (means[lr], lr)))
+        best = pick_lr(means, higher_is_better(metric))
         runs = sorted(by_lr[best], key=lambda r: r["seed"])
         out[name] = {
             "best_lr": best, "lr_means": means, "seeds": len(runs), "seed_ids": [r["seed"] for r in runs],
@@ -171,7 +169,7 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.fmean(values):.3f} ({min(values):.3f}-{max(values):.3f})" if values else "-"
 
 
-def metric_text(metric: str) -> str:
+def _metric_text(metric: str) -> str:
     return metric.replace("_", " ")
 
 
@@ -184,11 +182,11 @@ def format_report(result: dict) -> str:
     lines = [
         f"Nested Learning Table 6 (Sec. 9.6) at CPU scale: Hope's ablations on {s['task']} ({s['preset']} preset), "
         f"each row at its best lr of {', '.join(f'{lr:g}' for lr in s['lrs'])} by the held-out score, test "
-        f"{metric_text(metric)}{ranking} mean (min-max) over seeds {', '.join(map(str, s['seeds']))}. The paper's "
+        f"{_metric_text(metric)}{ranking} mean (min-max) over seeds {', '.join(map(str, s['seeds']))}. The paper's "
         "columns are LM perplexity and reasoning accuracy at ~1.3B parameters; its direction: every row is worse "
         "than Hope but w/o inner-projection q.",
         "",
-        f"| row | paper ppl / acc | ours: lr | test {metric_text(metric)} | vs Hope | same direction as the paper |",
+        f"| row | paper ppl / acc | ours: lr | test {_metric_text(metric)} | vs Hope | same direction as the paper |",
         "|---|---|---:|---|---:|---|",
     ]
     for name, row in rows.items():
