@@ -111,3 +111,34 @@ def test_one_seed_gives_no_verdict_however_far_apart_the_scores():
     row = {"best_lr": 0.03, "lr_means": {0.01: 0.5, 0.03: 0.6, 0.1: 0.5}, "test": [0.2]}
     assert _direction("w/o DGD", -0.7, full, row).startswith("not resolved (one seed")
     assert _frozen_verdict(full).startswith("not resolved (one seed")
+
+
+def test_a_row_at_its_grids_edge_is_extended_and_a_stored_report_reads_the_same_verdicts(monkeypatch, tmp_path):
+    import json
+
+    from regmem.lab.experiments.repro import nl_ablations
+
+    seen = {}
+
+    def fake_execute(runs, preset, store, *, extend, **kwargs):  # stands in for training: one record per run
+        seen["extend"], seen["lrs"] = extend, sorted({r.lr for r in runs})
+        return []
+
+    monkeypatch.setattr(nl_ablations, "execute_bracketed", fake_execute)
+    nl_ablations.run(nl_ablations.AblationSettings(rows=("Hope",), preset="tiny"), tmp_path)
+    assert seen == {"extend": 2, "lrs": [0.01, 0.03, 0.1]}  # the default grows a grid past its edge
+    # a row whose grid grew below 0.01 is interior there: its verdict stands, and the report names its grid
+    records = [_record("Hope", lr, s, score, t) for lr, score in ((0.01, 0.5), (0.03, 0.9), (0.1, 0.5))
+               for s, t in ((0, 0.9), (1, 0.95))]
+    records += [_record("w/o DGD", lr, s, score, 0.2) for lr, score in ((0.00333, 0.1), (0.01, 0.3), (0.03, 0.2),
+                                                                        (0.1, 0.1)) for s in (0, 1)]
+    rows = summarize_rows(records)
+    assert rows["w/o DGD"]["bracket"] == "interior" and rows["w/o DGD"]["grid"] == [0.00333, 0.01, 0.03, 0.1]
+    stored = json.loads(json.dumps({"settings": {"task": "mqar", "preset": "quick", "lrs": [0.01, 0.03, 0.1],
+                                                 "seeds": [0, 1], "extend_grid": 2}, "rows": rows}))
+    assert _direction("w/o DGD", -0.7, stored["rows"]["Hope"], stored["rows"]["w/o DGD"]) == "yes"
+    report = format_report(stored)
+    assert "| w/o DGD | 13.41 / 56.5 | 0.01 (of 0.00333, 0.01, 0.03, 0.1) |" in report
+    assert "grown past the edge its best is at by up to 2 points" in report
+    without = {**rows["w/o DGD"], "lr_means": {0.01: 0.3, 0.03: 0.2, 0.1: 0.1}}  # the same pick, at the edge
+    assert "at the grid's edge" in _direction("w/o DGD", -0.7, rows["Hope"], without)
