@@ -302,3 +302,20 @@ def test_cms_frozen_switches_the_levels_off_and_restores_them():
     # the first chunk of 16 reads the levels before any update (round-off apart); the later tokens read updated ones,
     # which at initialisation (the normalised step at lr 1e-3) move the logits by ~1e-6
     assert (frozen - trained)[:, :16].abs().max() < 1e-7 and (frozen - trained)[:, 16:].abs().max() > 1e-6
+
+
+def test_a_grid_grown_past_its_edge_is_named_in_the_leaderboard(tmp_path, monkeypatch):
+    from regmem.lab.experiments import compare as compare_module
+
+    def fake_train_run(run, preset, **_):  # validation improves with the lr: the best is always the top edge
+        return {"score": run.lr, "test_score": run.lr, "parameters": 1, "state_floats": 1, "train_seconds": 0.0,
+                "tokens_per_second": 1.0, "steps": 1}
+
+    monkeypatch.setattr(compare_module, "train_run", fake_train_run)
+    board = (compare("mqar", ["linear"], PRESETS["tiny"], seeds=[0], lrs=[0.01, 0.03], run_dir=tmp_path / "a",
+                     progress=False, log=lambda *_: None, extend_grid=1) / "leaderboard.md").read_text()
+    assert "best of the grid 0.01, 0.03 (a cell whose best lay at an edge grew its grid past it" in board
+    assert "0.01: 0.010, 0.03: 0.030, 0.09: 0.090" in board
+    board = (compare("mqar", ["linear"], PRESETS["tiny"], seeds=[0], lrs=[0.01, 0.03], run_dir=tmp_path / "b",
+                     progress=False, log=lambda *_: None) / "leaderboard.md").read_text()
+    assert "grew its grid" not in board

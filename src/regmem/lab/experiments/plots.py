@@ -71,7 +71,7 @@ def plot_results(path: Path, task_name: str, field: str | None, summaries) -> No
         ax.minorticks_off()
         ax.set_xlabel(field)
         ax.legend()
-    ax.set_ylabel(f"{metric} (best lr, mean and min-max over seeds)")
+    ax.set_ylabel(f"test {metric.replace('_', ' ')}\n(best lr; mean, min-max over seeds)")
     if higher_is_better(metric):  # accuracies: on the 0-1 scale
         ax.set_ylim(0, 1.02)
     ax.set_title(f"{task_name}: {metric} by mixer")
