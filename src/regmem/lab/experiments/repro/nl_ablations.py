@@ -143,8 +143,7 @@ def run(settings: AblationSettings, out_dir: Path, *, log=print, progress: bool 
 def summarize_rows(records: list[dict], metric: str = "accuracy") -> dict:
     """Per row: the best lr by the mean validation score over seeds (the run's own validation split, a diverged run
     its worst value; ties: the smaller lr), where it lies in the row's grid (`protocol.bracket`), and at it the test
-    `metric` per seed, CMS frozen per seed, the
-    per-position curve (mean over seeds)."""
+    `metric` per seed, CMS frozen per seed, the per-position curve (mean over seeds)."""
     rows: dict = {}
     for r in records:
         rows.setdefault(r["setting"]["row"], {}).setdefault(r["lr"], []).append(r)
