@@ -218,7 +218,8 @@ def format_report(result: dict) -> str:
 
 def _extension_text(settings: dict) -> str:
     extend = settings.get("extend_grid", 0)  # reports written before grids were extended have none
-    return f" (a grid grown past the edge its best is at by up to {extend} points)" if extend else ""
+    points = f"{extend} point{'s' * (extend != 1)}"
+    return f" (a grid grown past the edge its best is at by up to {points})" if extend else ""
 
 
 def _lr_text(row: dict, lrs: list[float]) -> str:
