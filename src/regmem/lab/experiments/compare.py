@@ -204,7 +204,7 @@ def run_compare(plan: ComparePlan, *, progress: bool = True, log=print, workers:
                                 workers=workers, train=train)
     summaries = summarize(records)
     source = lr_source(preset, plan.lrs, plan.task_name, plan.mixers, plan.settings)
-    if any(s.grid != sorted(plan.lrs or s.grid) for s in summaries):
+    if plan.lrs and any(s.grid != sorted(plan.lrs) for s in summaries):
         source += " (a cell whose best lay at an edge grew its grid past it: the lr column lists each cell's grid)"
     if save_tuned_to is not None:
         save_tuned(preset.name, best_lrs_by_setting(summaries), source=str(run_dir), path=save_tuned_to)

@@ -291,10 +291,10 @@ def plot(result: dict, path: Path) -> None:
 
 REPRO = Repro(
     name="nl-ablations",
-    help="Nested Learning Table 6 at CPU scale: Hope's ablations (13 rows x 3 lrs x 2 seeds, a grid grown past an edge "
-         "its best is at) on the long suite's "
-         "byte text (1024-byte windows), with the CMS frozen at test and bits per byte by position (~23 min of one "
-         "thread a run, about 14 h on 2 cores; resumable; --set rows=... for some rows)",
+    help="Nested Learning Table 6 at CPU scale: Hope's ablations (13 rows x 3 lrs x 2 seeds, a grid grown past an "
+         "edge its best is at) on the long suite's byte text (1024-byte windows), with the CMS frozen at test and "
+         "bits per byte by position (~23 min of one thread a run, about 14 h on 2 cores; resumable; --set rows=... "
+         "for some rows)",
     variants={"default": AblationSettings(), "quick": QUICK},
     run=run, format_report=format_report, plot=plot,
 )
