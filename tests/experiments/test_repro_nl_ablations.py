@@ -126,7 +126,7 @@ def test_a_row_at_its_grids_edge_is_extended_and_a_stored_report_reads_the_same_
 
     monkeypatch.setattr(nl_ablations, "execute_bracketed", fake_execute)
     nl_ablations.run(nl_ablations.AblationSettings(rows=("Hope",), preset="tiny"), tmp_path)
-    assert seen == {"extend": 2, "lrs": [0.01, 0.03, 0.1]}  # the default grows a grid past its edge
+    assert seen == {"extend": 2, "lrs": [0.03, 0.09, 0.27]}  # the default grows a grid past its edge
     # a row whose grid grew below 0.01 is interior there: its verdict stands, and the report names its grid
     records = [_record("Hope", lr, s, score, t) for lr, score in ((0.01, 0.5), (0.03, 0.9), (0.1, 0.5))
                for s, t in ((0, 0.9), (1, 0.95))]
