@@ -5,9 +5,9 @@ The paper trains from scratch and scores RULER's needle tasks (Hsieh et al. 2024
 keeps the single-needle tasks near 100 %, and every attention-free model falls on multi-key and multi-value
 needles. Here: regmem's tiny-vocabulary needles (regmem/tasks/niah.py), a one-layer d_model-64 model trained at
 `train_len` tokens and scored at 1x, 2x and 4x that length by needle depth (experiments/niah_maps.py), each mixer at
-the better of two learning rates over two seeds (the fair protocol), one heat map per variant. Runs are stored
-under the output directory, so the command resumes. Hope is not built yet; RWKV-7, Comba and DLA are not in
-regmem.
+its learning rate chosen on the validation split over two seeds and scored on the test split (the fair protocol),
+one heat map per variant. Runs are stored under the output directory, so the command resumes. RWKV-7, Comba and DLA
+are not in regmem.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class NIAHSettings:
     multiples: tuple[int, ...] = (1, 2, 4)
     depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     steps: int | None = None  # None: the preset's
-    # Each mixer at the better of two learning rates by accuracy at the training length: the grid spans the
+    # Each mixer at the better of two learning rates by validation accuracy at the training length: the grid spans the
     # best MQAR learning rates of these mixers at the quick preset (src/regmem/lab/experiments/tuned_lr.json).
     lrs: tuple[float, ...] = (1e-2, 3e-2)
     extend_grid: int = 2  # points added past a grid edge where a cell's best lr lies (protocol.execute_bracketed)

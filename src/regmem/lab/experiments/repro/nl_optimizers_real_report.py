@@ -94,7 +94,9 @@ M3_DISCUSSION = [
     "momenta, which Newton-Schulz ignores, and the summed second moment shrinks every step like AdaGrad's; "
     "accumulate='ema' reads the betas as decays. Its step costs about one Muon step: the fast memory's "
     "Newton-Schulz dominates, and the slow one runs every f steps.",
-    "torch_muon's step is slow only on this CPU, which has no fast bfloat16 units; compare M3 with muon for Fig. 12.",
+    "torch_muon runs Newton-Schulz in bfloat16, which is slow on a CPU without bfloat16 units (the machine of the "
+    "committed run has none; benchmarks/optimizers.md times one that has); compare M3 with muon, the same update "
+    "in float32, for Fig. 12.",
 ]
 
 
