@@ -198,18 +198,50 @@ def unbracketed(cell: dict) -> str | None:
     return None
 
 
+REPORT_LINK = re.compile(r"\]\(([\w.-]+)\.md\)")
+RESULTS_FILE = re.compile(r"benchmarks/results/[\w./-]+?\.(?:md|json)")
+
+
+def trains(result) -> bool:
+    """Whether a report's JSON holds trained runs (a dict with "train_seconds" anywhere)."""
+    if isinstance(result, dict):
+        return "train_seconds" in result or any(trains(value) for value in result.values())
+    return isinstance(result, list) and any(trains(value) for value in result)
+
+
+def row_reports(row: list[str]) -> list[tuple[Path, bool]]:
+    """The JSON reports a row's verdict rests on, each with whether it must exist: per `regmem repro` command of its
+    check, docs/repro/<name>.json, or the JSON of the report the check links ([report](X.md)) where it links one;
+    and every JSON of benchmarks/results the row names (X.md's X.json, or a leaderboard.md's results.json)."""
+    reports = []
+    linked = [INDEX.parent / f"{name}.json" for name in REPORT_LINK.findall(row[3])]
+    for span in code_spans(row[3]):
+        if span.startswith("regmem repro "):
+            reports += linked or [INDEX.parent / f"{shlex.split(span)[2]}.json"]
+    for name in RESULTS_FILE.findall(" | ".join(row)):
+        path = ROOT / name
+        own = path.with_suffix(".json")
+        reports.append(own if own.is_file() or path.name != "leaderboard.md" else path.with_name("results.json"))
+    return list(dict.fromkeys(reports))
+
+
 def bracket_problems(text: str) -> list[str]:
-    """Every negative verdict (does not hold, holds in part) whose `regmem repro` report chose a learning rate that
-    its grid does not bracket, or on fewer than two seeds, with the reason."""
+    """Every negative verdict (does not hold, holds in part) whose reports (`row_reports`) are missing, trained at
+    one learning rate with no grid, or chose a learning rate that its grid does not bracket, or on fewer than two
+    seeds, with the reason."""
     problems = []
     for row in claim_rows(text):
         if verdict_of(row[-1]) not in NEGATIVE:
             continue
-        for span in code_spans(row[3]):
-            if not span.startswith("regmem repro "):
+        for report in row_reports(row):
+            if not report.is_file():
+                problems.append(f"{row[0]}: no report {report.relative_to(ROOT)}")
                 continue
-            report = INDEX.parent / f"{shlex.split(span)[2]}.json"
-            for cell in lr_cells(json.loads(report.read_text())) if report.is_file() else []:
+            result = json.loads(report.read_text())
+            cells = lr_cells(result)
+            if not cells and trains(result):
+                problems.append(f"{row[0]} ({report.name}): trained with no learning-rate grid")
+            for cell in cells:
                 why = unbracketed(cell)
                 if why:
                     label = cell.get("arm") or cell.get("mixer") or cell.get("task")
@@ -234,6 +266,17 @@ def test_an_unbracketed_negative_verdict_is_caught():
     assert unbracketed({"brackets": {"lr": "interior"}, "seeds": 1}) and lr_cells([pair]) == [pair]
     assert unbracketed({"brackets": {"lr": "none finite"}, "seeds": 2}) is None
     assert unbracketed({"brackets": {"lr": "follows muon", "adamw_lr": "follows muon"}, "seeds": 2}) is None
+
+
+def test_a_negative_verdict_reads_every_report_it_rests_on_and_needs_them(text):
+    nl32 = next(row for row in claim_rows(text) if row[0] == "NL-32")
+    assert ROOT / "benchmarks/results/nl-mad-mlp-rule/nl-mad.json" in row_reports(nl32)  # named in its result
+    linked = ["X-1", "c", "s", "`regmem repro ttr-mqar --set d_model=16` ([report](ttr-mqar-d16.md))", "r", "v"]
+    assert row_reports(linked) == [INDEX.parent / "ttr-mqar-d16.json"]  # the linked report, not the default one
+    missing = "| X-1 | claim | Sec. 1 | `regmem repro no-such-repro` | numbers | holds in part (why) |\n"
+    assert bracket_problems(missing) == ["X-1: no report docs/repro/no-such-repro.json"]
+    one_lr = {"settings": {"lr": 0.01}, "rows": [{"mixer": "linear", "accuracy": 0.7, "train_seconds": 30.0}]}
+    assert trains(one_lr) and not lr_cells(one_lr) and not trains({"rows": [{"accuracy": 0.7}]})
 
 
 def test_the_counts_table_matches_the_rows(text):

@@ -147,8 +147,8 @@ def plot_rows(result: dict, path: Path) -> None:
 REPRO = Repro(
     name="ttr-mqar",
     help="Test-time regression Fig. 3: one layer + key conv on MQAR, linear attention vs RLS at P <= d_model and "
-         "P > d_model, 3 lrs x 2 seeds a cell (about 25 minutes of 2 cores; resumable; --full: the paper's "
-         "d_model 64, P 64/128, hours)",
+         "P > d_model, 3 lrs x 2 seeds a cell, grown past an edge (about 40 minutes of 2 cores; resumable; "
+         "--full: the paper's d_model 64, P 64/128, hours)",
     variants={"default": MQARSettings(), "quick": QUICK, "full": FULL},
     run=run, format_report=format_report, plot=plot_rows,
 )
