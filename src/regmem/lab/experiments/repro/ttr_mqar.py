@@ -93,10 +93,9 @@ def run(settings: MQARSettings, out_dir: Path, *, log=print, progress: bool = Tr
 
 def _cells(result: dict) -> list[dict]:
     """The cells in the settings' order: by (P, seq_len), then by layer."""
-    s = result["settings"]
-    order = {(m, p, t): i for i, ((p, t), m) in enumerate((c, m) for c in map(tuple, s["cells"]) for m in s["mixers"])}
-    return sorted(result["cells"], key=lambda c: order[(c["mixer"], c["setting"]["num_kv_pairs"],
-                                                         c["setting"]["seq_len"])])
+    points, mixers = [tuple(c) for c in result["settings"]["cells"]], result["settings"]["mixers"]
+    return sorted(result["cells"], key=lambda c: (points.index((c["setting"]["num_kv_pairs"], c["setting"]["seq_len"])),
+                                                  mixers.index(c["mixer"])))
 
 
 def format_report(result: dict) -> str:
