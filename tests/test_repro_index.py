@@ -209,10 +209,10 @@ def trains(result) -> bool:
     return isinstance(result, list) and any(trains(value) for value in result)
 
 
-def row_reports(row: list[str]) -> list[tuple[Path, bool]]:
-    """The JSON reports a row's verdict rests on, each with whether it must exist: per `regmem repro` command of its
-    check, docs/repro/<name>.json, or the JSON of the report the check links ([report](X.md)) where it links one;
-    and every JSON of benchmarks/results the row names (X.md's X.json, or a leaderboard.md's results.json)."""
+def row_reports(row: list[str]) -> list[Path]:
+    """The JSON reports a row's verdict rests on: per `regmem repro` command of its check, docs/repro/<name>.json, or
+    the JSON beside the report the check links where it links one; and every JSON of benchmarks/results the row
+    names (the JSON beside a named report, or a leaderboard's results.json)."""
     reports = []
     linked = [INDEX.parent / f"{name}.json" for name in REPORT_LINK.findall(row[3])]
     for span in code_spans(row[3]):
