@@ -26,6 +26,7 @@ from pathlib import Path
 from regmem.lab.experiments.presets import Preset
 from regmem.lab.experiments.protocol import RunStore, execute_bracketed, run_grid, summarize
 from regmem.lab.experiments.repro.record import Repro
+from regmem.tasks.mqar import MQARConfig
 
 
 def claim(mixer: str, pairs: int, d_model: int) -> str:
@@ -78,10 +79,8 @@ def mqar_preset(settings: MQARSettings) -> Preset:
 def run(settings: MQARSettings, out_dir: Path, *, log=print, progress: bool = True) -> dict:
     """Every (layer, P, lr, seed) not yet stored under `out_dir`/ttr-mqar-runs; {"settings", "preset", "cells"
     (each cell's best lr by validation and its test score), "runs"}."""
-    for pairs, seq_len in settings.cells:
-        if seq_len < 4 * pairs or settings.vocab_size <= seq_len:
-            raise ValueError(f"cells: ({pairs}, {seq_len}) needs seq_len >= 4 P and vocab_size > seq_len "
-                             f"({settings.vocab_size})")
+    for pairs, seq_len in settings.cells:  # each point checked by the task itself before anything trains
+        MQARConfig(vocab_size=settings.vocab_size, seq_len=seq_len, num_kv_pairs=pairs, random_non_queries=False)
     preset = mqar_preset(settings)
     grid = run_grid(["mqar"], settings.mixers, [{"num_kv_pairs": p, "seq_len": t} for p, t in settings.cells],
                     settings.lrs, settings.seeds)
