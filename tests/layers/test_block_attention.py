@@ -110,3 +110,24 @@ def test_at_the_quick_preset_a_block_attention_is_not_attention(name):
     whole, _ = layer(x)
     assert options["block_size"] * 4 == quick.task["seq_len"]
     assert (blocked - whole).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("cls,options", [(MoBA, {"top_k": 2}), (MoBA, {"top_k": 3, "n_kv_heads": 1}),
+                                         (MoEAttention, {}), (MoEAttention, {"top_k": 2, "qk_norm": True})],
+                         ids=["moba-top2", "moba-gqa", "moe-dense", "moe-top2-qknorm"])
+@pytest.mark.parametrize("length", [T, 4 * BLOCK])
+def test_training_forward_is_the_general_one(cls, options, length):
+    """Without cache or padding the layer reads blocks by reshaping (`aligned_attend`; MoE attention as a mixture
+    of per-block SDPA reads); an all-ones mask sends the same input through `routing_bias`, the form that handles
+    any padding and cache. Outputs and gradients agree, with a last block cut short (T 11) and without (T 12)."""
+    torch.manual_seed(0)
+    layer = cls(D_MODEL, HEADS, head_dim=HEAD_DIM, block_size=BLOCK, short_conv=2, **options).double()
+    x = torch.randn(2, length, D_MODEL, dtype=torch.float64, requires_grad=True)
+    grads = []
+    for mask in (None, torch.ones(2, length, dtype=torch.bool)):
+        y, _ = layer(x, attention_mask=mask)
+        grads.append(torch.autograd.grad((y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum(),
+                                         [x, *layer.parameters()]))
+        grads[-1] = (y, *grads[-1])
+    for aligned, general in zip(*grads, strict=True):
+        torch.testing.assert_close(aligned, general, rtol=1e-10, atol=1e-12)

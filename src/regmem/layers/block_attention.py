@@ -23,11 +23,21 @@ and its score and mean use only the keys up to the query, so the gate never look
 earlier blocks with the largest s_e. Blocks count each row's real tokens (like rotary positions), so padding moves
 no block boundary.
 
-Both gates become an additive bias on attention's scores (per key: log g_e, minus the expert's log normaliser for
-`moe_attn`, -inf for an unselected block), so like FoX (fox.py) the forward ends in torch's SDPA with a float mask:
-no op computes softmax attention with a block-routing gate. The bias is a materialised [B, H, T, S] tensor, O(T^2)
-memory like any masked SDPA call; a block-sparse kernel (MoBA's point: skipping unselected blocks) is out of scope.
-The decoding state is attention's KV cache; the block of each cached key follows from the cache's mask.
+Two forms compute the same function (tests/layers/test_block_attention.py checks outputs and gradients):
+
+- With a cache or padding (`routing_bias`), both gates become an additive bias on attention's scores (per key:
+  log g_e, minus the expert's log normaliser for `moe_attn`, -inf for an unselected block), so like FoX (fox.py)
+  the forward ends in torch's SDPA with a float mask: no op computes softmax attention with a block-routing gate.
+  The bias is a materialised [B, H, T, S] tensor, O(T^2) memory like any masked SDPA call.
+- Without either (training's forward, `aligned_attend`), block e is keys e * block_size ... (e + 1) * block_size - 1
+  and the gate is a few reshapes. MoBA's read is SDPA with a boolean mask broadcast from the per-block choice;
+  MoE attention's is the mixture of eq. 25 itself: SDPA of every query against each whole block (blocks as a batch
+  dimension), causal SDPA within the query's own block, summed with the router's weights, with no T x T tensor of
+  its own. At T 1024, block 128, B 8, d_model 64 a training step (forward and backward, one CPU thread) takes
+  1.1x attention's for MoE attention and 1.25x for MoBA (4.1x and 1.7x through the bias, as before 2026-11-30).
+
+A block-sparse kernel (MoBA's point: skipping unselected blocks) is out of scope. The decoding state is attention's
+KV cache; the block of each cached key follows from the cache's mask.
 
 Not points of the design space: the weights are query similarity times a key-dependent routing gate, no single
 weighting of `regmem.recipe`, so `recipe` is None (as for FoX).
@@ -78,32 +88,75 @@ class BlockAttention(SoftmaxAttention):
                  "objective": "none: softmax attention over the blocks a key-dependent gate selects (eqs. 25-27)"}]
 
     def _attend(self, q, k, v, key_mask, offset, plain, log_decay=None):
-        """SoftmaxAttention's read (its forward, cache and padding unchanged) with the routing gate as the bias."""
+        """SoftmaxAttention's read (its forward, cache and padding unchanged) with the routing gate as the bias;
+        without cache or padding (training's forward), `aligned_attend`."""
+        if plain:
+            return self.aligned_attend(q, k, v)
         bias = self.routing_bias(q, k, key_mask, offset)  # [B, H, T, S]
         return super()._attend(q, k, v, key_mask, offset, plain=False, log_decay=bias)
 
     def routing_bias(self, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, offset: int) -> torch.Tensor:
         """The gate as a bias on the scores: q [B, T, H, D] (the new queries), k [B, S, H_kv, D] (cache, then new
         keys), mask [B, S] (False at padding) -> [B, H, T, S] in at least float32. 0 on the rows of padded queries
-        (they read only themselves and the real past, like attention's)."""
-        dtype = torch.promote_types(q.dtype, torch.float32)
-        q, k, scale = self._scaled(q, k)
-        q, k = q.to(dtype), repeat_heads(k, self.n_heads).to(dtype)  # [B, T, H, D], [B, S, H, D]
-        scale = q.shape[-1] ** -0.5 if scale is None else scale
+        (they read only themselves and the real past, like attention's). Any cache and padding; the blocks count
+        each row's real keys, so they are found by index (one-hot, scatter, gather)."""
+        q, k, scale = self._gate_inputs(q, k)
         S, E = k.shape[1], math.ceil(k.shape[1] / self.block_size)
         block = ((mask.cumsum(1) - 1).clamp(min=0) // self.block_size)  # [B, S]: each key's block
         query_block = block[:, offset:]  # [B, T]: each query's own block
-        members = F.one_hot(block, E).to(dtype) * mask.unsqueeze(-1)  # [B, S, E]: real keys of each block
-        logits = scale * torch.einsum("bthd,bshd->bhts", q, k)  # [B, H, T, S]
+        members = F.one_hot(block, E).to(q.dtype) * mask.unsqueeze(-1)  # [B, S, E]: real keys of each block
         allowed = allowed_pairs(q.shape[1], S, offset, mask, device=q.device)  # [B, 1, T, S]
         scores = self._block_scores(q, k, scale, members, block, allowed[:, 0] & mask[:, None, :])
         blocks = torch.arange(E, device=q.device)  # [E]
-        visible = blocks <= query_block.unsqueeze(-1)  # [B, T, E]
-        own = blocks == query_block.unsqueeze(-1)  # [B, T, E]
-        selected = self._select(scores, visible.unsqueeze(1), own.unsqueeze(1))  # [B, H, T, E]
-        per_block = self.gate_bias(scores, logits.masked_fill(~allowed, float("-inf")), block, selected)
+        visible = (blocks <= query_block.unsqueeze(-1)).unsqueeze(1)  # [B, 1, T, E]
+        own = (blocks == query_block.unsqueeze(-1)).unsqueeze(1)  # [B, 1, T, E]
+
+        def log_normalisers():
+            logits = scale * torch.einsum("bthd,bshd->bhts", q, k)  # [B, H, T, S]
+            return self._log_normalisers(logits.masked_fill(~allowed, float("-inf")), block, E)
+
+        per_block = self.gate_bias(scores, self._select(scores, visible, own), log_normalisers)  # [B, H, T, E]
         bias = per_block.gather(-1, block[:, None, None, :].expand(-1, self.n_heads, q.shape[1], -1))  # [B, H, T, S]
         return bias.masked_fill(~mask[:, None, offset:, None], 0.0)
+
+    def aligned_gate(self, q: torch.Tensor, k: torch.Tensor):
+        """The gate without cache or padding: q [B, T, H, D], k [B, T, H_kv, D] -> scores and selected [B, H, T, E]
+        (as `routing_bias` computes them) and each query's own block [T]. Block e is keys e * block_size to
+        (e + 1) * block_size - 1, so the block means and the own-block prefix means are reshapes and a cumsum."""
+        q, k, scale = self._gate_inputs(q, k)
+        B, T, H, D = q.shape
+        size, E = self.block_size, math.ceil(T / self.block_size)
+        blocked = F.pad(k, (0, 0, 0, 0, 0, E * size - T)).view(B, E, size, H, D)  # zero keys past T
+        counts = torch.arange(1, size + 1, device=q.device, dtype=q.dtype)  # [size]
+        prefix_means = (blocked.cumsum(2) / counts[:, None, None]).flatten(1, 2)[:, :T]  # [B, T, H, D]
+        starts = size * torch.arange(E, device=q.device)  # [E]
+        means = blocked.sum(2) / (T - starts).clamp(max=size).to(q.dtype)[:, None, None]  # [B, E, H, D]
+        scores = scale * torch.einsum("bthd,behd->bhte", q, means)  # [B, H, T, E]
+        own_score = scale * (q * prefix_means).sum(-1).transpose(1, 2)  # [B, H, T]: own block, keys up to t
+        query_block = torch.arange(T, device=q.device) // size  # [T]
+        scores = scores.scatter(-1, query_block[:, None].expand(B, H, T, 1), own_score.unsqueeze(-1))
+        blocks = torch.arange(E, device=q.device)  # [E]
+        selected = self._select(scores, blocks <= query_block[:, None], blocks == query_block[:, None])
+        return scores, selected, query_block
+
+    def aligned_attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """The read without cache or padding: q [B, T, H, D], k, v [B, T, H_kv, D] -> [B, T, H, D]."""
+        raise NotImplementedError
+
+    def _heads_first(self, q, k, v):
+        """q, k, v as SDPA reads them ([B, H, T, D], QK-norm applied, k and v repeated to every query head) and
+        the scale."""
+        q, k, scale = self._scaled(q, k)
+        q, k, v = (t.transpose(1, 2) for t in (q, repeat_heads(k, self.n_heads), repeat_heads(v, self.n_heads)))
+        return q, k, v, scale
+
+    def _gate_inputs(self, q, k):
+        """q [B, T, H, D] and k [B, S, H, D] as the gate reads them (QK-norm applied, heads repeated, at least
+        float32) and the logit scale."""
+        dtype = torch.promote_types(q.dtype, torch.float32)
+        q, k, scale = self._scaled(q, k)
+        scale = q.shape[-1] ** -0.5 if scale is None else scale
+        return q.to(dtype), repeat_heads(k, self.n_heads).to(dtype), scale
 
     @staticmethod
     def _block_scores(q, k, scale, members, block, visible_keys):
@@ -121,34 +174,6 @@ class BlockAttention(SoftmaxAttention):
         index = query_block[:, None, :, None].expand(-1, q.shape[2], -1, 1)  # [B, H, T, 1]
         return scores.scatter(-1, index, own_score.unsqueeze(-1))
 
-    def _select(self, scores, visible, own):
-        """[B, H, T, E] bool: the query's own block and the top_k - 1 earlier blocks by score (all visible blocks
-        when top_k is None)."""
-        if self.top_k is None:
-            return visible.expand_as(scores)
-        candidates = scores.masked_fill(~visible | own, float("-inf"))  # earlier blocks only
-        n = min(self.top_k - 1, scores.shape[-1])
-        chosen = torch.zeros_like(scores, dtype=torch.bool)
-        if n > 0:
-            chosen = chosen.scatter(-1, candidates.topk(n, dim=-1).indices, True)
-        return own | (chosen & visible & ~own)
-
-    def gate_bias(self, scores, logits, block, selected) -> torch.Tensor:
-        """The bias on a key of block e, per query: scores, selected [B, H, T, E]; logits [B, H, T, S] (-inf where
-        not allowed); block [B, S] (each key's block) -> [B, H, T, E]."""
-        raise NotImplementedError
-
-
-class MoEAttention(BlockAttention):
-    """MoE attention (eq. 25): a softmax router over the selected blocks mixes the blocks' softmax attentions,
-    o_t = sum_e g_e(q_t) o_{t,e} with g = softmax over the selected e of s_e(q_t) (eq. 27) and o_{t,e} softmax
-    attention over the keys of block e up to t. `top_k=None` (default) is the dense router."""
-
-    def gate_bias(self, scores, logits, block, selected):
-        log_gate = torch.log_softmax(scores.masked_fill(~selected, float("-inf")), dim=-1)  # [B, H, T, E]
-        return (log_gate - self._log_normalisers(logits, block, scores.shape[-1])).masked_fill(~selected,
-                                                                                               float("-inf"))
-
     @staticmethod
     def _log_normalisers(logits, block, E):
         """log Z_e = log sum_{i in E_e, allowed} exp(logit_i) per query and block, each block's max (detached)
@@ -159,6 +184,51 @@ class MoEAttention(BlockAttention):
         peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
         total = torch.zeros_like(peak).scatter_add(-1, index, torch.exp(logits - peak.gather(-1, index)))
         return torch.log(total.clamp(min=torch.finfo(total.dtype).tiny)) + peak
+
+    def _select(self, scores, visible, own):
+        """[B, H, T, E] bool: the query's own block and the top_k - 1 earlier blocks by score (all visible blocks
+        when top_k is None); visible and own broadcast against scores."""
+        if self.top_k is None:
+            return visible.expand_as(scores)
+        candidates = scores.masked_fill(~visible | own, float("-inf"))  # earlier blocks only
+        n = min(self.top_k - 1, scores.shape[-1])
+        chosen = torch.zeros_like(scores, dtype=torch.bool)
+        if n > 0:
+            chosen = chosen.scatter(-1, candidates.topk(n, dim=-1).indices, True)
+        return own | (chosen & visible & ~own)
+
+    def gate_bias(self, scores, selected, log_normalisers) -> torch.Tensor:
+        """The bias on a key of block e, per query: scores, selected [B, H, T, E]; log_normalisers() -> [B, H, T, E],
+        log sum_{i in E_e, i allowed} exp(logit_i), called only by a gate that needs it -> [B, H, T, E]."""
+        raise NotImplementedError
+
+
+class MoEAttention(BlockAttention):
+    """MoE attention (eq. 25): a softmax router over the selected blocks mixes the blocks' softmax attentions,
+    o_t = sum_e g_e(q_t) o_{t,e} with g = softmax over the selected e of s_e(q_t) (eq. 27) and o_{t,e} softmax
+    attention over the keys of block e up to t. `top_k=None` (default) is the dense router."""
+
+    def gate_bias(self, scores, selected, log_normalisers):
+        log_gate = torch.log_softmax(scores.masked_fill(~selected, float("-inf")), dim=-1)  # [B, H, T, E]
+        return (log_gate - log_normalisers()).masked_fill(~selected, float("-inf"))
+
+    def aligned_attend(self, q, k, v):
+        """Eq. 25 as a mixture of reads: every query attends to each whole block (SDPA with blocks as a batch
+        dimension) and to its own block up to itself (causal SDPA within blocks); the router's weights mix them.
+        The same function as the bias of `routing_bias`, without its [B, H, T, T] tensors."""
+        scores, selected, query_block = self.aligned_gate(q, k)
+        gate = torch.softmax(scores.masked_fill(~selected, float("-inf")), dim=-1)  # [B, H, T, E]
+        q, k, v, scale = self._heads_first(q, k, v)  # [B, H, T, D]
+        (B, H, T, D), size, E = q.shape, self.block_size, gate.shape[-1]
+        k, v = (F.pad(t, (0, 0, 0, E * size - T)).unflatten(2, (E, size)) for t in (k, v))  # [B, H, E, size, D]
+        whole = F.scaled_dot_product_attention(q.unsqueeze(2).expand(B, H, E, T, D), k, v, scale=scale)
+        own_q = F.pad(q, (0, 0, 0, E * size - T)).unflatten(2, (E, size))  # [B, H, E, size, D]
+        own = F.scaled_dot_product_attention(own_q, k, v, is_causal=True, scale=scale).flatten(2, 3)[:, :, :T]
+        earlier = torch.arange(E, device=q.device) < query_block[:, None]  # [T, E]: whole blocks before t's
+        own_gate = gate.gather(-1, query_block[:, None].expand(B, H, T, 1))  # [B, H, T, 1]
+        o = torch.einsum("bhte,bhetd->bhtd", (gate * earlier).to(q.dtype), whole) + own_gate.to(q.dtype) * own
+        return o.transpose(1, 2)  # [B, T, H, D]
+
 
 class MoBA(BlockAttention):
     """MoBA's gate (eqs. 26-27): g_e = 1 for the top_k selected blocks (default 3, the query's own included), 0
@@ -184,5 +254,15 @@ class MoBA(BlockAttention):
         super().__init__(d_model, n_heads, head_dim, n_kv_heads, rotary, rope_base, qk_norm, short_conv,
                          head_norm, norm_eps, block_size, top_k)
 
-    def gate_bias(self, scores, logits, block, selected):
+    def gate_bias(self, scores, selected, log_normalisers):
         return torch.zeros_like(scores).masked_fill(~selected, float("-inf"))
+
+    def aligned_attend(self, q, k, v):
+        """Softmax attention with -inf on the keys of unselected blocks and of the future: one [B, H, T, T] mask,
+        built from the per-block choice by broadcasting over each block's keys."""
+        _, selected, _ = self.aligned_gate(q, k)
+        q, k, v, scale = self._heads_first(q, k, v)
+        T, size = q.shape[2], self.block_size
+        keys = selected.unsqueeze(-1).expand(-1, -1, -1, -1, size).flatten(-2)[..., :T]  # [B, H, T, T]
+        mask = keys & allowed_pairs(T, T, 0, device=q.device)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale).transpose(1, 2)
