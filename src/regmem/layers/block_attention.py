@@ -33,8 +33,9 @@ Two forms compute the same function (tests/layers/test_block_attention.py checks
   and the gate is a few reshapes. MoBA's read is SDPA with a boolean mask broadcast from the per-block choice;
   MoE attention's is the mixture of eq. 25 itself: SDPA of every query against each whole block (blocks as a batch
   dimension), causal SDPA within the query's own block, summed with the router's weights, with no T x T tensor of
-  its own. At T 1024, block 128, B 8, d_model 64 a training step (forward and backward, one CPU thread) takes
-  1.1x attention's for MoE attention and 1.25x for MoBA (4.1x and 1.7x through the bias, as before 2026-11-30).
+  its own. A training step (forward and backward, one CPU thread, blocks of 128, d_model 64) takes 0.98x
+  attention's for MoE attention and 1.07x for MoBA at B 1, T 1024, and 1.12x and 1.24x at B 8
+  (benchmarks/results/block-attention); through the bias, as before 2026-11-30, it took 4.1x and 1.7x at B 8.
 
 A block-sparse kernel (MoBA's point: skipping unselected blocks) is out of scope. The decoding state is attention's
 KV cache; the block of each cached key follows from the cache's mask.

@@ -30,6 +30,8 @@ state (the recurrent form). A fixed-size state makes the step cost the same at e
   chunk form through torch.compile (inductor; compiled in the untimed first call), stated against the eager layer.
 - `mamba`: Mamba-1 (state 16 per channel, d_inner = 2 d_model, the selective scan's chunk form); `mamba2`, its
   baseline (state 64, `heads` heads of 2 d_model / heads).
+- `moe_attn`, `moba`: MoE attention and MoBA (regmem/layers/block_attention.py) with the long preset's options
+  (blocks of 128 keys, attention's short conv of width 4), stated against `attn`, softmax attention with that conv.
 """
 
 from __future__ import annotations
@@ -110,6 +112,9 @@ LAYER_CASES = {
     "titans_pytorch": _titans_pytorch(None),
     "titans_pytorch_b16": _titans_pytorch(16),
     "neural_memory": _neural_memory,
+    "attn": _regmem("attn", short_conv=4),
+    "moe_attn": _regmem("moe_attn", short_conv=4, block_size=128),
+    "moba": _regmem("moba", short_conv=4, block_size=128),
 }
 EXTERNAL_LAYERS = {"titans_pytorch": "titans_mlp", "titans_pytorch_b16": "titans_mlp"}  # theirs -> ours
 # layer -> the layer its time is stated against
@@ -118,7 +123,7 @@ BASELINES = (("cms", "swiglu"), ("hope", "gated_deltanet"), ("hope_compiled", "g
              ("hope_standin", "gated_deltanet"),
              ("hope_compiled", "gated_deltanet_compiled"), ("gated_deltanet_compiled", "gated_deltanet"),
              ("mamba", "mamba2"), ("titans_mlp_compiled", "titans_mlp"), ("ttt_mlp_compiled", "ttt_mlp"),
-             ("neural_memory", "titans_pytorch"))
+             ("neural_memory", "titans_pytorch"), ("moe_attn", "attn"), ("moba", "attn"))
 STATELESS = {*EXTERNAL_LAYERS, "swiglu"}  # no decoding state: no step pass
 PASSES = ("fwd", "fwdbwd", "step")
 
