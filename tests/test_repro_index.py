@@ -304,3 +304,28 @@ def test_a_dropped_row_or_link_or_verdict_is_caught(text):
     assert (INDEX.parent / "am-stress.md").resolve() not in linked_reports(dropped.replace("(am-stress.md)", "()"))
     assert count_table(dropped) != counted_rows(dropped)
     assert verdict_of("mostly holds") is None and verdict_of("holds in part (x)") == "holds in part"
+
+
+def _selects_on_validation(node) -> bool:
+    """Whether a report's JSON holds a cell picked by validation (`protocol.summarize`'s `valid_mean`)."""
+    if isinstance(node, dict):
+        return "valid_mean" in node or any(_selects_on_validation(v) for v in node.values())
+    return isinstance(node, list) and any(_selects_on_validation(v) for v in node)
+
+
+REPORTS = sorted(p for p in (ROOT / "docs" / "repro").glob("*.json")
+                 if _selects_on_validation(json.loads(p.read_text())))
+
+
+@pytest.mark.parametrize("result", REPORTS, ids=[p.stem for p in REPORTS])
+def test_a_report_of_picked_learning_rates_says_validation_picks_and_test_scores(result):
+    """An outside reader cannot tell from a table alone which split chose each lr: every committed report whose
+    cells were picked on validation says so and says its numbers are test scores."""
+    text = result.with_suffix(".md").read_text().lower()
+    assert "validation" in text and "test" in text, f"{result.with_suffix('.md').name} names no split"
+
+
+def test_every_protocol_report_is_checked_for_its_splits():
+    """The check above sees the reports it should: those of every reproduction that trains with an lr grid."""
+    assert {p.stem for p in REPORTS} >= {"nl-mad", "nl-formal-languages", "nl-niah", "am-heads",
+                                         "ttr-mqar", "am-swap", "am-dag", "lecture-lineage"}

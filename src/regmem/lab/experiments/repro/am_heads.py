@@ -38,6 +38,7 @@ from regmem.lab.experiments.protocol import (
     summarize,
     train_run,
 )
+from regmem.lab.experiments.repro.outputs import selection_note
 from regmem.lab.experiments.repro.record import Repro
 from regmem.lab.experiments.runs import Run
 
@@ -205,13 +206,13 @@ def format_report(result: dict) -> str:
         metric = _cell(result, task, s["kernels"][0], s["head_counts"][0])["metric"]
         lrs = s["mqar_lrs"] if task == "mqar" else s["text_lrs"]
         what = (f"MQAR, {s['mqar_pairs']} pairs, seq_len {s['mqar_seq_len']}, vocab {s['mqar_vocab_size']}, "
-                f"one layer, no MLP, runs stop at 0.99 held-out accuracy (above it: solved)" if task == "mqar" else
+                f"one layer, no MLP, runs stop at 0.99 validation accuracy (above it: solved)" if task == "mqar" else
                 f"byte-level text (CPython docs), seq_len {s['text_seq_len']}, {p['n_layers']} block(s) + SwiGLU")
         lines += [
             f"{task}: {what}; d_model {p['d_model']}, {p['steps']} steps x batch {p['batch_size']}, lr grid "
             f"{', '.join(f'{lr:g}' for lr in lrs)} (best per cell), seeds {', '.join(map(str, s['seeds']))}. "
             f"Cells: {metric} ({'higher' if higher_is_better(metric) else 'lower'} is better), mean (min-max over "
-            f"seeds) @ best lr.",
+            f"seeds) @ best lr. " + selection_note(metric),
             "",
             "| kernel + per-head RMSNorm | " + " | ".join(
                 f"{h} head(s), d_k {p['d_model'] // h}" for h in s["head_counts"]) + " |",

@@ -189,7 +189,7 @@ def format_report(result: dict) -> str:
     ranking = "" if higher else " (lower is better)"
     lines = [
         f"Nested Learning Table 6 (Sec. 9.6) at CPU scale: Hope's ablations on {s['task']} ({s['preset']} preset), "
-        f"each row at its best lr of {', '.join(f'{lr:g}' for lr in s['lrs'])} by the held-out score"
+        f"each row at its best lr of {', '.join(f'{lr:g}' for lr in s['lrs'])} by the mean validation score"
         f"{_extension_text(s)}, test "
         f"{_metric_text(metric)}{ranking} mean (min-max) over seeds {', '.join(map(str, s['seeds']))}. The paper's "
         "columns are LM perplexity and reasoning accuracy at ~1.3B parameters; its direction: every row is worse "

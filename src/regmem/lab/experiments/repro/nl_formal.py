@@ -30,6 +30,7 @@ import torch
 from regmem.lab.experiments.plots import HeatCell, plot_heatmap
 from regmem.lab.experiments.presets import Preset
 from regmem.lab.experiments.protocol import RunStore, execute_bracketed, run_grid, summarize, train_run
+from regmem.lab.experiments.repro.outputs import selection_note
 from regmem.lab.experiments.repro.record import Repro
 from regmem.tasks import TASKS
 from regmem.tasks.base import split_seed
@@ -148,9 +149,11 @@ def format_report(result: dict) -> str:
         f"Ours: {p['n_layers']} block(s) of d_model {p['d_model']} + SwiGLU, {p['steps']} steps x batch "
         f"{p['batch_size']}, train lengths 1-{s['train_max_len']}, Bin 1 {s['train_max_len'] + 1}-"
         f"{2 * s['train_max_len']}, lr grid {', '.join(f'{lr:g}' for lr in s['lrs'])} "
-        f"(best per model and language by Bin 0), seeds {', '.join(map(str, s['seeds']))}: mean (min-max). Hope: "
+        f"(best per model and language by Bin-0 string accuracy), seeds {', '.join(map(str, s['seeds']))}: "
+        f"mean (min-max). Hope: "
         f"memories' mini-batch {s['mini_batch']}, CMS chunks {tuple(s['cms_chunk_sizes'])}; every MLP (SwiGLU, "
-        f"Hope's CMS) at {p.get('mlp_lr_scale', 1.0):g} x the lr.",
+        f"Hope's CMS) at {p.get('mlp_lr_scale', 1.0):g} x the lr. " + selection_note("Bin-0 string accuracy")
+        + " Both bins are scored on test strings.",
         "",
         "| model | " + " | ".join(columns) + " |",
         "|---|" + "---:|" * len(columns),

@@ -25,6 +25,7 @@ from pathlib import Path
 from regmem.lab.experiments.plots import HeatCell, plot_heatmap
 from regmem.lab.experiments.presets import Preset
 from regmem.lab.experiments.protocol import RunStore, execute_bracketed, run_grid, summarize
+from regmem.lab.experiments.repro.outputs import selection_note
 from regmem.lab.experiments.repro.record import Repro
 
 # Table 4 of the paper (accuracy %), columns in TASK_ORDER minus noisy recall.
@@ -123,7 +124,7 @@ def format_report(result: dict) -> str:
         f"{p['batch_size']}, lr grid {', '.join(f'{lr:g}' for lr in s['lrs'])} (best per mixer and task)"
         + (f", MLPs at {s['mlp_lr_scale']:g} x the lr" if s.get("mlp_lr_scale", 1.0) != 1.0 else ", one lr for all")
         + f", seeds {', '.join(map(str, s['seeds']))}: mean (min-max). Points: "
-        + "; ".join(f"{t} {json.dumps(p['task_points'][t])}" for t in tasks),
+        + "; ".join(f"{t} {json.dumps(p['task_points'][t])}" for t in tasks) + ". " + selection_note("accuracy"),
         "",
         "| model | " + " | ".join(HEADERS[t] for t in tasks) + " |",
         "|---|" + "---:|" * len(tasks),

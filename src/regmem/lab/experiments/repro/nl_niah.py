@@ -74,7 +74,10 @@ def format_report(result: dict) -> str:
     lines = [
         "Nested Learning Table 1 (Sec. 9.2), pattern at CPU lengths: accuracy by context length, mean over needle "
         f"depths {', '.join(f'{100 * d:.0f}%' for d in s['depths'])} and over seeds {', '.join(map(str, s['seeds']))} "
-        f"(min-max over seeds in brackets) at each mixer's best lr of {', '.join(f'{lr:g}' for lr in s['lrs'])}; "
+        f"(min-max over seeds in brackets) at each mixer's best lr of the grid "
+        f"{', '.join(f'{lr:g}' for lr in s['lrs'])} (grown past an edge where a best lay) by validation accuracy "
+        f"at the training length; every length and "
+        f"depth scored on the test split (tasks/base.py); "
         f"trained at {s['train_len']} tokens, preset {s['preset']}. Paper (4K-16K, mean of its three lengths): "
         + "; ".join(f"{name} " + ", ".join(f"{v} {x}" for v, x in row.items()) for name, row in PAPER_MEANS.items()),
         "",

@@ -7,6 +7,13 @@ import json
 from pathlib import Path
 
 
+def selection_note(metric: str = "score") -> str:
+    """The sentence a report of protocol runs carries (experiments/protocol.py's `summarize`): which split picks the
+    learning rate, which one the numbers are."""
+    return (f"Each learning rate is picked by the mean validation {metric} over seeds; every number shown is the "
+            f"test {metric} at that pick (validation and test are disjoint held-out splits, tasks/base.py).")
+
+
 def write_report(out_dir: Path, name: str, result: dict, report: str) -> dict[str, Path]:
     """Writes the report and the result; returns their paths ("report", "json") and, as "plot", where the
     repro's plot belongs (`<name>.png`), for the caller to draw."""
