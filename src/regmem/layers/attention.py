@@ -138,12 +138,18 @@ class SoftmaxAttention(Mixer):
             return q, k, None
         return l2_normalize(q) * torch.exp(self.log_temperature), l2_normalize(k), 1.0
 
+    def _heads_first(self, q, k, v):
+        """q [B, T, H, D], k, v [B, S, H_kv, D] as SDPA reads them: [B, H, ., D], QK-norm applied, k and v repeated
+        to every query head; and the scale (None: SDPA's 1 / sqrt(D))."""
+        q, k, scale = self._scaled(q, k)
+        q, k, v = (t.transpose(1, 2) for t in (q, repeat_heads(k, self.n_heads), repeat_heads(v, self.n_heads)))
+        return q, k, v, scale
+
     def _attend(self, q, k, v, key_mask, offset, plain, log_decay=None):
         """q: [B, T, H, D]; k, v: [B, S, H_kv, D] with S = offset + T (the cache, then the new pairs); key_mask:
         [B, S]; log_decay: None or an additive bias on the scores [B, H, T, S] (ForgettingAttention's log forget
         gates). torch's SDPA on the grouped heads (module docstring: why not the op). Returns [B, T, H, D]."""
-        q, k, scale = self._scaled(q, k)
-        q, k, v = (t.transpose(1, 2) for t in (q, repeat_heads(k, self.n_heads), repeat_heads(v, self.n_heads)))
+        q, k, v, scale = self._heads_first(q, k, v)
         if plain and log_decay is None:  # no cache, no padding, no bias: the causal kernel
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
         else:

@@ -144,13 +144,6 @@ class BlockAttention(SoftmaxAttention):
         """The read without cache or padding: q [B, T, H, D], k, v [B, T, H_kv, D] -> [B, T, H, D]."""
         raise NotImplementedError
 
-    def _heads_first(self, q, k, v):
-        """q, k, v as SDPA reads them ([B, H, T, D], QK-norm applied, k and v repeated to every query head) and
-        the scale."""
-        q, k, scale = self._scaled(q, k)
-        q, k, v = (t.transpose(1, 2) for t in (q, repeat_heads(k, self.n_heads), repeat_heads(v, self.n_heads)))
-        return q, k, v, scale
-
     def _gate_inputs(self, q, k):
         """q [B, T, H, D] and k [B, S, H, D] as the gate reads them (QK-norm applied, heads repeated, at least
         float32) and the logit scale."""
