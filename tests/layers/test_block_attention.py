@@ -112,14 +112,18 @@ def test_at_the_quick_preset_a_block_attention_is_not_attention(name):
     assert (blocked - whole).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("cls,options", [(MoBA, {"top_k": 2}), (MoBA, {"top_k": 3, "n_kv_heads": 1}),
-                                         (MoEAttention, {}), (MoEAttention, {"top_k": 2, "qk_norm": True})],
-                         ids=["moba-top2", "moba-gqa", "moe-dense", "moe-top2-qknorm"])
-@pytest.mark.parametrize("length", [T, 4 * BLOCK])
+@pytest.mark.parametrize("cls,options", [(MoBA, {"top_k": 1}), (MoBA, {"top_k": 2}), (MoBA, {"top_k": 7}),
+                                         (MoBA, {"top_k": 3, "n_kv_heads": 1, "qk_norm": True}),
+                                         (MoEAttention, {}), (MoEAttention, {"top_k": 2, "qk_norm": True}),
+                                         (MoEAttention, {"n_kv_heads": 1, "head_norm": True})],
+                         ids=["moba-top1", "moba-top2", "moba-top-past-blocks", "moba-gqa-qknorm", "moe-dense",
+                              "moe-top2-qknorm", "moe-gqa-headnorm"])
+@pytest.mark.parametrize("length", [2, T, 4 * BLOCK])
 def test_training_forward_is_the_general_one(cls, options, length):
     """Without cache or padding the layer reads blocks by reshaping (`aligned_attend`; MoE attention as a mixture
     of per-block SDPA reads); an all-ones mask sends the same input through `routing_bias`, the form that handles
-    any padding and cache. Outputs and gradients agree, with a last block cut short (T 11) and without (T 12)."""
+    any padding and cache. Outputs and gradients agree: one block shorter than block_size (T 2), a last block cut
+    short (T 11) and none (T 12); top_k of 1 and past the number of blocks."""
     torch.manual_seed(0)
     layer = cls(D_MODEL, HEADS, head_dim=HEAD_DIM, block_size=BLOCK, short_conv=2, **options).double()
     x = torch.randn(2, length, D_MODEL, dtype=torch.float64, requires_grad=True)
@@ -131,3 +135,20 @@ def test_training_forward_is_the_general_one(cls, options, length):
         grads[-1] = (y, *grads[-1])
     for aligned, general in zip(*grads, strict=True):
         torch.testing.assert_close(aligned, general, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("cls", [MoBA, MoEAttention], ids=["moba", "moe"])
+def test_both_forms_train_under_bfloat16_autocast(cls):
+    """The trainer's `bf16` runs the model under torch.autocast: the gate stays in float32 (its scores, top-k and
+    normalisers), attention's reads run in bfloat16, and both forms agree with the float32 layer to bfloat16's
+    precision, their gradients finite."""
+    torch.manual_seed(0)
+    layer = cls(D_MODEL, HEADS, head_dim=HEAD_DIM, block_size=BLOCK, short_conv=2)
+    x = torch.randn(2, 4 * BLOCK, D_MODEL, requires_grad=True)
+    exact, _ = layer(x)
+    for mask in (None, torch.ones(2, 4 * BLOCK, dtype=torch.bool)):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y, _ = layer(x, attention_mask=mask)
+        torch.testing.assert_close(y.float(), exact, atol=3e-2, rtol=3e-2)
+        (grad,) = torch.autograd.grad(y.float().square().sum(), [x])
+        assert torch.isfinite(grad).all()

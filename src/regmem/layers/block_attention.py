@@ -31,11 +31,12 @@ Two forms compute the same function (tests/layers/test_block_attention.py checks
   The bias is a materialised [B, H, T, S] tensor, O(T^2) memory like any masked SDPA call.
 - Without either (training's forward, `aligned_attend`), block e is keys e * block_size ... (e + 1) * block_size - 1
   and the gate is a few reshapes. MoBA's read is SDPA with a boolean mask broadcast from the per-block choice;
-  MoE attention's is the mixture of eq. 25 itself: SDPA of every query against each whole block (blocks as a batch
-  dimension), causal SDPA within the query's own block, summed with the router's weights, with no T x T tensor of
-  its own. A training step (forward and backward, one CPU thread, blocks of 128, d_model 64) takes 0.98x
-  attention's for MoE attention and 1.07x for MoBA at B 1, T 1024, and 1.12x and 1.24x at B 8
-  (benchmarks/results/block-attention); through the bias, as before 2026-11-30, it took 4.1x and 1.7x at B 8.
+  MoE attention's is the mixture of eq. 25 itself: SDPA of every query against each whole block and causal SDPA
+  within the query's own block, the (head, block) pairs as SDPA's head dimension so its fused kernels run, summed
+  with the router's weights. A training step (forward and backward, one CPU thread, blocks of 128, d_model 64)
+  takes 0.68x attention's for MoE attention and 0.93x for MoBA at B 1, T 1024; 0.46x and 1.15x at T 4096; 0.55x
+  and 1.26x at B 8, T 1024 (benchmarks/results/block-attention). Through the bias, as before 2026-11-30, it took
+  4.1x and 1.7x at B 8.
 
 A block-sparse kernel (MoBA's point: skipping unselected blocks) is out of scope. The decoding state is attention's
 KV cache; the block of each cached key follows from the cache's mask.
@@ -101,44 +102,47 @@ class BlockAttention(SoftmaxAttention):
         keys), mask [B, S] (False at padding) -> [B, H, T, S] in at least float32. 0 on the rows of padded queries
         (they read only themselves and the real past, like attention's). Any cache and padding; the blocks count
         each row's real keys, so they are found by index (one-hot, scatter, gather)."""
-        q, k, scale = self._gate_inputs(q, k)
-        S, E = k.shape[1], math.ceil(k.shape[1] / self.block_size)
-        block = ((mask.cumsum(1) - 1).clamp(min=0) // self.block_size)  # [B, S]: each key's block
-        query_block = block[:, offset:]  # [B, T]: each query's own block
-        members = F.one_hot(block, E).to(q.dtype) * mask.unsqueeze(-1)  # [B, S, E]: real keys of each block
-        allowed = allowed_pairs(q.shape[1], S, offset, mask, device=q.device)  # [B, 1, T, S]
-        scores = self._block_scores(q, k, scale, members, block, allowed[:, 0] & mask[:, None, :])
-        blocks = torch.arange(E, device=q.device)  # [E]
-        visible = (blocks <= query_block.unsqueeze(-1)).unsqueeze(1)  # [B, 1, T, E]
-        own = (blocks == query_block.unsqueeze(-1)).unsqueeze(1)  # [B, 1, T, E]
+        with torch.autocast(q.device.type, enabled=False):  # the gate in float32 even under autocast
+            q, k, scale = self._gate_inputs(q, k)
+            S, E = k.shape[1], math.ceil(k.shape[1] / self.block_size)
+            block = ((mask.cumsum(1) - 1).clamp(min=0) // self.block_size)  # [B, S]: each key's block
+            query_block = block[:, offset:]  # [B, T]: each query's own block
+            members = F.one_hot(block, E).to(q.dtype) * mask.unsqueeze(-1)  # [B, S, E]: real keys of each block
+            allowed = allowed_pairs(q.shape[1], S, offset, mask, device=q.device)  # [B, 1, T, S]
+            scores = self._block_scores(q, k, scale, members, block, allowed[:, 0] & mask[:, None, :])
+            blocks = torch.arange(E, device=q.device)  # [E]
+            visible = (blocks <= query_block.unsqueeze(-1)).unsqueeze(1)  # [B, 1, T, E]
+            own = (blocks == query_block.unsqueeze(-1)).unsqueeze(1)  # [B, 1, T, E]
 
-        def log_normalisers():
-            logits = scale * torch.einsum("bthd,bshd->bhts", q, k)  # [B, H, T, S]
-            return self._log_normalisers(logits.masked_fill(~allowed, float("-inf")), block, E)
+            def log_normalisers():
+                logits = scale * torch.einsum("bthd,bshd->bhts", q, k)  # [B, H, T, S]
+                return self._log_normalisers(logits.masked_fill(~allowed, float("-inf")), block, E)
 
-        per_block = self.gate_bias(scores, self._select(scores, visible, own), log_normalisers)  # [B, H, T, E]
-        bias = per_block.gather(-1, block[:, None, None, :].expand(-1, self.n_heads, q.shape[1], -1))  # [B, H, T, S]
-        return bias.masked_fill(~mask[:, None, offset:, None], 0.0)
+            per_block = self.gate_bias(scores, self._select(scores, visible, own), log_normalisers)  # [B, H, T, E]
+            index = block[:, None, None, :].expand(-1, self.n_heads, q.shape[1], -1)  # [B, H, T, S]
+            bias = per_block.gather(-1, index)
+            return bias.masked_fill(~mask[:, None, offset:, None], 0.0)
 
     def aligned_gate(self, q: torch.Tensor, k: torch.Tensor):
         """The gate without cache or padding: q [B, T, H, D], k [B, T, H_kv, D] -> scores and selected [B, H, T, E]
         (as `routing_bias` computes them) and each query's own block [T]. Block e is keys e * block_size to
         (e + 1) * block_size - 1, so the block means and the own-block prefix means are reshapes and a cumsum."""
-        q, k, scale = self._gate_inputs(q, k)
-        B, T, H, D = q.shape
-        size, E = self.block_size, math.ceil(T / self.block_size)
-        blocked = F.pad(k, (0, 0, 0, 0, 0, E * size - T)).view(B, E, size, H, D)  # zero keys past T
-        counts = torch.arange(1, size + 1, device=q.device, dtype=q.dtype)  # [size]
-        prefix_means = (blocked.cumsum(2) / counts[:, None, None]).flatten(1, 2)[:, :T]  # [B, T, H, D]
-        starts = size * torch.arange(E, device=q.device)  # [E]
-        means = blocked.sum(2) / (T - starts).clamp(max=size).to(q.dtype)[:, None, None]  # [B, E, H, D]
-        scores = scale * torch.einsum("bthd,behd->bhte", q, means)  # [B, H, T, E]
-        own_score = scale * (q * prefix_means).sum(-1).transpose(1, 2)  # [B, H, T]: own block, keys up to t
-        query_block = torch.arange(T, device=q.device) // size  # [T]
-        scores = scores.scatter(-1, query_block[:, None].expand(B, H, T, 1), own_score.unsqueeze(-1))
-        blocks = torch.arange(E, device=q.device)  # [E]
-        selected = self._select(scores, blocks <= query_block[:, None], blocks == query_block[:, None])
-        return scores, selected, query_block
+        with torch.autocast(q.device.type, enabled=False):  # the gate in float32 even under autocast
+            q, k, scale = self._gate_inputs(q, k)
+            B, T, H, D = q.shape
+            size, E = self.block_size, math.ceil(T / self.block_size)
+            blocked = F.pad(k, (0, 0, 0, 0, 0, E * size - T)).view(B, E, size, H, D)  # zero keys past T
+            counts = torch.arange(1, size + 1, device=q.device, dtype=q.dtype)  # [size]
+            prefix_means = (blocked.cumsum(2) / counts[:, None, None]).flatten(1, 2)[:, :T]  # [B, T, H, D]
+            starts = size * torch.arange(E, device=q.device)  # [E]
+            means = blocked.sum(2) / (T - starts).clamp(max=size).to(q.dtype)[:, None, None]  # [B, E, H, D]
+            scores = scale * torch.einsum("bthd,behd->bhte", q, means)  # [B, H, T, E]
+            own_score = scale * (q * prefix_means).sum(-1).transpose(1, 2)  # [B, H, T]: own block, keys up to t
+            query_block = torch.arange(T, device=q.device) // size  # [T]
+            scores = scores.scatter(-1, query_block[:, None].expand(B, H, T, 1), own_score.unsqueeze(-1))
+            blocks = torch.arange(E, device=q.device)  # [E]
+            selected = self._select(scores, blocks <= query_block[:, None], blocks == query_block[:, None])
+            return scores, selected, query_block
 
     def aligned_attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """The read without cache or padding: q [B, T, H, D], k, v [B, T, H_kv, D] -> [B, T, H, D]."""
@@ -213,11 +217,13 @@ class MoEAttention(BlockAttention):
         scores, selected, query_block = self.aligned_gate(q, k)
         gate = torch.softmax(scores.masked_fill(~selected, float("-inf")), dim=-1)  # [B, H, T, E]
         q, k, v, scale = self._heads_first(q, k, v)  # [B, H, T, D]
-        (B, H, T, D), size, E = q.shape, self.block_size, gate.shape[-1]
-        k, v = (F.pad(t, (0, 0, 0, E * size - T)).unflatten(2, (E, size)) for t in (k, v))  # [B, H, E, size, D]
-        whole = F.scaled_dot_product_attention(q.unsqueeze(2).expand(B, H, E, T, D), k, v, scale=scale)
-        own_q = F.pad(q, (0, 0, 0, E * size - T)).unflatten(2, (E, size))  # [B, H, E, size, D]
-        own = F.scaled_dot_product_attention(own_q, k, v, is_causal=True, scale=scale).flatten(2, 3)[:, :, :T]
+        (B, H, T), size, E = q.shape[:3], self.block_size, gate.shape[-1]
+        # (head, block) pairs as SDPA's head dimension: its fused kernels take 4-D inputs only
+        k, v = (F.pad(t, (0, 0, 0, E * size - T)).unflatten(2, (E, size)).flatten(1, 2) for t in (k, v))
+        whole = F.scaled_dot_product_attention(q.repeat_interleave(E, dim=1), k, v, scale=scale)  # [B, H E, T, D]
+        own_q = F.pad(q, (0, 0, 0, E * size - T)).unflatten(2, (E, size)).flatten(1, 2)  # [B, H E, size, D]
+        own = F.scaled_dot_product_attention(own_q, k, v, is_causal=True, scale=scale)  # [B, H E, size, D]
+        whole, own = whole.unflatten(1, (H, E)), own.unflatten(1, (H, E)).flatten(2, 3)[:, :, :T]
         earlier = torch.arange(E, device=q.device) < query_block[:, None]  # [T, E]: whole blocks before t's
         own_gate = gate.gather(-1, query_block[:, None].expand(B, H, T, 1))  # [B, H, T, 1]
         o = torch.einsum("bhte,bhetd->bhtd", (gate * earlier).to(q.dtype), whole) + own_gate.to(q.dtype) * own

@@ -152,8 +152,8 @@ def format_report(result: dict) -> str:
         f"(best per model and language by Bin-0 string accuracy), seeds {', '.join(map(str, s['seeds']))}: "
         f"mean (min-max). Hope: "
         f"memories' mini-batch {s['mini_batch']}, CMS chunks {tuple(s['cms_chunk_sizes'])}; every MLP (SwiGLU, "
-        f"Hope's CMS) at {p.get('mlp_lr_scale', 1.0):g} x the lr. " + selection_note("Bin-0 string accuracy")
-        + " Both bins are scored on test strings.",
+        f"Hope's CMS) at {p.get('mlp_lr_scale', 1.0):g} x the lr. " + selection_note(
+            "Bin-0 string accuracy", shown="a test string accuracy (Bin 0 or Bin 1)"),
         "",
         "| model | " + " | ".join(columns) + " |",
         "|---|" + "---:|" * len(columns),

@@ -7,11 +7,12 @@ import json
 from pathlib import Path
 
 
-def selection_note(metric: str = "score") -> str:
+def selection_note(metric: str = "score", shown: str | None = None) -> str:
     """The sentence a report of protocol runs carries (experiments/protocol.py's `summarize`): which split picks the
-    learning rate, which one the numbers are."""
-    return (f"Each learning rate is picked by the mean validation {metric} over seeds; every number shown is the "
-            f"test {metric} at that pick (validation and test are disjoint held-out splits, tasks/base.py).")
+    learning rate (by `metric`), and what the numbers are (`shown`; default: the test `metric`)."""
+    shown = f"the test {metric}" if shown is None else shown
+    return (f"Each learning rate is picked by the mean validation {metric} over seeds; every number shown is "
+            f"{shown} at that pick (validation and test are disjoint held-out splits, tasks/base.py).")
 
 
 def write_report(out_dir: Path, name: str, result: dict, report: str) -> dict[str, Path]:
