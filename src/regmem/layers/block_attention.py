@@ -129,11 +129,11 @@ class BlockAttention(SoftmaxAttention):
         (e + 1) * block_size - 1, so the block means and the own-block prefix means are reshapes and a cumsum."""
         with torch.autocast(q.device.type, enabled=False):  # the gate in float32 even under autocast
             q, k, scale = self._gate_inputs(q, k)
-            B, T, H, D = q.shape
-            size, E = self.block_size, math.ceil(T / self.block_size)
-            blocked = F.pad(k, (0, 0, 0, 0, 0, E * size - T)).view(B, E, size, H, D)  # zero keys past T
+            (B, T, H), size = q.shape[:3], self.block_size
+            blocked = self._in_blocks(k, 1)  # [B, E, size, H, D], zero keys past T
             counts = torch.arange(1, size + 1, device=q.device, dtype=q.dtype)  # [size]
             prefix_means = (blocked.cumsum(2) / counts[:, None, None]).flatten(1, 2)[:, :T]  # [B, T, H, D]
+            E = blocked.shape[1]
             starts = size * torch.arange(E, device=q.device)  # [E]
             means = blocked.sum(2) / (T - starts).clamp(max=size).to(q.dtype)[:, None, None]  # [B, E, H, D]
             scores = scale * torch.einsum("bthd,behd->bhte", q, means)  # [B, H, T, E]
@@ -147,6 +147,12 @@ class BlockAttention(SoftmaxAttention):
     def aligned_attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """The read without cache or padding: q [B, T, H, D], k, v [B, T, H_kv, D] -> [B, T, H, D]."""
         raise NotImplementedError
+
+    def _in_blocks(self, t: torch.Tensor, dim: int) -> torch.Tensor:
+        """t with its time axis `dim` zero-padded to whole blocks and split into (E, block_size)."""
+        E = math.ceil(t.shape[dim] / self.block_size)
+        pad = [0, 0] * (t.dim() - 1 - dim) + [0, E * self.block_size - t.shape[dim]]
+        return F.pad(t, pad).unflatten(dim, (E, self.block_size))
 
     def _gate_inputs(self, q, k):
         """q [B, T, H, D] and k [B, S, H, D] as the gate reads them (QK-norm applied, heads repeated, at least
@@ -211,17 +217,17 @@ class MoEAttention(BlockAttention):
         return (log_gate - log_normalisers()).masked_fill(~selected, float("-inf"))
 
     def aligned_attend(self, q, k, v):
-        """Eq. 25 as a mixture of reads: every query attends to each whole block (SDPA with blocks as a batch
-        dimension) and to its own block up to itself (causal SDPA within blocks); the router's weights mix them.
-        The same function as the bias of `routing_bias`, without its [B, H, T, T] tensors."""
+        """Eq. 25 as a mixture of reads: every query attends to each whole block and to its own block up to itself
+        (causal SDPA within blocks); the router's weights mix them. The same function as `routing_bias`'s bias,
+        without building that [B, H, T, T] tensor."""
         scores, selected, query_block = self.aligned_gate(q, k)
         gate = torch.softmax(scores.masked_fill(~selected, float("-inf")), dim=-1)  # [B, H, T, E]
         q, k, v, scale = self._heads_first(q, k, v)  # [B, H, T, D]
-        (B, H, T), size, E = q.shape[:3], self.block_size, gate.shape[-1]
+        (B, H, T), E = q.shape[:3], gate.shape[-1]
         # (head, block) pairs as SDPA's head dimension: its fused kernels take 4-D inputs only
-        k, v = (F.pad(t, (0, 0, 0, E * size - T)).unflatten(2, (E, size)).flatten(1, 2) for t in (k, v))
+        k, v = (self._in_blocks(t, 2).flatten(1, 2) for t in (k, v))  # [B, H E, size, D]
         whole = F.scaled_dot_product_attention(q.repeat_interleave(E, dim=1), k, v, scale=scale)  # [B, H E, T, D]
-        own_q = F.pad(q, (0, 0, 0, E * size - T)).unflatten(2, (E, size)).flatten(1, 2)  # [B, H E, size, D]
+        own_q = self._in_blocks(q, 2).flatten(1, 2)  # [B, H E, size, D]
         own = F.scaled_dot_product_attention(own_q, k, v, is_causal=True, scale=scale)  # [B, H E, size, D]
         whole, own = whole.unflatten(1, (H, E)), own.unflatten(1, (H, E)).flatten(2, 3)[:, :, :T]
         earlier = torch.arange(E, device=q.device) < query_block[:, None]  # [T, E]: whole blocks before t's
