@@ -449,3 +449,33 @@ def test_the_inner_activation_backward_equals_autograd_with_its_second_derivativ
             assert all(t is None or torch.all(t == 0) for t in (a, b))
         else:
             assert_close(a, b, "second derivative")
+
+
+def test_a_forward_of_joined_rows_is_each_part_forward_and_backward():
+    """`InnerModel.forward_parts` runs several row sets through the same weights as one call (self-modifying
+    Titans' targets M(v_t) and inner forward M(k_t)). Each part's output, trace and back-propagated errors equal
+    its own `forward` and `backward`, with their gradients. The parts' layer-norm statistics are strided views,
+    which torch's CPU LayerNorm backward read as dense until `layer_norm_backward` made them contiguous."""
+    from regmem.ops.ttt.model import InnerModel
+
+    torch.manual_seed(0)
+    model = InnerModel((6,), "silu", residual=True, layer_norm=True)
+    weights = [(0.5 * torch.randn(3, *shape, dtype=torch.float64)).requires_grad_() for shape in model.shapes(4, 4)]
+    ln = tuple(torch.randn(3, 1, 4, dtype=torch.float64) for _ in range(2))
+    xs = [torch.randn(3, n, 4, dtype=torch.float64) for n in (5, 2)]
+    for (y, trace), x in zip(model.forward_parts(weights, xs, ln), xs, strict=True):
+        y_own, trace_own = model.forward(weights, x, ln)
+        assert_close(y, y_own, "f(x)")
+        for got, want in zip([*trace[0], *trace[1], *trace[2]], [*trace_own[0], *trace_own[1], *trace_own[2]],
+                             strict=True):
+            assert_close(got, want, "trace")
+        dy = torch.randn_like(y)
+        deltas, deltas_own = model.backward(weights, trace, dy, ln), model.backward(weights, trace_own, dy, ln)
+        for got, want in zip(deltas, deltas_own, strict=True):
+            assert_close(got, want, "delta")
+        w = [torch.randn_like(d) for d in deltas]
+        grads = torch.autograd.grad(sum((d * r).sum() for d, r in zip(deltas, w, strict=True)), weights,
+                                    retain_graph=True)
+        grads_own = torch.autograd.grad(sum((d * r).sum() for d, r in zip(deltas_own, w, strict=True)), weights)
+        for got, want in zip(grads, grads_own, strict=True):
+            assert_close(got, want, "gradient of delta")

@@ -401,17 +401,23 @@ def _fused_piece(x, config: SelfModifyingConfig, params: OuterParams, stacked: _
         G, model = len(names), config.model(names[0], d)
 
         def every(t, G=G):  # [B, H, ...] -> [B G H, ...]: one copy per memory of the group
-            return None if t is None else t.repeat(1, G, *[1] * (t.ndim - 2)).flatten(0, 1)
+            if t is None:
+                return None
+            return (t if G == 1 else t.repeat(1, G, *[1] * (t.ndim - 2))).flatten(0, 1)
 
-        targets = every(v)  # v_t for every memory (eq. 84), or its own M(v_t) (eq. 87)
-        if config.self_values:
-            targets, _ = model.forward([w.detach() for w in W] if config.target_stop_grad else W, targets, ln_group)
-            targets = F.normalize(targets, dim=-1) if config.normalize_targets else targets
+        targets, forward = every(v), None  # v_t for every memory (eq. 84), or its own M(v_t) (eq. 87)
+        if config.self_values and config.target_stop_grad:
+            targets, _ = model.forward([w.detach() for w in W], targets, ln_group)
+        elif config.self_values:  # the targets M(v_t) and the inner forward M(k_t): one call, the same anchor
+            forward, (targets, _) = model.forward_parts(W, [every(k), targets], ln_group)
+        if config.self_values and config.normalize_targets:
+            targets = F.normalize(targets, dim=-1)
         reads_memory = "memory" in names  # only the main memory is read, and it is last in its group
         o, W, P = ttt_mini_batch(
             q.flatten(0, 1) if reads_memory else None, every(k), targets, every(eta), every(g), every(log_mu), W, P,
             model=model, loss=config.loss, dgd=config.dgd, step_rule=config.step_rule, ln=ln_group,
-            read=None if G == 1 else lambda t, G=G: t.unflatten(0, (B, -1))[:, (G - 1) * H:].flatten(0, 1))
+            read=None if G == 1 else lambda t, G=G: t.unflatten(0, (B, -1))[:, (G - 1) * H:].flatten(0, 1),
+            forward=forward)
         y = o.unflatten(0, (B, H)) if reads_memory else y
         weights.append(W)
         momenta.append(P)

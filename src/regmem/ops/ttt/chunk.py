@@ -116,7 +116,7 @@ def ttt_chunk_core(q, k, v, beta, g, log_mu, live, *, initial_state, model: Inne
 
 
 def _block(anchor_w, W_now, P_now, q_n, k_n, v_n, eta_n, mu_n, kn, *, model: InnerModel, loss, loss_param, dgd, ln,
-           step_rule, read=None, read_scale=None):
+           step_rule, read=None, read_scale=None, forward=None):
     """One block of c tokens inside one mini-batch (module docstring): gradients at the anchor's layers `anchor_w`,
     the recurrence from (W_now, P_now) (lists per layer; P None without momentum). q_n, k_n: [..., c, K]; v_n:
     [..., c, V]; eta_n, mu_n (log momentum retention or None): [..., c]; kn: the block's decay kernels (`_kernels`);
@@ -125,7 +125,7 @@ def _block(anchor_w, W_now, P_now, q_n, k_n, v_n, eta_n, mu_n, kn, *, model: Inn
     several stacked memories skips the others' reads; q_n None skips every read (the outputs are then None). Returns
     the outputs [..., c, V] and the layers' (W, Pi) at the block's end. read_scale: [..., c, 1] or None, each row
     reads the anchor plus that multiple of the change since it (state.py)."""
-    y, trace = model.forward(anchor_w, k_n, ln)  # [..., c, V]
+    y, trace = forward if forward is not None else model.forward(anchor_w, k_n, ln)  # [..., c, V]
     dy = loss_grad(loss, y, v_n, loss_param)
     deltas = model.backward(anchor_w, trace, dy, ln)
     steps, rhos = layer_steps(step_rule, eta_n.unsqueeze(-1), *norms_sq(trace[0], deltas, dy),
@@ -135,7 +135,8 @@ def _block(anchor_w, W_now, P_now, q_n, k_n, v_n, eta_n, mu_n, kn, *, model: Inn
     layers = zip(W_now, P_now, trace[0], deltas, steps, rhos, strict=True)
     for layer, (W0, P0, X, delta, eta, rho) in enumerate(layers):
         D = -eta * delta
-        W_end, P_end, E = _layer_state(W0, P0, X, D, rho if dgd else None, kn)
+        XW0 = trace[1][layer] if W0 is anchor_w[layer] else None  # the key path's pre-activation at the anchor
+        W_end, P_end, E = _layer_state(W0, P0, X, D, rho if dgd else None, kn, XW0)
         new_w.append(W_end)
         new_p.append(P_end)
         if z is None:
@@ -157,7 +158,7 @@ def _block(anchor_w, W_now, P_now, q_n, k_n, v_n, eta_n, mu_n, kn, *, model: Inn
 
 def ttt_mini_batch(q, k, v, beta, g, log_mu, weights: list, momenta: list, *, model: InnerModel, loss="l2",
                    loss_param=None, dgd: bool = False, step_rule="explicit", ln=None,
-                   read=None) -> tuple[torch.Tensor, list, list]:
+                   read=None, forward=None) -> tuple[torch.Tensor, list, list]:
     """Exactly one whole mini-batch from a mini-batch start, heads first and per layer: `ttt(..., mode="chunk",
     mini_batch=T)` on a state whose offset is 0, every token live, without the checks, the realignment and the dead
     block a continued call pays for, and without packing the parameters (a caller that runs a sequence mini-batch
@@ -168,34 +169,36 @@ def ttt_mini_batch(q, k, v, beta, g, log_mu, weights: list, momenta: list, *, mo
     inputs shared by several memories are passed once. q: [..., T, K] of the memories `read` selects (`_block`), or
     None to advance the state without reading (o is then None).
     ln: the output layer norm's affine (gamma, beta), each broadcastable to [..., T, V] with the leading dims of
-    the other tensors (so `read` selects from it too), or None. Returns o [..., T, V] and the layers' weights and
-    momenta after the mini-batch."""
-    live = torch.ones_like(beta)
+    the other tensors (so `read` selects from it too), or None. forward: the model's (output, trace) on k at the
+    anchor (`InnerModel.forward`), when the caller computed it with other rows (`InnerModel.forward_parts`), or
+    None. Returns o [..., T, V] and the layers' weights and momenta after the mini-batch."""
     g = torch.zeros_like(beta) if g is None else g
-    kn = _kernels(g, log_mu, live)  # the one block's kernels
+    kn = _kernels(g, log_mu)  # the one block's kernels, every token live
     return _block(weights, weights, momenta, q, k, v, beta, log_mu, kn, model=model, loss=loss,
-                  loss_param=loss_param, dgd=dgd, ln=ln, step_rule=step_rule, read=read)
+                  loss_param=loss_param, dgd=dgd, ln=ln, step_rule=step_rule, read=read, forward=forward)
 
 
-def _layer_state(W0, P0, X, D, rho, kn):
+def _layer_state(W0, P0, X, D, rho, kn, XW0=None):
     """One layer of one mini-batch in the dual form (module docstring), its state: X: [..., C, d_in] the key-path
     inputs; W0, P0: [..., d_in, d_out] parameters and momentum entering the mini-batch (P0 None without momentum);
-    D: [..., C, d_out] the rows -eta_i delta_i; rho: [..., C, 1] or None (no DGD). Returns the layer's (W, Pi) at the
-    mini-batch end and the DGD errors E [..., C, d_out] (None without DGD)."""
+    D: [..., C, d_out] the rows -eta_i delta_i; rho: [..., C, 1] or None (no DGD); XW0: X W0 when the caller has it
+    (the key path's pre-activations, when W0 is the anchor the gradients were taken at), or None. Returns the
+    layer's (W, Pi) at the mini-batch end and the DGD errors E [..., C, d_out] (None without DGD)."""
     Xt = X.transpose(-1, -2)  # [..., d_in, C]
-    W_end = kn["a_end"] * W0 + matmul(Xt, kn["M_end"] * D)
+    rows = kn["M_end"] * D  # what X^T carries into W_end: the gradient rows, then the DGD errors
     P_end = E = None
-    if P0 is not None:
-        W_end = W_end + kn["b_end"] * P0
-        P_end = kn["c_end"] * P0 + matmul(Xt, kn["E_end"] * D)
     if rho is not None:  # the DGD errors e_i = -rho_i x_i W_{i-1}: one triangular solve
         XX = matmul(X, Xt)  # [..., C, C]
-        rhs = kn["a_prev"] * matmul(X, W0) + matmul(kn["M_prev"] * XX, D)
+        rhs = kn["a_prev"] * (matmul(X, W0) if XW0 is None else XW0) + matmul(kn["M_prev"] * XX, D)
         if P0 is not None:
             rhs = rhs + kn["b_prev"] * matmul(X, P0)
         L = rho * (kn["Gam_prev"] * XX)  # strictly lower
         E = torch.linalg.solve_triangular(L, -rho * rhs, upper=False, unitriangular=True)  # [..., C, d_out]
-        W_end = W_end + matmul(Xt, kn["Gam_end"] * E)
+        rows = rows + kn["Gam_end"] * E
+    W_end = kn["a_end"] * W0 + matmul(Xt, rows)
+    if P0 is not None:
+        W_end = W_end + kn["b_end"] * P0
+        P_end = kn["c_end"] * P0 + matmul(Xt, kn["E_end"] * D)
     return W_end, P_end, E
 
 
@@ -211,13 +214,14 @@ def _layer_read(Z, W0, P0, X, D, E, kn):
     return h
 
 
-def _kernels(g, log_mu, live):
-    """g, live: [..., C]; log_mu: [..., C] or None; the leading dims are any ([B, H, N] for N mini-batches, or one
-    mini-batch's [B, H]). The decay coefficients of each mini-batch, shaped as `_layer_state` and `_layer_read` use
-    them: the matrices [..., C, C], the per-token factors [..., C, 1] and the "_end" scalars [..., 1, 1] (the rows
-    "_end" of a matrix [..., C, 1]), each made once per mini-batch rather than reshaped in every layer; every factor
-    is exp of a direct sum of log retentions, so retention 1 (g = 0) is exact."""
-    Gam = torch.exp(segsum(g)) * live.unsqueeze(-2)  # [..., C(i), C(u)], prod_{u<j<=i} alpha_j, live_u
+def _kernels(g, log_mu, live=None):
+    """g, live (None: every token live): [..., C]; log_mu: [..., C] or None; the leading dims are any ([B, H, N] for
+    N mini-batches, or one mini-batch's [B, H]). The decay coefficients of each mini-batch, shaped as `_layer_state`
+    and `_layer_read` use them: the matrices [..., C, C], the per-token factors [..., C, 1] and the "_end" scalars
+    [..., 1, 1] (the rows "_end" of a matrix [..., C, 1]), each made once per mini-batch rather than reshaped in
+    every layer; every factor is exp of a direct sum of log retentions, so retention 1 (g = 0) is exact."""
+    Gam = torch.exp(segsum(g))  # [..., C(i), C(u)], prod_{u<j<=i} alpha_j, times live_u
+    Gam = Gam if live is None else Gam * live.unsqueeze(-2)
     a = torch.exp(g.cumsum(dim=-1)).unsqueeze(-1)  # [..., C, 1]
     out = {"Gam": Gam, "a": a, "a_end": a[..., -1:, :], "Gam_end": Gam[..., -1, :].unsqueeze(-1),
            "a_prev": F.pad(a[..., :-1, :], (0, 0, 1, 0), value=1.0), "Gam_prev": _prev_rows(Gam)}

@@ -163,6 +163,17 @@ class InnerModel:
             y = y + x
         return y, (inputs, pre, stats)
 
+    def forward_parts(self, weights: list[torch.Tensor], xs: list[torch.Tensor], ln: tuple | None) -> list[tuple]:
+        """`forward` of several row sets [..., n_i, K] through the same weights as one call on their rows joined
+        (fewer, larger products): [(f(x_i), trace_i)] as `forward` returns them for each."""
+        sizes = [x.shape[-2] for x in xs]
+        y, (inputs, pre, stats) = self.forward(weights, torch.cat(xs, dim=-2), ln)
+        ys, ins, pres = y.split(sizes, dim=-2), [t.split(sizes, dim=-2) for t in inputs], [
+            t.split(sizes, dim=-2) for t in pre]
+        st = None if stats is None else [t.split(sizes, dim=-2) for t in stats]
+        return [(ys[i], ([t[i] for t in ins], [t[i] for t in pres], None if st is None else tuple(t[i] for t in st)))
+                for i in range(len(xs))]
+
     def backward(self, weights: list[torch.Tensor], trace, dy: torch.Tensor, ln: tuple | None) -> list[torch.Tensor]:
         """The back-propagated error delta_l = dloss/dh_l of each layer, [..., n, d_out], from dloss/df = dy: the
         gradient of W_l is inputs_l^T delta_l (an outer product per token)."""
@@ -205,6 +216,9 @@ def layer_norm_backward(h: torch.Tensor, dy: torch.Tensor, ln: tuple | None,
     (mean, rstd) from `layer_norm_with_stats`, or None to compute them."""
     gx = dy if ln is None else dy * ln[0]
     mean, rstd = stats if stats is not None else torch.native_layer_norm(h, h.shape[-1:], None, None, eps)[1:]
+    # contiguous: torch's CPU kernel (2.13) reads strided mean and rstd as if they were dense (wrong gradients for
+    # a split of the stats, `InnerModel.forward_parts`); a no-op for the stats native_layer_norm returns
+    mean, rstd = mean.contiguous(), rstd.contiguous()
     return torch.ops.aten.native_layer_norm_backward(gx, h, h.shape[-1:], mean, rstd, None, None,
                                                      [True, False, False])[0]
 
