@@ -405,16 +405,16 @@ def _fused_piece(x, config: SelfModifyingConfig, params: OuterParams, stacked: _
                 return None
             return (t if G == 1 else t.repeat(1, G, *[1] * (t.ndim - 2))).flatten(0, 1)
 
-        targets, forward = every(v), None  # v_t for every memory (eq. 84), or its own M(v_t) (eq. 87)
+        keys, targets, forward = every(k), every(v), None  # v_t for every memory (eq. 84), or its own M(v_t) (eq. 87)
         if config.self_values and config.target_stop_grad:
             targets, _ = model.forward([w.detach() for w in W], targets, ln_group)
         elif config.self_values:  # the targets M(v_t) and the inner forward M(k_t): one call, the same anchor
-            forward, (targets, _) = model.forward_parts(W, [every(k), targets], ln_group)
+            forward, (targets, _) = model.forward_parts(W, [keys, targets], ln_group)
         if config.self_values and config.normalize_targets:
             targets = F.normalize(targets, dim=-1)
         reads_memory = "memory" in names  # only the main memory is read, and it is last in its group
         o, W, P = ttt_mini_batch(
-            q.flatten(0, 1) if reads_memory else None, every(k), targets, every(eta), every(g), every(log_mu), W, P,
+            q.flatten(0, 1) if reads_memory else None, keys, targets, every(eta), every(g), every(log_mu), W, P,
             model=model, loss=config.loss, dgd=config.dgd, step_rule=config.step_rule, ln=ln_group,
             read=None if G == 1 else lambda t, G=G: t.unflatten(0, (B, -1))[:, (G - 1) * H:].flatten(0, 1),
             forward=forward)
