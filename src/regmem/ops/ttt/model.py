@@ -168,10 +168,11 @@ class InnerModel:
         (fewer, larger products): [(f(x_i), trace_i)] as `forward` returns them for each."""
         sizes = [x.shape[-2] for x in xs]
         y, (inputs, pre, stats) = self.forward(weights, torch.cat(xs, dim=-2), ln)
-        ys, ins, pres = y.split(sizes, dim=-2), [t.split(sizes, dim=-2) for t in inputs], [
-            t.split(sizes, dim=-2) for t in pre]
-        st = None if stats is None else [t.split(sizes, dim=-2) for t in stats]
-        return [(ys[i], ([t[i] for t in ins], [t[i] for t in pres], None if st is None else tuple(t[i] for t in st)))
+        def parts(ts):  # each tensor of ts split into the row sets
+            return [t.split(sizes, dim=-2) for t in ts]
+
+        ys, ins, pres, st = y.split(sizes, dim=-2), parts(inputs), parts(pre), parts(stats or ())
+        return [(ys[i], ([t[i] for t in ins], [t[i] for t in pres], tuple(t[i] for t in st) if st else None))
                 for i in range(len(xs))]
 
     def backward(self, weights: list[torch.Tensor], trace, dy: torch.Tensor, ln: tuple | None) -> list[torch.Tensor]:
