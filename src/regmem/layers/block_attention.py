@@ -133,14 +133,12 @@ class BlockAttention(SoftmaxAttention):
             blocked = self._in_blocks(k, 1)  # [B, E, size, H, D], zero keys past T
             counts = torch.arange(1, size + 1, device=q.device, dtype=q.dtype)  # [size]
             prefix_means = (blocked.cumsum(2) / counts[:, None, None]).flatten(1, 2)[:, :T]  # [B, T, H, D]
-            E = blocked.shape[1]
-            starts = size * torch.arange(E, device=q.device)  # [E]
-            means = blocked.sum(2) / (T - starts).clamp(max=size).to(q.dtype)[:, None, None]  # [B, E, H, D]
+            blocks = torch.arange(blocked.shape[1], device=q.device)  # [E]
+            means = blocked.sum(2) / (T - size * blocks).clamp(max=size).to(q.dtype)[:, None, None]  # [B, E, H, D]
             scores = scale * torch.einsum("bthd,behd->bhte", q, means)  # [B, H, T, E]
             own_score = scale * (q * prefix_means).sum(-1).transpose(1, 2)  # [B, H, T]: own block, keys up to t
             query_block = torch.arange(T, device=q.device) // size  # [T]
             scores = scores.scatter(-1, query_block[:, None].expand(B, H, T, 1), own_score.unsqueeze(-1))
-            blocks = torch.arange(E, device=q.device)  # [E]
             selected = self._select(scores, blocks <= query_block[:, None], blocks == query_block[:, None])
             return scores, selected, query_block
 

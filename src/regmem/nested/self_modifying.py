@@ -405,7 +405,8 @@ def _fused_piece(x, config: SelfModifyingConfig, params: OuterParams, stacked: _
                 return None
             return (t if G == 1 else t.repeat(1, G, *[1] * (t.ndim - 2))).flatten(0, 1)
 
-        keys, targets, forward = every(k), every(v), None  # v_t for every memory (eq. 84), or its own M(v_t) (eq. 87)
+        keys, forward = every(k), None
+        targets = every(v)  # v_t for every memory (eq. 84), or its own M(v_t) (eq. 87)
         if config.self_values and config.target_stop_grad:
             targets, _ = model.forward([w.detach() for w in W], targets, ln_group)
         elif config.self_values:  # the targets M(v_t) and the inner forward M(k_t): one call, the same anchor
