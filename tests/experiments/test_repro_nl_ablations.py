@@ -103,6 +103,10 @@ def test_on_text_rows_are_ranked_by_bits_per_byte_lower_first():
     report = format_report({"settings": {"task": "text", "preset": "long", "lrs": [0.01, 0.03, 0.1], "seeds": [0, 1]},
                             "metric": "bits_per_byte", "rows": rows})
     assert "test bits per byte (lower is better)" in report and "| w/o CMS | 13.04 / 57.3 | 0.03 |" in report
+    # each row's own runs with the CMS frozen, beside its score; a row without a CMS has none
+    hope_line = next(line for line in report.splitlines() if line.startswith("| Hope |"))
+    assert hope_line.endswith("| 2.150 (2.100-2.200) (+0.100) |")
+    assert next(line for line in report.splitlines() if line.startswith("| w/o CMS |")).endswith("| - |")
     assert "bits per token over the context" in report
 
 

@@ -193,10 +193,12 @@ def format_report(result: dict) -> str:
         f"{_extension_text(s)}, test "
         f"{_metric_text(metric)}{ranking} mean (min-max) over seeds {', '.join(map(str, s['seeds']))}. The paper's "
         "columns are LM perplexity and reasoning accuracy at ~1.3B parameters; its direction: every row is worse "
-        "than Hope but w/o inner-projection q.",
+        "than Hope but w/o inner-projection q. The last column scores the same runs with every CMS level's "
+        "in-context updates off (its lr 0 at test), beside the row's own score.",
         "",
-        f"| row | paper ppl / acc | ours: lr | test {_metric_text(metric)} | vs Hope | same direction as the paper |",
-        "|---|---|---:|---|---:|---|",
+        f"| row | paper ppl / acc | ours: lr | test {_metric_text(metric)} | vs Hope | same direction as the paper "
+        "| CMS frozen at test (vs the row) |",
+        "|---|---|---:|---|---:|---|---|",
     ]
     for name, row in rows.items():
         paper = PAPER.get(name)
@@ -205,11 +207,11 @@ def format_report(result: dict) -> str:
         diverged = f" ({row['diverged']} diverged)" if row["diverged"] else ""
         shown_delta = "-" if delta is None or name == "Hope" else f"{delta:+.3f}"
         lines.append(f"| {name} | {paper_text} | {_lr_text(row, s['lrs'])} | {_spread(row['test'])}{diverged} | "
-                     f"{shown_delta} | {_direction(name, delta, full, row, higher)} |")
+                     f"{shown_delta} | {_direction(name, delta, full, row, higher)} | {_frozen_text(row)} |")
     if full and full["test_cms_frozen"]:
         delta = statistics.fmean(full["test_cms_frozen"]) - statistics.fmean(full["test"])
         lines.append(f"| CMS frozen (Hope's runs, CMS lr 0 at test) | - | {full['best_lr']:g} | "
-                     f"{_spread(full['test_cms_frozen'])} | {delta:+.3f} | {_frozen_verdict(full)} |")
+                     f"{_spread(full['test_cms_frozen'])} | {delta:+.3f} | {_frozen_verdict(full)} | - |")
     points = curve_points(s["task"])
     lines += ["", f"Test {curve_metric(s['task'])} over the context (mean over seeds): {curve_label(s['task'])}", "",
               "| row | " + " | ".join(f"{p:g}" for p in points) + " |", "|---|" + "---:|" * len(points)]
@@ -256,6 +258,14 @@ def _bracket_of(cell: dict) -> str:
     """Where a row's best lr lies in its grid; a stored report's JSON keys its lr means by text."""
     means = {float(lr): value for lr, value in cell["lr_means"].items()}
     return bracket(sorted(means), float(cell["best_lr"]), means)
+
+
+def _frozen_text(row: dict) -> str:
+    """A row's test score with its CMS frozen, and how far that moved it ("-" for a row without a CMS)."""
+    frozen = row.get("test_cms_frozen") or []
+    if not frozen or len(frozen) != len(row["test"]):
+        return "-"
+    return f"{_spread(frozen)} ({statistics.fmean(frozen) - statistics.fmean(row['test']):+.3f})"
 
 
 def _frozen_verdict(full: dict) -> str:
